@@ -1,0 +1,64 @@
+# torchjob developer entry points. `make test` installs everything it needs and runs every test.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CACHE := $(or $(TORCHJOB_CACHE),$(HOME)/.cache/torchjob)
+PROTO_FILES := $(shell find proto -name '*.proto' | sort)
+PYTEST_FLAGS ?=
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+.PHONY: setup
+setup: $(STAMP) ## create .venv and install the package with its dev tools
+
+.PHONY: cluster
+cluster: ## build kube-apiserver, kube-controller-manager, kubectl and etcd from the Go module proxy (cached)
+	hack/build-control-plane.sh build
+
+.PHONY: generate
+generate: $(STAMP) ## regenerate the CRD, the Python API model and docs/api.md from proto/
+	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=tools/codegen proto/schema_options.proto
+	$(BIN)/python -m grpc_tools.protoc -Iproto --plugin=protoc-gen-torchjob=tools/protoc-gen-torchjob \
+		--torchjob_out=. $(filter-out proto/schema_options.proto,$(PROTO_FILES))
+	$(BIN)/ruff format --quiet services/torchjob/api/types.py
+
+.PHONY: lint
+lint: $(STAMP) ## ruff, mypy (strict on the pure layers) and the layer contracts
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+.PHONY: unit
+unit: $(STAMP) ## unit tests only (no cluster)
+	$(BIN)/pytest tests/unit $(PYTEST_FLAGS)
+
+.PHONY: e2e
+e2e: $(STAMP) cluster ## end-to-end tests on the real control plane
+	$(BIN)/pytest tests/e2e $(PYTEST_FLAGS)
+
+.PHONY: test
+test: $(STAMP) cluster ## install what is needed, then lint and run every test
+	$(MAKE) --no-print-directory lint
+	$(BIN)/pytest tests $(PYTEST_FLAGS)
+
+.PHONY: bench
+bench: $(STAMP) cluster ## benchmarks: print figures, never pass/fail
+	@for b in tests/bench/*.py; do [[ $$b == */__init__.py ]] || $(BIN)/python $$b; done
+
+.PHONY: clean
+clean: ## remove the venv and caches inside the work tree (not the binary cache in $(CACHE))
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""torchjob: runs PyTorchTrainingJobs (batch.tensorstack.dev/v1beta1) on Kubernetes."""

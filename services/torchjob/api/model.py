@@ -1,0 +1,153 @@
+"""The runtime half of the generated API model: decoding a JSON object into typed dataclasses with
+errors that name the field, and encoding it back without losing anything.
+
+`types.py` (generated from proto/) declares each message as a dataclass with a FIELDS table;
+this module does the work for all of them, so the generated file stays declarative.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
+
+Kind = Literal["string", "boolean", "int32", "int64", "enum", "message", "object"]
+
+INT_BOUNDS: dict[str, tuple[int, int]] = {
+    "int32": (-(2**31), 2**31 - 1),
+    "int64": (-(2**63), 2**63 - 1),
+}
+
+
+class ModelError(ValueError):
+    """A value does not fit the API schema; `path` names the field, as in `spec.replicaSpecs[0]`."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path or '<root>'}: {message}")
+        self.path = path
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class FieldInfo:
+    """How one attribute is stored in JSON."""
+
+    attr: str
+    key: str
+    kind: Kind
+    repeated: bool = False
+    ref: str = ""  # the message class name for kind "message"
+    values: tuple[str, ...] = ()  # allowed strings for kind "enum"
+    default: Any = None  # JSON value the webhook fills in when the field is absent
+
+
+_MODELS: dict[str, type[Model]] = {}
+
+
+def json_type(value: object) -> str:
+    """The JSON name of a value's type, for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def child(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def expect_object(value: object, path: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ModelError(path, f"must be an object, not {json_type(value)}")
+    return value
+
+
+class Model:
+    """Base of every generated message class."""
+
+    FIELDS: ClassVar[tuple[FieldInfo, ...]] = ()
+    extra: dict[str, Any]
+
+    if TYPE_CHECKING:
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _MODELS[cls.__name__] = cls
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> Self:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        obj = expect_object(data, path)
+        known = {f.key for f in cls.FIELDS}
+        values: dict[str, Any] = {}
+        for info in cls.FIELDS:
+            raw = obj.get(info.key)
+            if raw is not None:  # the apiserver drops nulls; absent and null mean the same
+                values[info.attr] = _decode_field(info, raw, child(path, info.key))
+        values["extra"] = {k: v for k, v in obj.items() if k not in known}
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Encode to plain JSON values: exactly the fields that are set, plus unknown ones."""
+        out: dict[str, Any] = {}
+        for info in self.FIELDS:
+            value = getattr(self, info.attr)
+            if value is not None:
+                out[info.key] = [_encode(v) for v in value] if info.repeated else _encode(value)
+        out.update(self.extra)
+        return out
+
+
+def _decode_field(info: FieldInfo, raw: object, path: str) -> Any:
+    if not info.repeated:
+        return _decode(info, raw, path)
+    if not isinstance(raw, list):
+        raise ModelError(path, f"must be an array, not {json_type(raw)}")
+    return [_decode(info, item, f"{path}[{index}]") for index, item in enumerate(raw)]
+
+
+def _decode(info: FieldInfo, raw: object, path: str) -> Any:
+    kind = info.kind
+    if kind == "message":
+        return _MODELS[info.ref].from_dict(raw, path)
+    if kind == "object":
+        return expect_object(raw, path)
+    if kind == "boolean":
+        if not isinstance(raw, bool):
+            raise ModelError(path, f"must be a boolean, not {json_type(raw)}")
+        return raw
+    if kind in INT_BOUNDS:
+        return _decode_int(kind, raw, path)
+    if not isinstance(raw, str):
+        raise ModelError(path, f"must be a string, not {json_type(raw)}")
+    if kind == "enum" and raw not in info.values:
+        raise ModelError(path, f"must be one of {', '.join(info.values)}, not {raw!r}")
+    return raw
+
+
+def _decode_int(kind: str, raw: object, path: str) -> int:
+    # JSON decoders may give 3.0 for 3; a float with no fraction is still an integer.
+    if isinstance(raw, float) and raw.is_integer():
+        raw = int(raw)
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise ModelError(path, f"must be an integer, not {json_type(raw)}")
+    low, high = INT_BOUNDS[kind]
+    if not low <= raw <= high:
+        raise ModelError(path, f"must fit in {kind}")
+    return raw
+
+
+def _encode(value: Any) -> Any:
+    return value.to_dict() if isinstance(value, Model) else value

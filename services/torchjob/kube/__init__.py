@@ -1,0 +1,1 @@
+"""All Kubernetes I/O: client, informers, work queue, leader election, events, patches."""

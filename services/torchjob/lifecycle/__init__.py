@@ -1,0 +1,1 @@
+"""Pure functions from observed pods and a job to status and restart decisions."""

@@ -1,0 +1,1 @@
+"""Pure functions from a job and a replica to the Pod and Service manifests."""

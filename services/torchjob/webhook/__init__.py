@@ -1,0 +1,1 @@
+"""The admission webhook service."""
