@@ -1,0 +1,201 @@
+"""The generated API model decodes every documented manifest, names the field of every bad value,
+and encodes back exactly what it was given."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from torchjob.api import types
+from torchjob.api.model import FieldInfo, Model, ModelError
+from torchjob.api.types import PyTorchTrainingJob
+
+T9K_MANIFESTS = sorted((Path(__file__).parents[1] / "data" / "t9k").glob("*.yaml"))
+
+
+def load(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.mark.parametrize("path", T9K_MANIFESTS, ids=lambda p: p.stem)
+def test_t9k_manifest_round_trips_unchanged(path: Path) -> None:
+    manifest = load(path)
+    job = PyTorchTrainingJob.from_dict(manifest)
+    assert job.to_dict() == manifest
+
+
+def test_all_t9k_manifests_are_present() -> None:
+    assert {p.stem for p in T9K_MANIFESTS} == {
+        "basic",
+        "best-practice",
+        "debug-custom",
+        "debug-default",
+        "newer-spelling-elastic",
+        "python-module",
+        "scheduler-tensorboard",
+        "torchrun",
+    }
+
+
+def test_typed_access_to_both_spellings() -> None:
+    older = PyTorchTrainingJob.from_dict(load(T9K_MANIFESTS[-1]))
+    assert older.spec and older.spec.torchrun_config
+    assert older.spec.torchrun_config.enable is True
+    assert older.spec.torchrun_config.enabled is None
+    newer = PyTorchTrainingJob.from_dict(
+        load(next(p for p in T9K_MANIFESTS if p.stem == "newer-spelling-elastic"))
+    )
+    assert newer.spec and newer.spec.elastic and newer.spec.torchrun_config
+    assert newer.spec.torchrun_config.enabled is True
+    assert (newer.spec.elastic.min_replicas, newer.spec.elastic.max_replicas) == (2, 4)
+
+
+def spec_with(replica: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    template = {"spec": {"containers": [{"name": "python", "image": "i"}]}}
+    return {"spec": {"replicaSpecs": [{"type": "worker", "template": template, **replica}], **spec}}
+
+
+@pytest.mark.parametrize(
+    ("manifest", "path", "message"),
+    [
+        (spec_with({"replicas": "four"}), "spec.replicaSpecs[0].replicas", "must be an integer"),
+        (spec_with({"replicas": True}), "spec.replicaSpecs[0].replicas", "not boolean"),
+        (spec_with({"replicas": 2**40}), "spec.replicaSpecs[0].replicas", "must fit in int32"),
+        (
+            spec_with({"restartPolicy": "Sometimes"}),
+            "spec.replicaSpecs[0].restartPolicy",
+            "must be one of Never, OnFailure, Always, ExitCode",
+        ),
+        (
+            spec_with({}, torchrunConfig={"rdzvBackend": "zk"}),
+            "spec.torchrunConfig.rdzvBackend",
+            "must be one of c10d, etcd, etcd-v2",
+        ),
+        (
+            spec_with({}, torchrunConfig={"extraOptions": "--x"}),
+            "spec.torchrunConfig.extraOptions",
+            "must be an array",
+        ),
+        (
+            spec_with({}, torchrunConfig={"extraOptions": ["--x", 3]}),
+            "spec.torchrunConfig.extraOptions[1]",
+            "must be a string",
+        ),
+        (spec_with({"template": []}), "spec.replicaSpecs[0].template", "must be an object"),
+        ({"spec": "x"}, "spec", "must be an object, not string"),
+        (
+            spec_with({}, scheduler={"t9kScheduler": {"priority": "high"}}),
+            "spec.scheduler.t9kScheduler.priority",
+            "must be an integer, not string",
+        ),
+    ],
+)
+def test_bad_value_names_its_field(manifest: dict[str, Any], path: str, message: str) -> None:
+    with pytest.raises(ModelError) as caught:
+        PyTorchTrainingJob.from_dict(manifest)
+    assert caught.value.path == path
+    assert message in caught.value.message
+    assert str(caught.value).startswith(path + ": ")
+
+
+def test_root_that_is_not_an_object_is_named() -> None:
+    with pytest.raises(ModelError, match=r"^<root>: must be an object, not array"):
+        PyTorchTrainingJob.from_dict([])
+
+
+def test_null_means_absent() -> None:
+    job = PyTorchTrainingJob.from_dict(spec_with({"replicas": None}))
+    assert job.spec and job.spec.replica_specs
+    assert job.spec.replica_specs[0].replicas is None
+
+
+def test_whole_float_is_an_integer() -> None:
+    job = PyTorchTrainingJob.from_dict(spec_with({"replicas": 3.0}))
+    assert job.spec and job.spec.replica_specs
+    assert job.spec.replica_specs[0].replicas == 3
+
+
+def test_unknown_fields_are_kept_everywhere() -> None:
+    manifest = spec_with({"futureField": {"a": 1}}, futureSpec=[1, 2])
+    manifest["spec"]["replicaSpecs"][0]["template"]["spec"]["nodeSelector"] = {"gpu": "a100"}
+    assert PyTorchTrainingJob.from_dict(manifest).to_dict() == manifest
+
+
+def test_pod_template_is_kept_as_written_not_copied_field_by_field() -> None:
+    manifest = spec_with({})
+    job = PyTorchTrainingJob.from_dict(manifest)
+    assert job.spec and job.spec.replica_specs
+    template = job.spec.replica_specs[0].template
+    assert template is not None
+    assert template.spec == manifest["spec"]["replicaSpecs"][0]["template"]["spec"]
+
+
+def test_defaults_are_declared_in_the_model() -> None:
+    def default_of(model: type[Model], attr: str) -> Any:
+        return next(f.default for f in model.FIELDS if f.attr == attr)
+
+    assert default_of(types.ReplicaSpec, "replicas") == 1
+    assert default_of(types.ReplicaSpec, "restart_policy") == "OnFailure"
+    assert default_of(types.RunPolicy, "backoff_limit") == 3
+    assert default_of(types.RunPolicy, "clean_up_policy") == "None"
+    assert default_of(types.TorchrunConfig, "proc_per_node") == "1"
+    assert default_of(types.TorchrunConfig, "rdzv_backend") == "c10d"
+    assert default_of(types.TorchrunConfig, "max_restarts") == 0
+    assert default_of(types.DebugReplicaSpec, "command") == ["sleep", "inf"]
+
+
+# --- properties ---------------------------------------------------------------------------
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=30,
+)
+
+
+def valid_value(info: FieldInfo, depth: int) -> st.SearchStrategy[Any]:
+    if info.kind == "message":
+        item = valid_object(info.ref, depth + 1)
+    elif info.kind == "object":
+        item = st.dictionaries(st.text(max_size=6), JSON, max_size=3)
+    elif info.kind == "enum":
+        item = st.sampled_from(info.values)
+    elif info.kind == "boolean":
+        item = st.booleans()
+    elif info.kind == "string":
+        item = st.text(max_size=12)
+    else:
+        item = st.integers(min_value=-(2**31), max_value=2**31 - 1)
+    return st.lists(item, max_size=3) if info.repeated else item
+
+
+def valid_object(name: str, depth: int = 0) -> st.SearchStrategy[dict[str, Any]]:
+    model: type[Model] = getattr(types, name)
+    if depth > 6:
+        return st.just({})
+    return st.fixed_dictionaries(
+        {}, optional={f.key: valid_value(f, depth) for f in model.FIELDS}
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(valid_object("PyTorchTrainingJob"))
+def test_any_schema_conforming_object_round_trips(manifest: dict[str, Any]) -> None:
+    assert PyTorchTrainingJob.from_dict(manifest).to_dict() == manifest
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON)
+def test_arbitrary_json_decodes_or_fails_with_a_named_field(value: Any) -> None:
+    for candidate in (value, {"spec": value}, {"spec": {"replicaSpecs": value}}):
+        try:
+            PyTorchTrainingJob.from_dict(candidate)
+        except ModelError as error:
+            assert error.message
