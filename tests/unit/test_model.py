@@ -155,7 +155,9 @@ def test_defaults_are_declared_in_the_model() -> None:
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=30,
 )
 
@@ -180,9 +182,7 @@ def valid_object(name: str, depth: int = 0) -> st.SearchStrategy[dict[str, Any]]
     model: type[Model] = getattr(types, name)
     if depth > 6:
         return st.just({})
-    return st.fixed_dictionaries(
-        {}, optional={f.key: valid_value(f, depth) for f in model.FIELDS}
-    )
+    return st.fixed_dictionaries({}, optional={f.key: valid_value(f, depth) for f in model.FIELDS})
 
 
 @settings(max_examples=200, deadline=None)
