@@ -163,6 +163,7 @@ JSON = st.recursive(
 
 
 def valid_value(info: FieldInfo, depth: int) -> st.SearchStrategy[Any]:
+    item: st.SearchStrategy[Any]
     if info.kind == "message":
         item = valid_object(info.ref, depth + 1)
     elif info.kind == "object":
