@@ -1,0 +1,83 @@
+"""Answers read off a job that admission, rendering and the lifecycle all need the same way."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from torchjob.api.types import PyTorchTrainingJobSpec, ReplicaSpec
+
+TRAINING_CONTAINER_NAME = "python"
+GPU_RESOURCE = "nvidia.com/gpu"
+MASTER_TYPE = "master"
+
+PLAIN_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PYTHONUNBUFFERED")
+TORCHRUN_ENV = (
+    "PET_NNODES",
+    "PET_NPROC_PER_NODE",
+    "PET_NODE_RANK",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+    "PET_RDZV_BACKEND",
+    "PET_RDZV_ENDPOINT",
+    "PET_RDZV_ID",
+    "PET_MAX_RESTARTS",
+)
+
+
+def torchrun_enabled(spec: PyTorchTrainingJobSpec) -> bool:
+    """Either spelling; validation refuses a job where they disagree."""
+    config = spec.torchrun_config
+    return bool(config and (config.enabled or config.enable))
+
+
+def debug_enabled(spec: PyTorchTrainingJobSpec) -> bool:
+    debug = spec.run_mode.debug if spec.run_mode else None
+    return bool(debug and (debug.enabled or debug.enable))
+
+
+def training_container(replica: ReplicaSpec) -> tuple[int, dict[str, Any] | None]:
+    """The container named `python`, else the first one; (index, container)."""
+    pod_spec = replica.template.spec if replica.template else None
+    containers = pod_spec.get("containers") if pod_spec else None
+    if not isinstance(containers, list) or not containers:
+        return 0, None
+    for index, container in enumerate(containers):
+        if isinstance(container, dict) and container.get("name") == TRAINING_CONTAINER_NAME:
+            return index, container
+    first = containers[0]
+    return 0, first if isinstance(first, dict) else None
+
+
+def gpu_limit(container: dict[str, Any]) -> int:
+    """The container's nvidia.com/gpu limit as a whole number (0 when absent or unreadable)."""
+    resources = container.get("resources")
+    limits = resources.get("limits") if isinstance(resources, dict) else None
+    value = limits.get(GPU_RESOURCE) if isinstance(limits, dict) else None
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"[0-9]+", value):
+        return int(value)
+    return 0
+
+
+def user_env_names(container: dict[str, Any] | None) -> set[str]:
+    env = container.get("env") if container else None
+    if not isinstance(env, list):
+        return set()
+    return {e["name"] for e in env if isinstance(e, dict) and isinstance(e.get("name"), str)}
+
+
+def injected_env_names(spec: PyTorchTrainingJobSpec) -> set[str]:
+    return set(PLAIN_ENV) | (set(TORCHRUN_ENV) if torchrun_enabled(spec) else set())
+
+
+def job_name_for_length(metadata: dict[str, Any], generated_suffix: int) -> str:
+    """The job's name, or a stand-in as long as the name the apiserver will generate."""
+    name = metadata.get("name")
+    if isinstance(name, str) and name:
+        return name
+    prefix = metadata.get("generateName")
+    return (prefix if isinstance(prefix, str) else "") + "x" * generated_suffix

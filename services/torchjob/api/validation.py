@@ -1,0 +1,274 @@
+"""Validation of a defaulted PyTorchTrainingJob: every rule, each error with its field path, all of
+them at once; soft problems come back as warnings. Pure: the webhook and `torchjob run` call it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from torchjob.api import queries
+from torchjob.api.model import ModelError
+from torchjob.api.types import (
+    Elastic,
+    PyTorchTrainingJob,
+    PyTorchTrainingJobSpec,
+    ReplicaSpec,
+    TensorBoardSpec,
+    TorchrunConfig,
+)
+
+DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS_LABEL_MAX = 63
+FILESET = re.compile(r"^t9k://pvc/(?P<claim>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)(?P<subpath>/.*)?$")
+GENERATE_NAME_SUFFIX = 5  # characters the apiserver appends to metadata.generateName
+
+
+@dataclass(frozen=True, slots=True)
+class FieldError:
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+@dataclass(slots=True)
+class Result:
+    errors: list[FieldError] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def allowed(self) -> bool:
+        return not self.errors
+
+
+def validate(obj: Any, old: Any = None) -> Result:
+    """Validate a (defaulted) job; with `old`, also the rules of an update."""
+    result = Result()
+    try:
+        job = PyTorchTrainingJob.from_dict(obj)
+    except ModelError as error:
+        result.errors.append(FieldError(error.path or "<root>", error.message))
+        return result
+    if job.spec is None:
+        result.errors.append(FieldError("spec", "is required"))
+        return result
+    result.errors += _spec_errors(job)
+    result.warnings += list(_warnings(job.spec))
+    if old is not None:
+        try:
+            previous = PyTorchTrainingJob.from_dict(old)
+        except ModelError:
+            return result  # an old object that no longer decodes cannot constrain the update
+        result.errors += _update_errors(previous, job)
+    return result
+
+
+def _spec_errors(job: PyTorchTrainingJob) -> list[FieldError]:
+    spec = job.spec
+    assert spec is not None
+    errors = list(_replica_spec_errors(job, spec))
+    errors += _spelling_errors(spec)
+    errors += _torchrun_errors(spec)
+    errors += _elastic_errors(spec)
+    errors += _run_policy_errors(spec)
+    if spec.tensorboard_spec is not None:
+        errors += _tensorboard_errors(spec.tensorboard_spec)
+    return errors
+
+
+def _replica_spec_errors(
+    job: PyTorchTrainingJob, spec: PyTorchTrainingJobSpec
+) -> Iterator[FieldError]:
+    replica_specs = spec.replica_specs or []
+    if not replica_specs:
+        yield FieldError("spec.replicaSpecs", "must list at least one replica type")
+    seen: set[str] = set()
+    for index, replica in enumerate(replica_specs):
+        path = f"spec.replicaSpecs[{index}]"
+        yield from _replica_type_errors(job, replica, path, seen)
+        yield from _template_errors(replica, path)
+        if replica.replicas is not None and replica.replicas < 1:
+            yield FieldError(f"{path}.replicas", "must be at least 1")
+
+
+def _replica_type_errors(
+    job: PyTorchTrainingJob, replica: ReplicaSpec, path: str, seen: set[str]
+) -> Iterator[FieldError]:
+    kind = replica.type
+    if not kind:
+        yield FieldError(f"{path}.type", "is required")
+        return
+    if not DNS_LABEL.match(kind):
+        yield FieldError(f"{path}.type", f"{kind!r} must be a lower-case DNS label (a-z, 0-9, '-')")
+    if kind in seen:
+        yield FieldError(f"{path}.type", f"{kind!r} is used by another replica spec")
+    seen.add(kind)
+    job_name = queries.job_name_for_length(job.metadata or {}, GENERATE_NAME_SUFFIX)
+    last = f"{job_name}-{kind}-{max((replica.replicas or 1) - 1, 0)}"
+    if len(last) > DNS_LABEL_MAX:
+        yield FieldError(
+            f"{path}.type",
+            f"replica name {last!r} is {len(last)} characters; job name, type and index must fit "
+            f"in {DNS_LABEL_MAX}",
+        )
+
+
+def _template_errors(replica: ReplicaSpec, path: str) -> Iterator[FieldError]:
+    template = replica.template
+    pod_spec = template.spec if template is not None else None
+    if pod_spec is None:
+        yield FieldError(f"{path}.template.spec", "is required")
+        return
+    containers = pod_spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        yield FieldError(f"{path}.template.spec.containers", "must list at least one container")
+        return
+    for index, container in enumerate(containers):
+        if not isinstance(container, dict) or not isinstance(container.get("name"), str):
+            yield FieldError(f"{path}.template.spec.containers[{index}].name", "is required")
+
+
+def _spelling_errors(spec: PyTorchTrainingJobSpec) -> Iterator[FieldError]:
+    torchrun = spec.torchrun_config
+    if (
+        torchrun
+        and None not in (torchrun.enable, torchrun.enabled)
+        and torchrun.enable != torchrun.enabled
+    ):
+        yield FieldError(
+            "spec.torchrunConfig.enabled",
+            "spec.torchrunConfig.enable and spec.torchrunConfig.enabled disagree; set only one",
+        )
+    debug = spec.run_mode.debug if spec.run_mode else None
+    if debug and None not in (debug.enable, debug.enabled) and debug.enable != debug.enabled:
+        yield FieldError(
+            "spec.runMode.debug.enabled",
+            "spec.runMode.debug.enable and spec.runMode.debug.enabled disagree; set only one",
+        )
+    min_nodes = torchrun.min_nodes if torchrun else None
+    min_replicas = spec.elastic.min_replicas if spec.elastic else None
+    if None not in (min_nodes, min_replicas) and min_nodes != min_replicas:
+        yield FieldError(
+            "spec.elastic.minReplicas",
+            "spec.torchrunConfig.minNodes and spec.elastic.minReplicas disagree; set only one",
+        )
+
+
+def _torchrun_errors(spec: PyTorchTrainingJobSpec) -> Iterator[FieldError]:
+    if not queries.torchrun_enabled(spec):
+        return
+    proc = spec.torchrun_config.proc_per_node if spec.torchrun_config else None
+    for index, replica in enumerate(spec.replica_specs or []):
+        container_index, container = queries.training_container(replica)
+        if container is None:
+            continue
+        path = f"spec.replicaSpecs[{index}].template.spec.containers[{container_index}]"
+        if not container.get("args"):
+            yield FieldError(
+                f"{path}.args",
+                "torchrun is enabled, so the container's command is replaced: put the training "
+                "script and its arguments in args",
+            )
+        if proc == "gpu" and queries.gpu_limit(container) < 1:
+            yield FieldError(
+                f"{path}.resources.limits",
+                'procPerNode "gpu" needs a GPU limit (nvidia.com/gpu) on the training container',
+            )
+
+
+def _elastic_errors(spec: PyTorchTrainingJobSpec) -> Iterator[FieldError]:
+    elastic: Elastic | None = spec.elastic
+    if elastic is None or not elastic.enabled:
+        return
+    if not queries.torchrun_enabled(spec):
+        yield FieldError(
+            "spec.elastic.enabled", "elastic training needs spec.torchrunConfig.enabled"
+        )
+    low, expected, high = elastic.min_replicas, elastic.expected_replicas, elastic.max_replicas
+    if low is not None and high is not None and low > high:
+        yield FieldError("spec.elastic.minReplicas", f"{low} exceeds maxReplicas {high}")
+    if expected is not None and not (low or expected) <= expected <= (high or expected):
+        yield FieldError(
+            "spec.elastic.expectedReplicas", "must lie between minReplicas and maxReplicas"
+        )
+
+
+def _run_policy_errors(spec: PyTorchTrainingJobSpec) -> Iterator[FieldError]:
+    policy = spec.run_policy
+    if policy and policy.active_deadline_seconds is not None and policy.active_deadline_seconds < 1:
+        yield FieldError("spec.runPolicy.activeDeadlineSeconds", "must be greater than 0")
+    if policy and policy.backoff_limit is not None and policy.backoff_limit < 0:
+        yield FieldError("spec.runPolicy.backoffLimit", "must not be negative")
+    scheduler = spec.scheduler.t9k_scheduler if spec.scheduler else None
+    if scheduler and scheduler.priority is not None and not 0 <= scheduler.priority <= 100:
+        yield FieldError("spec.scheduler.t9kScheduler.priority", "must be between 0 and 100")
+
+
+def _tensorboard_errors(tensorboard: TensorBoardSpec) -> Iterator[FieldError]:
+    for index, fileset in enumerate(tensorboard.training_log_filesets or []):
+        path = f"spec.tensorboardSpec.trainingLogFilesets[{index}]"
+        if not fileset.startswith("t9k://pvc/"):
+            scheme = fileset.split("://", 1)[0] if "://" in fileset else fileset
+            yield FieldError(path, f"{scheme!r} is not supported: use t9k://pvc/<claim>/<subpath>")
+        elif not FILESET.match(fileset):
+            yield FieldError(path, f"{fileset!r} must be t9k://pvc/<claim>/<subpath>")
+
+
+def _warnings(spec: PyTorchTrainingJobSpec) -> Iterator[str]:
+    torchrun = spec.torchrun_config
+    uses_etcd = bool(torchrun and torchrun.rdzv_backend in ("etcd", "etcd-v2"))
+    if torchrun and uses_etcd and queries.torchrun_enabled(spec) and not _has_endpoint(torchrun):
+        yield (
+            f"spec.torchrunConfig.rdzvBackend is {torchrun.rdzv_backend} but extraOptions has "
+            "no --rdzv-endpoint: torchrun needs the address of your etcd server"
+        )
+    for index, replica in enumerate(spec.replica_specs or []):
+        container_index, container = queries.training_container(replica)
+        for env_name in queries.user_env_names(container) & queries.injected_env_names(spec):
+            yield (
+                f"spec.replicaSpecs[{index}].template.spec.containers[{container_index}].env: "
+                f"{env_name} is set by you and wins over the value torchjob would inject"
+            )
+
+
+def _has_endpoint(torchrun: TorchrunConfig) -> bool:
+    options = torchrun.extra_options or []
+    return any(o.startswith(("--rdzv-endpoint", "--rdzv_endpoint")) for o in options)
+
+
+def _update_errors(old: PyTorchTrainingJob, new: PyTorchTrainingJob) -> Iterator[FieldError]:
+    old_spec, new_spec = old.spec or PyTorchTrainingJobSpec(), new.spec or PyTorchTrainingJobSpec()
+    elastic = bool(new_spec.elastic and new_spec.elastic.enabled)
+    if _replica_specs_for_compare(old_spec, elastic) != _replica_specs_for_compare(
+        new_spec, elastic
+    ):
+        allowed = " except replicas of an elastic job" if elastic else ""
+        yield FieldError("spec.replicaSpecs", f"is immutable{allowed}")
+    old_bounds = _elastic_bounds(old_spec)
+    if old_bounds != _elastic_bounds(new_spec):
+        yield FieldError("spec.elastic", "minReplicas and maxReplicas are immutable")
+    if _resume_specs(old_spec) != _resume_specs(new_spec):
+        yield FieldError("spec.runMode.pause.resumeSpecs", "is immutable")
+
+
+def _replica_specs_for_compare(spec: PyTorchTrainingJobSpec, elastic: bool) -> list[dict[str, Any]]:
+    out = [replica.to_dict() for replica in spec.replica_specs or []]
+    if elastic:
+        for replica in out:
+            replica.pop("replicas", None)
+    return out
+
+
+def _elastic_bounds(spec: PyTorchTrainingJobSpec) -> tuple[int | None, int | None]:
+    low = spec.elastic.min_replicas if spec.elastic else None
+    if low is None and spec.torchrun_config:
+        low = spec.torchrun_config.min_nodes
+    return low, spec.elastic.max_replicas if spec.elastic else None
+
+
+def _resume_specs(spec: PyTorchTrainingJobSpec) -> list[dict[str, Any]]:
+    pause = spec.run_mode.pause if spec.run_mode else None
+    return [r.to_dict() for r in (pause.resume_specs or [])] if pause else []
