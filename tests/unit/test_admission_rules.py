@@ -128,7 +128,7 @@ def test_defaulting_t9k_manifests_is_idempotent_and_valid(stem: str) -> None:
 def test_defaulting_never_overwrites_and_is_idempotent(
     replicas: int | None, policy: str | None, backoff: int | None, torchrun: dict[str, Any] | None
 ) -> None:
-    extra = {
+    extra: dict[str, Any] = {
         k: v for k, v in {"replicas": replicas, "restartPolicy": policy}.items() if v is not None
     }
     spec: dict[str, Any] = {}
