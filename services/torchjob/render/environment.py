@@ -1,0 +1,99 @@
+"""The distributed-training environment and the torchrun command line of a replica. Pure.
+
+Plain python: MASTER_ADDR/MASTER_PORT point at the master replica; WORLD_SIZE is the number of
+replicas and RANK the replica's rank (master 0, then the others in spec order).
+torchrun: the same, plus the PET_* variables torchrun reads; WORLD_SIZE/RANK then describe the
+replicas (nodes), and torchrun gives each process it starts its own RANK, LOCAL_RANK and
+WORLD_SIZE (replicas x procPerNode).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchjob.api import queries
+from torchjob.api.types import PyTorchTrainingJobSpec, TorchrunConfig
+from torchjob.render.topology import (
+    DEFAULT_MASTER_PORT,
+    Replica,
+    master_of,
+    replicas_of,
+    service_host,
+)
+
+EnvVar = dict[str, Any]
+
+
+def replica_env(
+    spec: PyTorchTrainingJobSpec,
+    replica: Replica,
+    *,
+    job_name: str,
+    namespace: str,
+    job_uid: str,
+    container: dict[str, Any],
+    master_port: int = DEFAULT_MASTER_PORT,
+) -> list[EnvVar]:
+    """The variables injected into the training container, in a stable order."""
+    master_type, master_index = master_of(spec)
+    master_addr = service_host(job_name, namespace, master_type, master_index)
+    world = len(replicas_of(spec))
+    values: list[tuple[str, str]] = [
+        ("MASTER_ADDR", master_addr),
+        ("MASTER_PORT", str(master_port)),
+        ("WORLD_SIZE", str(world)),
+        ("RANK", str(replica.rank)),
+        ("PYTHONUNBUFFERED", "1"),
+    ]
+    if queries.torchrun_enabled(spec):
+        config = spec.torchrun_config or TorchrunConfig()
+        values += [
+            ("PET_NNODES", nnodes(spec, world)),
+            ("PET_NPROC_PER_NODE", str(proc_per_node(config, container))),
+            ("PET_NODE_RANK", str(replica.rank)),
+            ("PET_MASTER_ADDR", master_addr),
+            ("PET_MASTER_PORT", str(master_port)),
+            ("PET_RDZV_BACKEND", config.rdzv_backend or "c10d"),
+            ("PET_RDZV_ENDPOINT", f"{master_addr}:{master_port}"),
+            ("PET_RDZV_ID", job_uid),
+            ("PET_MAX_RESTARTS", str(config.max_restarts or 0)),
+        ]
+    return [{"name": name, "value": value} for name, value in values]
+
+
+def nnodes(spec: PyTorchTrainingJobSpec, world: int) -> str:
+    """`N`, or `min:max` for an elastic job."""
+    low, high = elastic_bounds(spec)
+    if low is None and high is None:
+        return str(world)
+    return f"{low or 1}:{high or world}"
+
+
+def elastic_bounds(spec: PyTorchTrainingJobSpec) -> tuple[int | None, int | None]:
+    elastic = spec.elastic
+    low = elastic.min_replicas if elastic and elastic.enabled else None
+    high = elastic.max_replicas if elastic and elastic.enabled else None
+    config = spec.torchrun_config
+    if low is None and config and config.min_nodes is not None:
+        low = config.min_nodes  # the older spelling of an elastic lower bound
+    return low, high
+
+
+def proc_per_node(config: TorchrunConfig, container: dict[str, Any]) -> int:
+    value = config.proc_per_node or "1"
+    return queries.gpu_limit(container) if value == "gpu" else int(value)
+
+
+def torchrun_argv(spec: PyTorchTrainingJobSpec, env: list[EnvVar], args: list[str]) -> list[str]:
+    """`torchrun <flags from torchrunConfig> <extraOptions> <container args>`."""
+    by_name = {e["name"]: e["value"] for e in env}
+    config = spec.torchrun_config or TorchrunConfig()
+    flags = [
+        f"--nnodes={by_name['PET_NNODES']}",
+        f"--nproc-per-node={by_name['PET_NPROC_PER_NODE']}",
+        f"--max-restarts={by_name['PET_MAX_RESTARTS']}",
+        f"--rdzv-backend={by_name['PET_RDZV_BACKEND']}",
+        f"--rdzv-endpoint={by_name['PET_RDZV_ENDPOINT']}",
+        f"--rdzv-id={by_name['PET_RDZV_ID']}",
+    ]
+    return ["torchrun", *flags, *(config.extra_options or []), *args]

@@ -1,0 +1,51 @@
+"""Who is who in a job: replica names, the master, ranks and addresses. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torchjob.api import queries
+from torchjob.api.types import PyTorchTrainingJobSpec
+
+DEFAULT_MASTER_PORT = 23456
+MASTER_PORT_NAME = "pytorchjob-port"
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """One replica of a job: its type, its index in that type and its rank in the job."""
+
+    type: str
+    index: int
+    rank: int
+
+    @property
+    def is_master(self) -> bool:
+        return self.rank == 0
+
+
+def replica_name(job_name: str, replica_type: str, index: int) -> str:
+    """The name of the replica's Pod and of its headless Service."""
+    return f"{job_name}-{replica_type}-{index}"
+
+
+def master_of(spec: PyTorchTrainingJobSpec) -> tuple[str, int]:
+    """Replica 0 of the `master` type when there is one, else replica 0 of the first type."""
+    types = [r.type or "" for r in spec.replica_specs or []]
+    return (queries.MASTER_TYPE if queries.MASTER_TYPE in types else types[0]), 0
+
+
+def replicas_of(spec: PyTorchTrainingJobSpec) -> list[Replica]:
+    """Every replica in rank order: the master is rank 0, then every other replica in spec order."""
+    master = master_of(spec)
+    out = [Replica(master[0], master[1], 0)]
+    for replica_spec in spec.replica_specs or []:
+        for index in range(replica_spec.replicas or 1):
+            if (replica_spec.type, index) != master:
+                out.append(Replica(replica_spec.type or "", index, len(out)))
+    return out
+
+
+def service_host(job_name: str, namespace: str, replica_type: str, index: int) -> str:
+    """The DNS name of a replica's headless Service, resolvable from any namespace."""
+    return f"{replica_name(job_name, replica_type, index)}.{namespace}.svc"
