@@ -1,0 +1,161 @@
+"""The rewrite the webhook applies to a replica's pod at admission. Pure and idempotent.
+
+The reconciler creates the pod from the replica's raw template; this turns it into a distributed
+PyTorch replica: the training container gets the environment (the user's own variables win) and,
+with torchrun, the torchrun command line; the pod's restartPolicy becomes Never (the reconciler
+restarts replicas itself so one backoff budget covers them all); debug mode and resuming after a
+pause replace the command and may drop the init containers.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from torchjob.api import constants, queries
+from torchjob.api.types import PyTorchTrainingJob, PyTorchTrainingJobSpec, ReplicaSpec
+from torchjob.render.environment import replica_env, torchrun_argv
+from torchjob.render.topology import DEFAULT_MASTER_PORT, MASTER_PORT_NAME, Replica, replicas_of
+
+DEFAULT_DEBUG_COMMAND = ["sleep", "inf"]
+
+
+class PodRewriteError(ValueError):
+    """The pod cannot be a replica of the job (unknown type or index, no container)."""
+
+
+@dataclass(slots=True)
+class Rewrite:
+    pod: dict[str, Any]
+    patch: list[dict[str, Any]] = field(default_factory=list)
+
+
+def rewrite_pod(job: PyTorchTrainingJob, pod: dict[str, Any]) -> Rewrite:
+    """The rewritten pod and the JSONPatch (against `pod`) that makes it."""
+    spec = job.spec or PyTorchTrainingJobSpec()
+    meta = job.metadata or {}
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    replica, replica_spec = _locate(spec, labels)
+    out = copy.deepcopy(pod)
+    pod_spec = out.setdefault("spec", {})
+    container_index, _ = queries.training_container(replica_spec_with(pod_spec))
+    containers = pod_spec.get("containers") or []
+    if not containers:
+        raise PodRewriteError("the pod has no container")
+    container = containers[container_index]
+    env = replica_env(
+        spec,
+        replica,
+        job_name=str(meta.get("name", "")),
+        namespace=str(meta.get("namespace", "")),
+        job_uid=str(meta.get("uid", "")),
+        container=container,
+    )
+    _merge_env(container, env)
+    _ensure_master_port(container)
+    _apply_command(spec, replica_spec, container, env, resuming=_resuming(pod), pod_spec=pod_spec)
+    pod_spec["restartPolicy"] = "Never"
+    return Rewrite(out, _patch(pod.get("spec") or {}, pod_spec))
+
+
+def replica_spec_with(pod_spec: dict[str, Any]) -> ReplicaSpec:
+    return ReplicaSpec.from_dict({"template": {"spec": pod_spec}})
+
+
+def _locate(spec: PyTorchTrainingJobSpec, labels: dict[str, Any]) -> tuple[Replica, ReplicaSpec]:
+    kind = labels.get(constants.LABEL_REPLICA_TYPE)
+    index_text = labels.get(constants.LABEL_REPLICA_INDEX, "")
+    index = int(index_text) if isinstance(index_text, str) and index_text.isdigit() else -1
+    for replica in replicas_of(spec):
+        if (replica.type, replica.index) == (kind, index):
+            replica_spec = next(r for r in spec.replica_specs or [] if r.type == kind)
+            return replica, replica_spec
+    raise PodRewriteError(f"the job has no replica {kind}/{index_text}")
+
+
+def _merge_env(container: dict[str, Any], injected: list[dict[str, Any]]) -> None:
+    env = container.setdefault("env", [])
+    present = {e.get("name") for e in env if isinstance(e, dict)}
+    env.extend(e for e in injected if e["name"] not in present)
+
+
+def _ensure_master_port(container: dict[str, Any]) -> None:
+    ports = container.setdefault("ports", [])
+    taken = {p.get("containerPort") for p in ports} | {p.get("name") for p in ports}
+    if DEFAULT_MASTER_PORT not in taken and MASTER_PORT_NAME not in taken:
+        ports.append(
+            {"name": MASTER_PORT_NAME, "containerPort": DEFAULT_MASTER_PORT, "protocol": "TCP"}
+        )
+
+
+def _resuming(pod: dict[str, Any]) -> bool:
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(constants.ANNOTATION_RESUMING) == "true"
+
+
+def _apply_command(
+    spec: PyTorchTrainingJobSpec,
+    replica_spec: ReplicaSpec,
+    container: dict[str, Any],
+    env: list[dict[str, Any]],
+    *,
+    resuming: bool,
+    pod_spec: dict[str, Any],
+) -> None:
+    if queries.debug_enabled(spec):
+        debug = _debug_spec(spec, replica_spec.type or "")
+        container["command"] = list(debug.get("command") or DEFAULT_DEBUG_COMMAND)
+        container.pop("args", None)
+        if debug.get("skipInitContainer"):
+            pod_spec.pop("initContainers", None)
+        return
+    if resuming:
+        _apply_resume(spec, replica_spec.type or "", container, pod_spec)
+    if queries.torchrun_enabled(spec):
+        argv = torchrun_argv(spec, env, [])
+        container["command"] = argv
+    # args stay as written: torchrun's script and its arguments, or python's
+
+
+def _debug_spec(spec: PyTorchTrainingJobSpec, replica_type: str) -> dict[str, Any]:
+    debug = spec.run_mode.debug if spec.run_mode else None
+    for entry in (debug.replica_specs if debug else None) or []:
+        if entry.type == replica_type:
+            return entry.to_dict()
+    return {}
+
+
+def _apply_resume(
+    spec: PyTorchTrainingJobSpec,
+    replica_type: str,
+    container: dict[str, Any],
+    pod_spec: dict[str, Any],
+) -> None:
+    pause = spec.run_mode.pause if spec.run_mode else None
+    for entry in (pause.resume_specs if pause else None) or []:
+        if entry.type != replica_type:
+            continue
+        if entry.command is not None:
+            container["command"] = list(entry.command)
+        if entry.args is not None:
+            container["args"] = list(entry.args)
+        if entry.skip_init_container:
+            pod_spec.pop("initContainers", None)
+
+
+def _patch(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """Top-level JSONPatch operations on /spec turning `before` into `after`."""
+    ops: list[dict[str, Any]] = []
+    for key in sorted(set(before) | set(after)):
+        if key not in after:
+            ops.append({"op": "remove", "path": f"/spec/{key}"})
+        elif before.get(key) != after[key]:
+            ops.append(
+                {
+                    "op": "add" if key not in before else "replace",
+                    "path": f"/spec/{key}",
+                    "value": after[key],
+                }
+            )
+    return ops
