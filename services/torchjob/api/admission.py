@@ -1,0 +1,156 @@
+"""AdmissionReview (admission.k8s.io/v1) in and out, and the job handlers. Pure.
+
+Every handler takes the decoded request body, whatever it holds, and returns a well-formed
+AdmissionReview response: malformed input is refused with a message, never an exception.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from torchjob.api.defaults import default_job
+from torchjob.api.validation import FieldError, validate
+
+API_VERSION = "admission.k8s.io/v1"
+MAX_WARNINGS = 32  # kubectl prints each one; a flood helps nobody
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    uid: str
+    operation: str
+    namespace: str
+    name: str
+    username: str
+    groups: tuple[str, ...]
+    object: Any
+    old_object: Any
+
+
+class MalformedReview(ValueError):
+    """The body is not an AdmissionReview request; `uid` is whatever could be read of it."""
+
+    def __init__(self, uid: str, message: str) -> None:
+        super().__init__(message)
+        self.uid = uid
+
+
+def parse_request(body: Any) -> Request:
+    if not isinstance(body, dict):
+        raise MalformedReview("", "the body must be an AdmissionReview object")
+    request = body.get("request")
+    if not isinstance(request, dict):
+        raise MalformedReview("", "the AdmissionReview has no request")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise MalformedReview("", "request.uid must be a non-empty string")
+    raw_user = request.get("userInfo")
+    user: dict[str, Any] = raw_user if isinstance(raw_user, dict) else {}
+    raw_groups = user.get("groups")
+    groups: list[Any] = raw_groups if isinstance(raw_groups, list) else []
+    return Request(
+        uid=uid,
+        operation=_text(request.get("operation")),
+        namespace=_text(request.get("namespace")),
+        name=_text(request.get("name")),
+        username=_text(user.get("username")),
+        groups=tuple(g for g in groups if isinstance(g, str)),
+        object=request.get("object"),
+        old_object=request.get("oldObject"),
+    )
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+@dataclass(slots=True)
+class Response:
+    uid: str
+    allowed: bool
+    message: str = ""
+    code: int = 200
+    reason: str = ""
+    causes: list[FieldError] = field(default_factory=list)
+    patch: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def review(self) -> dict[str, Any]:
+        response: dict[str, Any] = {"uid": self.uid, "allowed": self.allowed}
+        if not self.allowed:
+            response["status"] = self._status()
+        if self.patch:
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(orjson.dumps(self.patch)).decode()
+        if self.warnings:
+            response["warnings"] = self.warnings[:MAX_WARNINGS]
+        return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
+
+    def _status(self) -> dict[str, Any]:
+        status: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.reason:
+            status["reason"] = self.reason
+        if self.causes:
+            status["details"] = {
+                "causes": [
+                    {"field": c.path, "message": c.message, "reason": "FieldValueInvalid"}
+                    for c in self.causes
+                ]
+            }
+        return status
+
+
+def refuse(uid: str, message: str, code: int = 400, reason: str = "BadRequest") -> Response:
+    return Response(uid, False, message, code, reason)
+
+
+def handle(body: Any, handler: Callable[[Request], Response]) -> dict[str, Any]:
+    """Parse, run `handler(request) -> Response`, and always answer with a review."""
+    try:
+        request = parse_request(body)
+    except MalformedReview as error:
+        return refuse(error.uid, str(error)).review()
+    try:
+        response = handler(request)
+    except RecursionError:
+        response = refuse(request.uid, "request.object is nested too deeply", 422, "Invalid")
+    return response.review()
+
+
+def mutate_job(request: Request) -> Response:
+    """Fill the absent defaults; anything malformed is left for validation to report."""
+    if request.operation not in ("CREATE", "UPDATE") or not isinstance(request.object, dict):
+        return Response(request.uid, True)
+    _, patch = default_job(request.object)
+    return Response(request.uid, True, patch=patch)
+
+
+def validate_job(request: Request) -> Response:
+    """Every rule on the defaulted object; on UPDATE the rules that compare old with new."""
+    if request.operation not in ("CREATE", "UPDATE"):
+        return Response(request.uid, True)
+    if not isinstance(request.object, dict):
+        return refuse(request.uid, "request.object must be a PyTorchTrainingJob object")
+    new, _ = default_job(request.object)
+    old = None
+    if request.operation == "UPDATE" and isinstance(request.old_object, dict):
+        old, _ = default_job(request.old_object)
+    result = validate(new, old)
+    if result.allowed:
+        return Response(request.uid, True, warnings=result.warnings)
+    kind_name = f"PyTorchTrainingJob {request.namespace}/{request.name or '<generated>'}"
+    message = f"{kind_name} is invalid: " + "; ".join(str(e) for e in result.errors)
+    return Response(
+        request.uid,
+        False,
+        message,
+        code=422,
+        reason="Invalid",
+        causes=result.errors,
+        warnings=result.warnings,
+    )
