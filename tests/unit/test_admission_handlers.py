@@ -17,7 +17,7 @@ from torchjob.api.admission import handle, mutate_job, validate_job
 from torchjob.render.pod_admission import mutate_pod
 
 RECONCILER = "system:serviceaccount:torchjob:torchjob-reconciler"
-JOB = {
+JOB: dict[str, Any] = {
     "apiVersion": "batch.tensorstack.dev/v1beta1",
     "kind": "PyTorchTrainingJob",
     "metadata": {"name": "j", "namespace": "ns", "uid": "job-uid"},
