@@ -10,12 +10,24 @@ set -euo pipefail
 KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 CACHE_ROOT="${TORCHJOB_CACHE:-$HOME/.cache/torchjob}"
-KUBE_DIR="$CACHE_ROOT/kubernetes-$KUBE_VERSION"
+# Bump BUILD_RECIPE when the way the binaries are built changes, so caches are rebuilt.
+BUILD_RECIPE=2
+KUBE_DIR="$CACHE_ROOT/kubernetes-$KUBE_VERSION-r$BUILD_RECIPE"
 ETCD_DIR="$CACHE_ROOT/etcd-$ETCD_VERSION"
 KUBE_BINARIES=(kube-apiserver kube-controller-manager kubectl)
 
 export CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" GOTOOLCHAIN=local
 LDFLAGS="-s -w"
+
+kube_version_ldflags() {
+  # What a release build stamps, so /version and `kubectl version` report the real version.
+  local minor="${KUBE_VERSION#v1.}"; minor="${minor%%.*}"
+  local pkg
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    printf -- '-X %s.gitVersion=%s -X %s.gitMajor=1 -X %s.gitMinor=%s -X %s.gitTreeState=clean ' \
+      "$pkg" "$KUBE_VERSION" "$pkg" "$pkg" "$minor" "$pkg"
+  done
+}
 
 log() { printf '[control-plane] %s\n' "$*" >&2; }
 
@@ -47,7 +59,7 @@ build_kubernetes() {
   mkdir -p "$KUBE_DIR"
   for bin in "${missing[@]}"; do
     local start=$SECONDS
-    (cd "$work" && go build -trimpath -ldflags "$LDFLAGS" -o "$KUBE_DIR/$bin.partial" "k8s.io/kubernetes/cmd/$bin")
+    (cd "$work" && go build -trimpath -ldflags "$LDFLAGS $(kube_version_ldflags)" -o "$KUBE_DIR/$bin.partial" "k8s.io/kubernetes/cmd/$bin")
     mv "$KUBE_DIR/$bin.partial" "$KUBE_DIR/$bin"
     log "built $bin in $((SECONDS - start))s"
   done
