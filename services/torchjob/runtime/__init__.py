@@ -1,0 +1,1 @@
+"""What every service process shares: logging, probes and metrics."""

@@ -1,0 +1,28 @@
+"""`python -m torchjob.webhook`: the admission webhook server."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from torchjob.runtime import logging as runtime_logging
+from torchjob.webhook.app import TLS, init_app
+from torchjob.webhook.settings import parse
+
+
+def main(argv: list[str] | None = None) -> None:
+    settings = parse(argv)
+    runtime_logging.configure("webhook", settings.log_level)
+    app = init_app(settings)
+    web.run_app(
+        app,
+        host=settings.host,
+        port=settings.port,
+        ssl_context=app[TLS].context,
+        access_log=None,
+        print=None,
+        shutdown_timeout=5,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,248 @@
+"""The admission webhook: aiohttp over TLS. Routes are thin: decode, call the pure handler, encode.
+
+The certificate comes from a Secret the webhook keeps itself (or from files, for cert-manager) and
+is reloaded into the live SSLContext, so a rotation needs no restart and drops no connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import structlog
+from aiohttp import web
+from aiohttp.typedefs import Handler
+from kubernetes_asyncio import client
+from prometheus_client import Counter, Histogram
+
+from torchjob.api import types
+from torchjob.api.admission import Request, Response, handle, mutate_job, refuse, validate_job
+from torchjob.kube.client import new_api_client
+from torchjob.kube.errors import NotFound, translated
+from torchjob.render.pod_admission import job_name_of, mutate_pod
+from torchjob.runtime.probes import serve_probes
+from torchjob.webhook.certificates import CertBundle, not_after
+from torchjob.webhook.certstore import (
+    FileCertificateSource,
+    SecretCertificateStore,
+    patch_ca_bundle,
+)
+from torchjob.webhook.settings import Settings
+
+log = structlog.get_logger("torchjob.webhook")
+
+ADMISSIONS = Counter(
+    "torchjob_admission_requests_total", "Admission requests answered", ["endpoint", "outcome"]
+)
+LATENCY = Histogram(
+    "torchjob_admission_duration_seconds",
+    "Time to answer an admission request",
+    ["endpoint"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
+)
+
+SETTINGS = web.AppKey("settings", Settings)
+API = web.AppKey("api", client.ApiClient)
+
+
+class ServingCertificate:
+    """The SSLContext the server presents, and the certificate files it was loaded from."""
+
+    def __init__(self) -> None:
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._dir = Path(tempfile.mkdtemp(prefix="torchjob-webhook-tls-"))
+        self.expires_at: float = 0.0
+        self.fingerprint = b""
+
+    def load(self, cert_pem: bytes, key_pem: bytes) -> bool:
+        """Present this certificate on every new handshake; False when it is already loaded."""
+        if cert_pem + key_pem == self.fingerprint:
+            return False
+        cert, key = self._dir / "tls.crt", self._dir / "tls.key"
+        key.touch(mode=0o600)
+        key.write_bytes(key_pem)
+        cert.write_bytes(cert_pem)
+        self.context.load_cert_chain(cert, key)
+        self.fingerprint = cert_pem + key_pem
+        self.expires_at = not_after(cert_pem).timestamp()
+        return True
+
+    def problem(self) -> str | None:
+        if not self.fingerprint:
+            return "no serving certificate yet"
+        if self.expires_at <= time.time():
+            return "the serving certificate has expired"
+        return None
+
+    def close(self) -> None:
+        for path in self._dir.iterdir():
+            path.unlink()
+        self._dir.rmdir()
+
+
+TLS = web.AppKey("tls", ServingCertificate)
+
+
+def _route(endpoint: str, handler: Callable[[Request], Response]) -> Callable[[web.Request], Any]:
+    async def serve(http: web.Request) -> web.Response:
+        started = time.perf_counter()
+        try:
+            body = orjson.loads(await http.read())
+        except orjson.JSONDecodeError:
+            body = None
+        review = handle(body, handler)
+        return _answer(endpoint, review, started)
+
+    return serve
+
+
+def _answer(endpoint: str, review: dict[str, Any], started: float) -> web.Response:
+    response = review["response"]
+    outcome = "allowed" if response["allowed"] else "denied"
+    if response.get("patch"):
+        outcome = "patched"
+    ADMISSIONS.labels(endpoint, outcome).inc()
+    LATENCY.labels(endpoint).observe(time.perf_counter() - started)
+    if not response["allowed"]:
+        log.info(
+            "admission denied",
+            endpoint=endpoint,
+            uid=response["uid"],
+            message=response["status"]["message"],
+        )
+    return web.Response(body=orjson.dumps(review), content_type="application/json")
+
+
+async def _mutate_pod(http: web.Request) -> web.Response:
+    started = time.perf_counter()
+    try:
+        body = orjson.loads(await http.read())
+    except orjson.JSONDecodeError:
+        body = None
+    job = await _job_of(http.app, body)
+    settings = http.app[SETTINGS]
+    review = handle(body, lambda request: mutate_pod(request, job, settings.pod_creators))
+    return _answer("mutate-pods", review, started)
+
+
+async def _job_of(app: web.Application, body: Any) -> dict[str, Any] | None:
+    """The job a pod under admission claims, read from the apiserver (None when absent)."""
+    request = body.get("request") if isinstance(body, dict) else None
+    namespace = request.get("namespace") if isinstance(request, dict) else None
+    name = job_name_of(request.get("object")) if isinstance(request, dict) else None
+    if not isinstance(namespace, str) or name is None:
+        return None
+    objects = client.CustomObjectsApi(app[API])
+    try:
+        async with translated():
+            job = await objects.get_namespaced_custom_object(
+                types.GROUP, types.VERSION, namespace, types.PLURAL, name
+            )
+    except NotFound:
+        return None
+    return job if isinstance(job, dict) else None
+
+
+@web.middleware
+async def _never_a_traceback(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """An unexpected error is logged here and answered as a refusal, never as a 500 page."""
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("admission handler failed", path=request.path)
+        review = refuse(
+            "", "the webhook failed to process the request; see its log", 500, "InternalError"
+        ).review()
+        return web.Response(body=orjson.dumps(review), content_type="application/json")
+
+
+async def _api_client(app: web.Application) -> AsyncIterator[None]:
+    app[API] = await new_api_client(app[SETTINGS].kubeconfig)
+    yield
+    await app[API].close()
+
+
+async def _keep_certificate(app: web.Application) -> AsyncIterator[None]:
+    """Load the certificate before serving, then re-check it periodically in the background."""
+    settings, tls = app[SETTINGS], app[TLS]
+    refresh = (
+        _file_refresher(settings, tls)
+        if settings.certificates_from_files
+        else _secret_refresher(app)
+    )
+    await refresh()
+    task = asyncio.create_task(
+        _periodically(refresh, settings.rotate_check_seconds), name="certificate-refresh"
+    )
+    yield
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    tls.close()
+
+
+async def _periodically(refresh: Callable[[], Any], every: float) -> None:
+    while True:
+        await asyncio.sleep(every)
+        try:
+            await refresh()
+        except Exception:
+            log.exception("certificate refresh failed; serving the current one")
+
+
+def _secret_refresher(app: web.Application) -> Callable[[], Any]:
+    settings, tls = app[SETTINGS], app[TLS]
+    store = SecretCertificateStore(
+        app[API],
+        settings.namespace,
+        settings.secret_name,
+        settings.dns_names,
+        list(settings.ip_addresses),
+    )
+
+    async def refresh() -> None:
+        bundle: CertBundle = await store.ensure()
+        # Trust first, then present: clients must accept a new CA before they meet it.
+        await patch_ca_bundle(
+            app[API], bundle.ca_bundle_pem, settings.mutating_config, settings.validating_config
+        )
+        if tls.load(bundle.cert_pem, bundle.key_pem):
+            log.info(
+                "serving certificate loaded",
+                expires_at=bundle and not_after(bundle.cert_pem).isoformat(),
+            )
+
+    return refresh
+
+
+def _file_refresher(settings: Settings, tls: ServingCertificate) -> Callable[[], Any]:
+    source = FileCertificateSource(settings.cert_file or "", settings.key_file or "")
+
+    async def refresh() -> None:
+        cert, key = source.load()
+        if tls.load(cert, key):
+            log.info("serving certificate loaded from files", cert_file=settings.cert_file)
+
+    return refresh
+
+
+def init_app(settings: Settings) -> web.Application:
+    app = web.Application(middlewares=[_never_a_traceback], client_max_size=8 * 1024 * 1024)
+    app[SETTINGS] = settings
+    app[TLS] = ServingCertificate()
+    app.cleanup_ctx.append(_api_client)
+    app.cleanup_ctx.append(_keep_certificate)
+    app.cleanup_ctx.append(serve_probes(settings.host, settings.probe_port, app[TLS].problem))
+    app.router.add_post("/mutate/pytorchtrainingjobs", _route("mutate-jobs", mutate_job))
+    app.router.add_post("/validate/pytorchtrainingjobs", _route("validate-jobs", validate_job))
+    app.router.add_post("/mutate/pods", _mutate_pod)
+    return app

@@ -1,0 +1,263 @@
+"""Where the webhook's certificates live: a Secret shared by every replica (self-managed mode), the
+caBundle of the webhook configurations, or files kept current by cert-manager."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime
+import hashlib
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from kubernetes_asyncio import client
+
+from torchjob.api.constants import FIELD_MANAGER
+from torchjob.kube.errors import Conflict, NotFound, translated
+from torchjob.webhook.certificates import (
+    CA_VALIDITY,
+    CERT_VALIDITY,
+    ROTATE_FRACTION,
+    AnyIPAddress,
+    CertBundle,
+    bundle_from_secret_data,
+    key_matches_cert,
+    new_bundle,
+    renew,
+    secret_data,
+)
+
+# kubernetes.io/tls: the apiserver insists on tls.crt and tls.key, and the Secret can be mounted
+# or inspected like any other TLS Secret (cert-manager's included). The CA pair rides along under
+# extra keys, which the type allows.
+SECRET_TYPE: Final = "kubernetes.io/tls"
+MANAGED_BY_LABELS: Final = {"app.kubernetes.io/managed-by": FIELD_MANAGER}
+# A conflict means another replica wrote in between, and what it wrote is normally good; running
+# out of attempts takes replicas that keep disagreeing (different names, skewed clocks).
+MAX_ATTEMPTS: Final = 5
+STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
+
+Clock = Callable[[], datetime.datetime]
+
+
+def utc_now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class SecretCertificateStore:
+    """A CA and serving certificate kept in one Secret, created when absent and renewed when due.
+
+    Safe with several replicas: every write is a create or a resourceVersion-guarded replace, and
+    whoever loses the race re-reads and adopts the winner's bundle, so all end with one CA.
+    """
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        namespace: str,
+        secret_name: str,
+        dns_names: Sequence[str],
+        ip_addresses: Sequence[str | AnyIPAddress],
+        rotate_fraction: float = ROTATE_FRACTION,
+        clock: Clock = utc_now,
+        ca_validity: datetime.timedelta = CA_VALIDITY,
+        cert_validity: datetime.timedelta = CERT_VALIDITY,
+    ) -> None:
+        self._core = client.CoreV1Api(api_client)
+        self._namespace = namespace
+        self._secret_name = secret_name
+        self._dns_names = list(dns_names)
+        self._ip_addresses = list(ip_addresses)
+        self._rotate_fraction = rotate_fraction
+        self._clock = clock
+        self._ca_validity = ca_validity
+        self._cert_validity = cert_validity
+
+    async def ensure(self) -> CertBundle:
+        """The bundle in the Secret, after creating or renewing it if needed.
+
+        Raises Conflict if replicas still disagree after MAX_ATTEMPTS, and any other KubeError.
+        """
+        for _ in range(MAX_ATTEMPTS - 1):
+            with contextlib.suppress(Conflict):
+                return await self._ensure_once()
+        return await self._ensure_once()
+
+    async def _ensure_once(self) -> CertBundle:
+        secret = await self._read()
+        if secret is None:
+            return await self._create(self._new_bundle())
+        stored = bundle_from_secret_data(secret.data or {})
+        if stored is None:
+            # Garbled or edited by hand: starting over beats failing on every start forever.
+            return await self._replace(secret, self._new_bundle())
+        renewed = renew(
+            stored,
+            self._dns_names,
+            self._ip_addresses,
+            self._clock(),
+            self._ca_validity,
+            self._cert_validity,
+            self._rotate_fraction,
+        )
+        if renewed is None:
+            return stored
+        return await self._replace(secret, renewed)
+
+    def _new_bundle(self) -> CertBundle:
+        return new_bundle(
+            self._dns_names,
+            self._ip_addresses,
+            self._clock(),
+            self._ca_validity,
+            self._cert_validity,
+        )
+
+    async def _read(self) -> client.V1Secret | None:
+        try:
+            async with translated():
+                return await self._core.read_namespaced_secret(self._secret_name, self._namespace)
+        except NotFound:
+            return None
+
+    async def _create(self, bundle: CertBundle) -> CertBundle:
+        secret = client.V1Secret(
+            metadata=client.V1ObjectMeta(
+                name=self._secret_name, namespace=self._namespace, labels=dict(MANAGED_BY_LABELS)
+            ),
+            type=SECRET_TYPE,
+            data=secret_data(bundle),
+        )
+        async with translated():
+            await self._core.create_namespaced_secret(
+                self._namespace, secret, field_manager=FIELD_MANAGER
+            )
+        return bundle
+
+    async def _replace(self, secret: client.V1Secret, bundle: CertBundle) -> CertBundle:
+        # The resourceVersion read along with the Secret makes this fail with Conflict if anyone
+        # wrote since. The type is left as found: it cannot be changed in place.
+        secret.data = secret_data(bundle)
+        async with translated():
+            await self._core.replace_namespaced_secret(
+                self._secret_name, self._namespace, secret, field_manager=FIELD_MANAGER
+            )
+        return bundle
+
+
+async def patch_ca_bundle(
+    api_client: client.ApiClient,
+    ca_bundle_pem: bytes,
+    mutating_name: str | None,
+    validating_name: str | None,
+) -> None:
+    """Sets `clientConfig.caBundle` of every webhook in the named configurations (None skips one),
+    writing only those that differ. A missing configuration raises NotFound."""
+    api = client.AdmissionregistrationV1Api(api_client)
+    ca_bundle = base64.b64encode(ca_bundle_pem).decode("ascii")
+    if mutating_name is not None:
+        await _patch_webhooks(
+            api.read_mutating_webhook_configuration,
+            api.patch_mutating_webhook_configuration,
+            mutating_name,
+            ca_bundle,
+        )
+    if validating_name is not None:
+        await _patch_webhooks(
+            api.read_validating_webhook_configuration,
+            api.patch_validating_webhook_configuration,
+            validating_name,
+            ca_bundle,
+        )
+
+
+async def _patch_webhooks(
+    read: Callable[[str], Awaitable[Any]],
+    patch: Callable[..., Awaitable[Any]],
+    name: str,
+    ca_bundle: str,
+) -> None:
+    async with translated():
+        configuration = await read(name)
+        body = _ca_bundle_patch(configuration.webhooks or [], ca_bundle)
+        if body is not None:
+            await patch(
+                name, body, field_manager=FIELD_MANAGER, _content_type=STRATEGIC_MERGE_PATCH
+            )
+
+
+def _ca_bundle_patch(webhooks: list[Any], ca_bundle: str) -> dict[str, Any] | None:
+    # A strategic merge patch matches webhooks by name, not by position, so a configuration
+    # edited since it was read (the chart upgraded, a webhook added) is patched correctly.
+    stale = [hook.name for hook in webhooks if hook.client_config.ca_bundle != ca_bundle]
+    if not stale:
+        return None
+    return {"webhooks": [{"name": name, "clientConfig": {"caBundle": ca_bundle}} for name in stale]}
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    stats: tuple[tuple[int, int, int], ...]
+    digest: bytes
+
+
+class FileCertificateSource:
+    """A certificate and key kept current on disk by someone else: cert-manager, through a mounted
+    Secret, whose kubelet swaps both files at once behind a symlink."""
+
+    def __init__(self, cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str]):
+        self._files = (Path(cert_file), Path(key_file))
+        self._loaded: _Snapshot | None = None
+
+    def load(self) -> tuple[bytes, bytes]:
+        """The certificate and key PEMs. Raises OSError for missing files, and ValueError for a key
+        that is not the certificate's (a half-written update: call again once `changed()`)."""
+        # Stat before reading: a write landing in between then shows as a change next time.
+        stats = self._stats()
+        cert_pem, key_pem = self._read()
+        if not key_matches_cert(cert_pem, key_pem):
+            raise ValueError(f"{self._files[1]} is not the private key of {self._files[0]}")
+        self._loaded = _Snapshot(stats, _digest(cert_pem, key_pem))
+        return cert_pem, key_pem
+
+    def changed(self) -> bool:
+        """Whether the files differ from what `load()` last returned; True before the first
+        successful load, and when a file cannot be read (load() then says why)."""
+        if self._loaded is None:
+            return True
+        try:
+            stats = self._stats()
+            if stats == self._loaded.stats:
+                return False
+            digest = _digest(*self._read())
+        except OSError:
+            return True
+        if digest != self._loaded.digest:
+            return True
+        # Touched or rewritten with the same bytes: remembered so the next check is a stat again.
+        self._loaded = _Snapshot(stats, digest)
+        return False
+
+    def _stats(self) -> tuple[tuple[int, int, int], ...]:
+        return tuple(_stat_signature(path) for path in self._files)
+
+    def _read(self) -> tuple[bytes, bytes]:
+        cert_file, key_file = self._files
+        return cert_file.read_bytes(), key_file.read_bytes()
+
+
+def _stat_signature(path: Path) -> tuple[int, int, int]:
+    # Follows symlinks: a mounted Secret's files are links into a directory that is replaced whole.
+    stat = path.stat()
+    return stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+
+def _digest(*contents: bytes) -> bytes:
+    sha = hashlib.sha256()
+    for content in contents:
+        sha.update(len(content).to_bytes(8, "big"))
+        sha.update(content)
+    return sha.digest()

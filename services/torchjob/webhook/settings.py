@@ -1,0 +1,104 @@
+"""Webhook settings: command-line flags, each with an environment variable as its default."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    namespace: str
+    service_name: str
+    secret_name: str
+    mutating_config: str | None
+    validating_config: str | None
+    extra_dns_names: tuple[str, ...]
+    ip_addresses: tuple[str, ...]
+    pod_creators: frozenset[str]
+    host: str
+    port: int
+    probe_port: int
+    cert_file: str | None
+    key_file: str | None
+    rotate_check_seconds: float
+    kubeconfig: str | None
+    log_level: str
+
+    @property
+    def dns_names(self) -> list[str]:
+        svc, ns = self.service_name, self.namespace
+        return [
+            svc,
+            f"{svc}.{ns}",
+            f"{svc}.{ns}.svc",
+            f"{svc}.{ns}.svc.cluster.local",
+            *self.extra_dns_names,
+        ]
+
+    @property
+    def certificates_from_files(self) -> bool:
+        return bool(self.cert_file and self.key_file)
+
+
+def _env(name: str, default: str = "") -> str:
+    return os.environ.get(f"TORCHJOB_{name}", default)
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def parse(argv: list[str] | None = None) -> Settings:
+    p = argparse.ArgumentParser(
+        prog="python -m torchjob.webhook", description="torchjob admission webhook"
+    )
+    namespace = _env("NAMESPACE", "torchjob-system")
+    p.add_argument(
+        "--namespace",
+        default=namespace,
+        help="the namespace the webhook runs in ($TORCHJOB_NAMESPACE)",
+    )
+    p.add_argument("--service-name", default=_env("WEBHOOK_SERVICE", "torchjob-webhook"))
+    p.add_argument("--secret-name", default=_env("WEBHOOK_SECRET", "torchjob-webhook-tls"))
+    p.add_argument("--mutating-config", default=_env("MUTATING_CONFIG", "torchjob-mutating"))
+    p.add_argument("--validating-config", default=_env("VALIDATING_CONFIG", "torchjob-validating"))
+    p.add_argument("--extra-dns-names", default=_env("WEBHOOK_DNS_NAMES"), help="comma-separated")
+    p.add_argument("--ip-addresses", default=_env("WEBHOOK_IPS"), help="comma-separated SAN IPs")
+    p.add_argument(
+        "--pod-creators",
+        default=_env("POD_CREATORS", f"system:serviceaccount:{namespace}:torchjob-reconciler"),
+        help="comma-separated usernames allowed to create pods carrying the job label",
+    )
+    p.add_argument("--host", default=_env("WEBHOOK_HOST", "0.0.0.0"))
+    p.add_argument("--port", type=int, default=int(_env("WEBHOOK_PORT", "9443")))
+    p.add_argument("--probe-port", type=int, default=int(_env("PROBE_PORT", "8080")))
+    p.add_argument(
+        "--cert-file", default=_env("WEBHOOK_CERT_FILE") or None, help="cert-manager mode"
+    )
+    p.add_argument("--key-file", default=_env("WEBHOOK_KEY_FILE") or None, help="cert-manager mode")
+    p.add_argument(
+        "--rotate-check-seconds", type=float, default=float(_env("ROTATE_CHECK_SECONDS", "3600"))
+    )
+    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None)
+    p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
+    a = p.parse_args(argv)
+    return Settings(
+        namespace=a.namespace,
+        service_name=a.service_name,
+        secret_name=a.secret_name,
+        mutating_config=a.mutating_config or None,
+        validating_config=a.validating_config or None,
+        extra_dns_names=_csv(a.extra_dns_names),
+        ip_addresses=_csv(a.ip_addresses),
+        pod_creators=frozenset(_csv(a.pod_creators)),
+        host=a.host,
+        port=a.port,
+        probe_port=a.probe_port,
+        cert_file=a.cert_file,
+        key_file=a.key_file,
+        rotate_check_seconds=a.rotate_check_seconds,
+        kubeconfig=a.kubeconfig,
+        log_level=a.log_level,
+    )

@@ -1,0 +1,399 @@
+"""The admission webhook, registered with the real apiserver through real webhook configurations
+(URL client config + the caBundle the webhook patches in itself) and running as a process."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import socket
+import ssl
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio import client
+from support import ControlPlane
+from support.processes import ServiceProcess
+
+from torchjob.api import constants
+from torchjob.webhook.certificates import bundle_from_secret_data, renew, secret_data
+
+DATA = Path(__file__).parents[1] / "data" / "t9k"
+SYSTEM_NAMESPACE = "torchjob-system"
+RECONCILER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:torchjob-reconciler"
+OPT_IN_LABEL = "torchjob.test/webhook"
+MUTATING, VALIDATING = "torchjob-mutating-e2e", "torchjob-validating-e2e"
+SECRET = "torchjob-webhook-tls"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def webhook(
+    name: str, url: str, resources: str, operations: list[str], **extra: Any
+) -> dict[str, Any]:
+    group, version = ("", "v1") if resources == "pods" else ("batch.tensorstack.dev", "v1beta1")
+    return {
+        "name": name,
+        "clientConfig": {"url": url},
+        "rules": [
+            {
+                "apiGroups": [group],
+                "apiVersions": [version],
+                "operations": operations,
+                "resources": [resources],
+                "scope": "Namespaced",
+            }
+        ],
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "failurePolicy": "Fail",
+        "timeoutSeconds": 5,
+        "namespaceSelector": {"matchLabels": {OPT_IN_LABEL: "on"}},
+        **extra,
+    }
+
+
+def configurations(port: int) -> list[dict[str, Any]]:
+    base = f"https://127.0.0.1:{port}"
+    job_selector = {"matchExpressions": [{"key": constants.LABEL_JOB_NAME, "operator": "Exists"}]}
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": MUTATING},
+            "webhooks": [
+                webhook(
+                    "jobs.mutate.torchjob.dev",
+                    f"{base}/mutate/pytorchtrainingjobs",
+                    "pytorchtrainingjobs",
+                    ["CREATE", "UPDATE"],
+                ),
+                webhook(
+                    "pods.mutate.torchjob.dev",
+                    f"{base}/mutate/pods",
+                    "pods",
+                    ["CREATE"],
+                    objectSelector=job_selector,
+                    reinvocationPolicy="IfNeeded",
+                ),
+            ],
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": VALIDATING},
+            "webhooks": [
+                webhook(
+                    "jobs.validate.torchjob.dev",
+                    f"{base}/validate/pytorchtrainingjobs",
+                    "pytorchtrainingjobs",
+                    ["CREATE", "UPDATE"],
+                )
+            ],
+        },
+    ]
+
+
+def job_manifest(stem: str = "torchrun", name: str | None = None) -> dict[str, Any]:
+    data = yaml.safe_load((DATA / f"{stem}.yaml").read_text())
+    assert isinstance(data, dict)
+    if name:
+        data["metadata"]["name"] = name
+    return data
+
+
+def kubectl_json(
+    control_plane: ControlPlane, *args: str, input: str | None = None, **kw: Any
+) -> Any:
+    return control_plane.kubectl(*args, input=input, **kw)
+
+
+def wait_until_admitting(control_plane: ControlPlane, namespace: str, timeout: float = 30) -> None:
+    """The apiserver reads the patched caBundle asynchronously: wait until a call goes through."""
+    deadline = time.monotonic() + timeout
+    probe = json.dumps(job_manifest("basic", "admission-probe"))
+    while True:
+        result = control_plane.kubectl(
+            "create", "--dry-run=server", "-n", namespace, "-f", "-", input=probe, check=False
+        )
+        if result.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the webhook never admitted a job: {result.stderr}")
+        time.sleep(0.3)
+
+
+@pytest.fixture(scope="module")
+def webhook_server(control_plane: ControlPlane, crd: None) -> Iterator[ServiceProcess]:
+    port, probe_port = free_port(), free_port()
+    control_plane.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
+    for config in configurations(port):
+        control_plane.kubectl("apply", "-f", "-", input=json.dumps(config))
+    args = [
+        "--namespace",
+        SYSTEM_NAMESPACE,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--probe-port",
+        str(probe_port),
+        "--ip-addresses",
+        "127.0.0.1",
+        "--extra-dns-names",
+        "localhost",
+        "--mutating-config",
+        MUTATING,
+        "--validating-config",
+        VALIDATING,
+        "--pod-creators",
+        RECONCILER,
+        "--kubeconfig",
+        str(control_plane.kubeconfig),
+        "--rotate-check-seconds",
+        "0.5",
+    ]
+    server = ServiceProcess("torchjob.webhook", args, probe_port)
+    try:
+        server.start().wait_ready()
+        yield server
+    finally:
+        server.close()
+        for kind, name in (
+            ("mutatingwebhookconfiguration", MUTATING),
+            ("validatingwebhookconfiguration", VALIDATING),
+        ):
+            control_plane.kubectl("delete", kind, name, "--ignore-not-found", check=False)
+
+
+@pytest.fixture
+def admitted_namespace(
+    control_plane: ControlPlane, namespace: str, webhook_server: ServiceProcess
+) -> str:
+    control_plane.kubectl("label", "namespace", namespace, f"{OPT_IN_LABEL}=on")
+    wait_until_admitting(control_plane, namespace)
+    return namespace
+
+
+def test_defaults_are_stored_and_a_reapply_changes_nothing(
+    control_plane: ControlPlane, admitted_namespace: str
+) -> None:
+    manifest = job_manifest("basic")
+    text = json.dumps(manifest)
+    control_plane.kubectl("apply", "-n", admitted_namespace, "-f", "-", input=text)
+    stored = json.loads(
+        control_plane.kubectl(
+            "get", "ptj", "pytorch-example", "-n", admitted_namespace, "-o", "json"
+        ).stdout
+    )
+    assert stored["spec"]["runPolicy"] == {"backoffLimit": 3, "cleanUpPolicy": "None"}
+    assert stored["spec"]["replicaSpecs"][0]["restartPolicy"] == "OnFailure"
+    assert stored["spec"]["replicaSpecs"][0]["replicas"] == 4
+    diff = control_plane.kubectl(
+        "diff", "-n", admitted_namespace, "-f", "-", input=text, check=False
+    )
+    assert diff.returncode == 0, f"a GitOps diff would show changes:\n{diff.stdout}"
+    again = control_plane.kubectl("apply", "-n", admitted_namespace, "-f", "-", input=text)
+    assert "unchanged" in again.stdout
+
+
+def test_invalid_job_prints_every_violated_field(
+    control_plane: ControlPlane, admitted_namespace: str
+) -> None:
+    manifest = job_manifest("torchrun", name="j" * 55)
+    container = manifest["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]
+    container["command"] = ["python", "dist_mnist.py"]
+    del container["args"]
+    manifest["spec"]["tensorboardSpec"] = {
+        "image": "tb",
+        "trainingLogFilesets": ["s3://bucket/logs"],
+    }
+    result = control_plane.kubectl(
+        "apply", "-n", admitted_namespace, "-f", "-", input=json.dumps(manifest), check=False
+    )
+    assert result.returncode != 0
+    for field in (
+        "spec.replicaSpecs[0].type",
+        "spec.replicaSpecs[0].template.spec.containers[0].args",
+        "spec.tensorboardSpec.trainingLogFilesets[0]",
+    ):
+        assert field in result.stderr, result.stderr
+    assert "'s3' is not supported" in result.stderr
+
+
+def test_forbidden_update_is_refused(control_plane: ControlPlane, admitted_namespace: str) -> None:
+    manifest = job_manifest("basic")
+    control_plane.kubectl("apply", "-n", admitted_namespace, "-f", "-", input=json.dumps(manifest))
+    manifest["spec"]["replicaSpecs"][0]["replicas"] = 2
+    result = control_plane.kubectl(
+        "apply", "-n", admitted_namespace, "-f", "-", input=json.dumps(manifest), check=False
+    )
+    assert result.returncode != 0
+    assert "spec.replicaSpecs: is immutable" in result.stderr
+
+
+def test_soft_problems_come_back_as_warnings(
+    control_plane: ControlPlane, admitted_namespace: str
+) -> None:
+    manifest = job_manifest("torchrun")
+    manifest["spec"]["torchrunConfig"]["rdzvBackend"] = "etcd"
+    container = manifest["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]
+    container["env"] = [{"name": "WORLD_SIZE", "value": "8"}]
+    result = control_plane.kubectl(
+        "apply", "-n", admitted_namespace, "-f", "-", input=json.dumps(manifest)
+    )
+    assert "Warning:" in result.stderr
+    assert "WORLD_SIZE is set by you" in result.stderr
+    assert "--rdzv-endpoint" in result.stderr
+
+
+def replica_pod(job: dict[str, Any], index: int) -> dict[str, Any]:
+    name = job["metadata"]["name"]
+    owner = {
+        "apiVersion": "batch.tensorstack.dev/v1beta1",
+        "kind": "PyTorchTrainingJob",
+        "name": name,
+        "uid": job["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    labels = {
+        constants.LABEL_JOB_NAME: name,
+        constants.LABEL_REPLICA_TYPE: "worker",
+        constants.LABEL_REPLICA_INDEX: str(index),
+    }
+    template = copy.deepcopy(job["spec"]["replicaSpecs"][0]["template"])
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{name}-worker-{index}",
+            "labels": labels,
+            "ownerReferences": [owner],
+        },
+        "spec": template["spec"],
+    }
+
+
+def test_reconciler_pod_is_rewritten_and_tenant_pod_refused(
+    control_plane: ControlPlane, admitted_namespace: str
+) -> None:
+    ns = admitted_namespace
+    control_plane.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(job_manifest("torchrun")))
+    job = json.loads(
+        control_plane.kubectl("get", "ptj", "pytorch-torchrun", "-n", ns, "-o", "json").stdout
+    )
+    pod = json.dumps(replica_pod(job, 2))
+    # Both may create pods as far as RBAC goes; only the webhook tells them apart.
+    control_plane.kubectl(
+        "create", "rolebinding", "tenant-edit", "--clusterrole=edit", "--user=alice", "-n", ns
+    )
+    control_plane.kubectl(
+        "create",
+        "rolebinding",
+        "reconciler-edit",
+        "--clusterrole=edit",
+        f"--user={RECONCILER}",
+        "-n",
+        ns,
+    )
+    tenant = control_plane.kubectl(
+        "create", "-n", ns, "-f", "-", input=pod, as_user="alice", check=False
+    )
+    assert tenant.returncode != 0
+    assert "created by torchjob only" in tenant.stderr
+    control_plane.kubectl("create", "-n", ns, "-f", "-", input=pod, as_user=RECONCILER)
+    stored = json.loads(
+        control_plane.kubectl(
+            "get", "pod", "pytorch-torchrun-worker-2", "-n", ns, "-o", "json"
+        ).stdout
+    )
+    container = stored["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert stored["spec"]["restartPolicy"] == "Never"
+    assert env["RANK"] == "2"
+    assert env["WORLD_SIZE"] == "4"
+    assert env["MASTER_ADDR"] == f"pytorch-torchrun-worker-0.{ns}.svc"
+    assert env["PET_RDZV_ID"] == job["metadata"]["uid"]
+    assert container["command"][0] == "torchrun"
+    assert "--nnodes=1:4" in container["command"]
+    assert container["args"] == ["dist_mnist.py"]
+
+
+def served_certificate(port: int) -> bytes:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", port)) as raw, context.wrap_socket(raw) as tls:
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return der
+
+
+async def test_certificate_rotation_loses_no_admission(
+    control_plane: ControlPlane,
+    admitted_namespace: str,
+    kube_client: client.ApiClient,
+    webhook_server: ServiceProcess,
+) -> None:
+    port = int(webhook_server.argv[webhook_server.argv.index("--port") + 1])
+    before = served_certificate(port)
+    core = client.CoreV1Api(kube_client)
+    secret = await core.read_namespaced_secret(SECRET, SYSTEM_NAMESPACE)
+    bundle = bundle_from_secret_data(secret.data)
+    assert bundle is not None
+    later = datetime.now(UTC) + timedelta(days=300)
+    renewed = renew(bundle, ["torchjob-webhook", "localhost"], ["127.0.0.1"], later)
+    assert renewed is not None
+
+    objects = client.CustomObjectsApi(kube_client)
+    body = job_manifest("basic", "rotation")
+    outcomes: list[bool] = []
+
+    async def admit_stream(stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await objects.create_namespaced_custom_object(
+                    "batch.tensorstack.dev",
+                    "v1beta1",
+                    admitted_namespace,
+                    "pytorchtrainingjobs",
+                    body,
+                    dry_run="All",
+                )
+                outcomes.append(True)
+            except client.ApiException:
+                outcomes.append(False)
+
+    stop = asyncio.Event()
+    streams = [asyncio.create_task(admit_stream(stop)) for _ in range(4)]
+    await asyncio.sleep(1.0)
+    secret.data = secret_data(renewed)
+    await core.replace_namespaced_secret(SECRET, SYSTEM_NAMESPACE, secret)
+    deadline = time.monotonic() + 15
+    while served_certificate(port) == before and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(1.0)
+    stop.set()
+    await asyncio.gather(*streams)
+    assert served_certificate(port) != before, "the rotated certificate was never served"
+    assert outcomes.count(False) == 0, (
+        f"{outcomes.count(False)} of {len(outcomes)} admissions failed"
+    )
+    assert len(outcomes) > 20
+
+
+def test_metrics_count_admissions(webhook_server: ServiceProcess, admitted_namespace: str) -> None:
+    metrics = webhook_server.metrics()
+    assert (
+        'torchjob_admission_requests_total{endpoint="validate-jobs",outcome="allowed"}' in metrics
+    )

@@ -1,0 +1,105 @@
+"""Our services run as real processes in e2e tests: started with their real command line, waited
+for on their readiness probe, stopped with SIGTERM (SIGKILL after a grace period)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+READY_TIMEOUT = 60.0
+STOP_GRACE = 10.0
+
+
+class ServiceProcess:
+    """`python -m <module> <args>` with its output in a log file; ready when /readyz says 200."""
+
+    def __init__(
+        self, module: str, args: list[str], probe_port: int, env: dict[str, str] | None = None
+    ):
+        self.module = module
+        self.argv = [sys.executable, "-m", module, *args]
+        self.probe_port = probe_port
+        self.env = {**os.environ, **(env or {})}
+        handle, name = tempfile.mkstemp(prefix=f"{module.replace('.', '-')}-", suffix=".log")
+        os.close(handle)
+        self.log_path = Path(name)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ServiceProcess:
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+        )
+        log.close()
+        return self
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> ServiceProcess:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process is None or self.process.poll() is not None:
+                raise RuntimeError(f"{self.module} exited early:\n{self.log_tail()}")
+            if self._probe("/readyz") == 200:
+                return self
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.module} not ready after {timeout}s:\n{self.log_tail()}")
+
+    def _probe(self, path: str) -> int | None:
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.probe_port}{path}", timeout=1
+            ) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as error:
+            return error.code
+        except OSError:
+            return None
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.probe_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return str(response.read().decode())
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self.process = None
+
+    def log_tail(self, lines: int = 60) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def close(self) -> None:
+        self.stop()
+        self.log_path.unlink(missing_ok=True)
+
+    def __enter__(self) -> ServiceProcess:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
