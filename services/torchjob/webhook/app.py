@@ -7,6 +7,7 @@ is reloaded into the live SSLContext, so a rotation needs no restart and drops n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import tempfile
 import time
@@ -43,7 +44,7 @@ ADMISSIONS = Counter(
 LATENCY = Histogram(
     "torchjob_admission_duration_seconds",
     "Time to answer an admission request",
-    ["endpoint"],
+    ["endpoint", "outcome"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
 )
 
@@ -93,14 +94,40 @@ TLS = web.AppKey("tls", ServingCertificate)
 def _route(endpoint: str, handler: Callable[[Request], Response]) -> Callable[[web.Request], Any]:
     async def serve(http: web.Request) -> web.Response:
         started = time.perf_counter()
-        try:
-            body = orjson.loads(await http.read())
-        except orjson.JSONDecodeError:
-            body = None
-        review = handle(body, handler)
-        return _answer(endpoint, review, started)
+        body = await _read_body(http)
+        with _request_context(body):
+            return _answer(endpoint, handle(body, handler), started)
 
     return serve
+
+
+async def _mutate_pod(http: web.Request) -> web.Response:
+    started = time.perf_counter()
+    body = await _read_body(http)
+    creators = http.app[SETTINGS].pod_creators
+    with _request_context(body):
+        job = await _job_of(http.app, body)
+        review = handle(body, lambda request: mutate_pod(request, job, creators))
+        return _answer("mutate-pods", review, started)
+
+
+async def _read_body(http: web.Request) -> Any:
+    try:
+        return orjson.loads(await http.read())
+    except orjson.JSONDecodeError:
+        return None  # answered by the handler as a malformed review
+
+
+def _request_context(body: Any) -> contextlib.AbstractContextManager[Any]:
+    """Bind the request's identity to every log line written while it is handled."""
+    request = body.get("request") if isinstance(body, dict) else None
+    fields = request if isinstance(request, dict) else {}
+    return structlog.contextvars.bound_contextvars(
+        uid=fields.get("uid"),
+        namespace=fields.get("namespace"),
+        name=fields.get("name"),
+        operation=fields.get("operation"),
+    )
 
 
 def _answer(endpoint: str, review: dict[str, Any], started: float) -> web.Response:
@@ -108,28 +135,14 @@ def _answer(endpoint: str, review: dict[str, Any], started: float) -> web.Respon
     outcome = "allowed" if response["allowed"] else "denied"
     if response.get("patch"):
         outcome = "patched"
+    elapsed = time.perf_counter() - started
     ADMISSIONS.labels(endpoint, outcome).inc()
-    LATENCY.labels(endpoint).observe(time.perf_counter() - started)
-    if not response["allowed"]:
-        log.info(
-            "admission denied",
-            endpoint=endpoint,
-            uid=response["uid"],
-            message=response["status"]["message"],
-        )
+    LATENCY.labels(endpoint, outcome).observe(elapsed)
+    if response["allowed"]:
+        log.debug("admitted", endpoint=endpoint, outcome=outcome, seconds=elapsed)
+    else:
+        log.info("admission denied", endpoint=endpoint, message=response["status"]["message"])
     return web.Response(body=orjson.dumps(review), content_type="application/json")
-
-
-async def _mutate_pod(http: web.Request) -> web.Response:
-    started = time.perf_counter()
-    try:
-        body = orjson.loads(await http.read())
-    except orjson.JSONDecodeError:
-        body = None
-    job = await _job_of(http.app, body)
-    settings = http.app[SETTINGS]
-    review = handle(body, lambda request: mutate_pod(request, job, settings.pod_creators))
-    return _answer("mutate-pods", review, started)
 
 
 async def _job_of(app: web.Application, body: Any) -> dict[str, Any] | None:
