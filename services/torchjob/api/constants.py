@@ -16,3 +16,28 @@ LABEL_T9K_OWNER: Final = "tensorstack.dev/owner-name"
 # Set by the reconciler on a pod created while the job resumes from a pause.
 ANNOTATION_RESUMING: Final = f"{GROUP}/resuming"
 FIELD_MANAGER: Final = "torchjob"
+# On every replica pod: the job's backoffCount including this pod's own creation. Persisting the
+# count on the pod makes it survive a crash between creating the pod and writing the status.
+ANNOTATION_BACKOFF_COUNT: Final = f"{GROUP}/backoff-count"
+# On pods created while debug mode is on: they are replaced when debug mode is switched off.
+ANNOTATION_DEBUG: Final = f"{GROUP}/debug"
+LABEL_T9K_QUEUE: Final = "scheduling.tensorstack.dev/queue"
+LABEL_T9K_PRIORITY: Final = "scheduling.tensorstack.dev/priority"
+RETRYABLE_EXIT_CODES: Final = frozenset({130, 137, 143, 138})
+
+# Condition reasons: a closed, documented set.
+REASON_CREATED: Final = "ReplicasCreated"
+REASON_CREATING: Final = "CreatingReplicas"
+REASON_RUNNING: Final = "AllReplicasRunning"
+REASON_NOT_RUNNING: Final = "ReplicasNotRunning"
+REASON_DEBUG: Final = "Debug"
+REASON_PAUSED: Final = "Paused"
+REASON_RESUMING: Final = "Resuming"
+REASON_MASTER_SUCCEEDED: Final = "MasterSucceeded"
+REASON_MASTER_FAILED: Final = "MasterFailed"
+REASON_REPLICA_FAILED: Final = "ReplicaFailed"
+REASON_BACKOFF_LIMIT_EXCEEDED: Final = "BackoffLimitExceeded"
+REASON_DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
+REASON_POD_CREATION_FAILED: Final = "PodCreationFailed"
+REASON_REPLICA_RESTARTING: Final = "ReplicaRestarting"
+REASON_NO_FAILURE: Final = "NoReplicaFailure"

@@ -1,0 +1,318 @@
+"""The reconciler's decision, as a pure function: the job and what is observed of its pods and
+services -> what to create, what to delete, the status to write, the events to record, and when
+to look again. Same observations, same plan, in whatever order the events arrived.
+
+Restarts are counted in a crash-safe way: `status.tasks[].replicas[]` records the pod uid of each
+replica. A replica whose recorded pod is gone is recreated and counted; the status written before
+the creation carries the new count and drops the old uid, so a crash between the two neither
+loses nor doubles a count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from torchjob.api import constants, queries
+from torchjob.api.types import PyTorchTrainingJobSpec, ReplicaSpec
+from torchjob.lifecycle.observe import PodView
+from torchjob.lifecycle.status import (
+    Outcome,
+    build_status,
+    is_terminal,
+    parse_time,
+)
+from torchjob.render.topology import Replica, replica_name, replicas_of
+
+PodKey = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    job_meta: dict[str, Any]
+    spec: PyTorchTrainingJobSpec
+    status: dict[str, Any]
+    pods: list[PodView]
+    services: frozenset[str]
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PodToCreate:
+    replica: Replica
+    annotations: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+
+@dataclass(slots=True)
+class Plan:
+    create_services: list[Replica] = field(default_factory=list)
+    create_pods: list[PodToCreate] = field(default_factory=list)
+    delete_pods: list[tuple[str, str]] = field(default_factory=list)  # (name, uid)
+    status: dict[str, Any] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    requeue_after: float | None = None
+
+
+@dataclass(slots=True)
+class _Round:
+    """Working state while one plan is made."""
+
+    observed: Observed
+    desired: list[Replica]
+    pods: dict[PodKey, PodView]
+    backoff: int
+    restarts: dict[str, int]
+    plan: Plan = field(default_factory=Plan)
+    outcome: Outcome | None = None
+    failures: list[str] = field(default_factory=list)
+    cleared: set[str] = field(default_factory=set)  # replicas whose recorded pod uid is dropped
+
+
+def plan(observed: Observed) -> Plan:
+    spec = observed.spec
+    if not spec.replica_specs:
+        return Plan(status=dict(observed.status))
+    state = _start_round(observed)
+    if is_terminal(observed.status):
+        state.plan.status = build_status(state, None)
+        return state.plan
+    if _deadline_passed(state):
+        return _finish(state)
+    if _paused(spec):
+        _pause(state)
+    elif queries.debug_enabled(spec):
+        _debug(state)
+    else:
+        _run(state)
+    return _finish(state)
+
+
+def _start_round(observed: Observed) -> _Round:
+    desired = replicas_of(observed.spec)
+    pods = {(p.replica_type, p.index): p for p in observed.pods}
+    recorded = int(observed.status.get("backoffCount") or 0)
+    backoff = max([recorded, *(p.backoff_count for p in observed.pods)])
+    restarts = {
+        t.get("type", ""): int(t.get("restartCount") or 0)
+        for t in observed.status.get("tasks") or []
+    }
+    return _Round(observed, desired, pods, backoff, restarts)
+
+
+def _paused(spec: PyTorchTrainingJobSpec) -> bool:
+    pause = spec.run_mode.pause if spec.run_mode else None
+    return bool(pause and pause.enabled)
+
+
+def _deadline_passed(state: _Round) -> bool:
+    policy = state.observed.spec.run_policy
+    started = parse_time(state.observed.status.get("startTime"))
+    if not policy or not policy.active_deadline_seconds or started is None:
+        return False
+    deadline = started + timedelta(seconds=policy.active_deadline_seconds)
+    if state.observed.now < deadline:
+        state.plan.requeue_after = (deadline - state.observed.now).total_seconds()
+        return False
+    state.outcome = Outcome(
+        False,
+        constants.REASON_DEADLINE_EXCEEDED,
+        f"the job ran longer than activeDeadlineSeconds ({policy.active_deadline_seconds}s)",
+    )
+    _delete_unfinished(state)
+    return True
+
+
+def _delete_unfinished(state: _Round) -> None:
+    for pod in state.pods.values():
+        if not pod.finished and not pod.deleting:
+            state.plan.delete_pods.append((pod.name, pod.uid))
+
+
+def _pause(state: _Round) -> None:
+    for pod in state.pods.values():
+        if not pod.deleting:
+            state.plan.delete_pods.append((pod.name, pod.uid))
+        state.cleared.add(pod.name)  # pods deleted by a pause are not restarts
+    _ensure_services(state)
+
+
+def _debug(state: _Round) -> None:
+    """Debug pods run the debug command and are never restarted."""
+    _ensure_services(state)
+    for replica in state.desired:
+        pod = state.pods.get((replica.type, replica.index))
+        if pod is None:
+            _create(state, replica, counted=False, extra={constants.ANNOTATION_DEBUG: "true"})
+        elif not pod.debug and not pod.deleting:
+            state.plan.delete_pods.append((pod.name, pod.uid))
+            state.cleared.add(pod.name)
+
+
+def _run(state: _Round) -> None:
+    _ensure_services(state)
+    _delete_surplus(state)
+    for replica in state.desired:
+        if state.outcome is not None:
+            break
+        pod = state.pods.get((replica.type, replica.index))
+        if pod is None:
+            _create_missing(state, replica)
+        elif pod.debug and not pod.deleting:
+            state.plan.delete_pods.append((pod.name, pod.uid))  # debug mode was switched off
+            state.cleared.add(pod.name)
+        elif pod.finished and not pod.deleting:
+            _judge_finished(state, replica, pod)
+
+
+def _ensure_services(state: _Round) -> None:
+    name = state.observed.job_meta["name"]
+    for replica in state.desired:
+        if replica_name(name, replica.type, replica.index) not in state.observed.services:
+            state.plan.create_services.append(replica)
+
+
+def _delete_surplus(state: _Round) -> None:
+    """Pods beyond the desired replicas (an elastic job scaled down), highest index first."""
+    wanted = {(r.type, r.index) for r in state.desired}
+    surplus = [p for key, p in state.pods.items() if key not in wanted and not p.deleting]
+    for pod in sorted(surplus, key=lambda p: (p.replica_type, -p.index)):
+        state.plan.delete_pods.append((pod.name, pod.uid))
+
+
+def _recorded_uid(state: _Round, name: str) -> str | None:
+    for task in state.observed.status.get("tasks") or []:
+        for replica in task.get("replicas") or []:
+            if replica.get("name") == name and replica.get("uid"):
+                return str(replica["uid"])
+    return None
+
+
+def _create_missing(state: _Round, replica: Replica) -> None:
+    name = replica_name(state.observed.job_meta["name"], replica.type, replica.index)
+    if _recorded_uid(state, name) is None:
+        _create(state, replica, counted=False)
+        return
+    if not _within_budget(state):
+        return
+    _create(state, replica, counted=True)
+    state.plan.events.append(
+        Event(
+            "Normal",
+            constants.REASON_REPLICA_RESTARTING,
+            f"recreating replica {name} (restart {state.backoff})",
+        )
+    )
+
+
+def _create(
+    state: _Round, replica: Replica, *, counted: bool, extra: dict[str, str] | None = None
+) -> None:
+    if counted:
+        state.backoff += 1
+        state.restarts[replica.type] = state.restarts.get(replica.type, 0) + 1
+    annotations = {constants.ANNOTATION_BACKOFF_COUNT: str(state.backoff), **(extra or {})}
+    if state.observed.status.get("phase") in ("Paused", "Resuming"):
+        annotations[constants.ANNOTATION_RESUMING] = "true"
+    state.cleared.add(replica_name(state.observed.job_meta["name"], replica.type, replica.index))
+    state.plan.create_pods.append(PodToCreate(replica, annotations))
+
+
+def _within_budget(state: _Round) -> bool:
+    policy = state.observed.spec.run_policy
+    limit = policy.backoff_limit if policy and policy.backoff_limit is not None else 3
+    if state.backoff + 1 <= limit:
+        return True
+    state.outcome = Outcome(
+        False,
+        constants.REASON_BACKOFF_LIMIT_EXCEEDED,
+        f"replica restarts reached backoffLimit ({limit})",
+    )
+    return False
+
+
+def _judge_finished(state: _Round, replica: Replica, pod: PodView) -> None:
+    policy = _replica_spec(state, replica).restart_policy or "OnFailure"
+    if pod.phase == "Succeeded":
+        if replica.is_master:
+            state.outcome = Outcome(
+                True, constants.REASON_MASTER_SUCCEEDED, f"master replica {pod.name} succeeded"
+            )
+        elif policy == "Always":
+            _restart(state, pod)
+        return
+    state.failures.append(
+        f"{pod.name} failed"
+        + (f" with exit code {pod.exit_code}" if pod.exit_code is not None else "")
+    )
+    if _retryable(policy, pod.exit_code):
+        _restart(state, pod)
+    elif replica.is_master:
+        state.outcome = Outcome(False, constants.REASON_MASTER_FAILED, _failure_message(pod))
+    elif not _elastic_survives(state):
+        state.outcome = Outcome(False, constants.REASON_REPLICA_FAILED, _failure_message(pod))
+
+
+def _failure_message(pod: PodView) -> str:
+    code = f" with exit code {pod.exit_code}" if pod.exit_code is not None else ""
+    return f"replica {pod.name} failed{code} and is not restarted"
+
+
+def _retryable(policy: str, exit_code: int | None) -> bool:
+    if policy in ("OnFailure", "Always"):
+        return True
+    if policy == "ExitCode":
+        # No exit code means the pod was lost (eviction, node failure): not the code's fault.
+        return exit_code is None or exit_code in constants.RETRYABLE_EXIT_CODES
+    return False
+
+
+def _restart(state: _Round, pod: PodView) -> None:
+    """Delete the finished pod; its recreation is counted once the pod is gone."""
+    if _within_budget(state):
+        state.plan.delete_pods.append((pod.name, pod.uid))
+
+
+def _elastic_survives(state: _Round) -> bool:
+    elastic = state.observed.spec.elastic
+    low = elastic.min_replicas if elastic and elastic.enabled else None
+    if low is None and state.observed.spec.torchrun_config:
+        low = state.observed.spec.torchrun_config.min_nodes
+    if low is None:
+        return False
+    alive = sum(1 for p in state.pods.values() if p.phase != "Failed")
+    return alive >= low
+
+
+def _replica_spec(state: _Round, replica: Replica) -> ReplicaSpec:
+    return next(r for r in state.observed.spec.replica_specs or [] if r.type == replica.type)
+
+
+def _finish(state: _Round) -> Plan:
+    state.plan.status = build_status(state, state.outcome)
+    state.plan.events += _transition_events(state.observed.status, state.plan.status)
+    if state.outcome is not None:
+        state.plan.create_pods.clear()
+        state.plan.requeue_after = None
+    return state.plan
+
+
+def _transition_events(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:
+    if old.get("phase") == new.get("phase"):
+        return []
+    phase = new.get("phase")
+    conditions = {c["type"]: c for c in new.get("conditions") or []}
+    if phase == "Failed":
+        failed = conditions["Failed"]
+        return [Event("Warning", failed["reason"], failed["message"])]
+    if phase == "Succeeded":
+        done = conditions["Completed"]
+        return [Event("Normal", done["reason"], done["message"])]
+    return [Event("Normal", f"Job{phase}", f"the job is {str(phase).lower()}")]

@@ -1,0 +1,224 @@
+"""The job's status as a function of what one reconcile observed and decided. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from torchjob.api import constants
+from torchjob.render.topology import replica_name
+
+if TYPE_CHECKING:
+    from torchjob.lifecycle.plan import _Round
+
+TERMINAL_CONDITIONS = ("Completed", "Failed")
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    succeeded: bool
+    reason: str
+    message: str
+
+
+def parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def format_time(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def is_terminal(status: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") in TERMINAL_CONDITIONS and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
+def build_status(state: _Round, outcome: Outcome | None) -> dict[str, Any]:
+    observed = state.observed
+    old = observed.status
+    now = format_time(observed.now)
+    phase = _phase(state, outcome)
+    start = old.get("startTime") or (now if state.plan.create_pods or state.pods else None)
+    status: dict[str, Any] = {
+        "phase": phase,
+        "conditions": _conditions(state, phase, outcome, now),
+        "tasks": _tasks(state),
+        "aggregate": _aggregate(state),
+        "backoffCount": state.backoff,
+        "observedGeneration": observed.job_meta.get("generation", 0),
+    }
+    if start:
+        status["startTime"] = start
+    completion = old.get("completionTime") or (now if outcome is not None else None)
+    if completion:
+        status["completionTime"] = completion
+    if "tensorboard" in old:
+        status["tensorboard"] = old["tensorboard"]  # owned by the housekeeper
+    return status
+
+
+def _phase(state: _Round, outcome: Outcome | None) -> str:
+    old = state.observed.status
+    if is_terminal(old):
+        return str(old.get("phase"))
+    if outcome is not None:
+        return "Succeeded" if outcome.succeeded else "Failed"
+    pause = state.observed.spec.run_mode.pause if state.observed.spec.run_mode else None
+    if pause and pause.enabled:
+        return "Paused"
+    if _all_started(state):
+        return "Running"
+    if old.get("phase") in ("Paused", "Resuming"):
+        return "Resuming"
+    return "Running" if old.get("phase") == "Running" else "Pending"
+
+
+def _all_started(state: _Round) -> bool:
+    for replica in state.desired:
+        pod = state.pods.get((replica.type, replica.index))
+        if pod is None or pod.deleting or pod.phase not in ("Running", "Succeeded"):
+            return False
+    return True
+
+
+def _conditions(
+    state: _Round, phase: str, outcome: Outcome | None, now: str
+) -> list[dict[str, Any]]:
+    generation = state.observed.job_meta.get("generation", 0)
+    previous = {c.get("type"): c for c in state.observed.status.get("conditions") or []}
+    wanted = _wanted_conditions(state, phase, outcome)
+    out = []
+    for kind, (status, reason, message) in wanted.items():
+        before = previous.get(kind) or {}
+        changed = before.get("status") != status
+        out.append(
+            {
+                "type": kind,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": now
+                if changed or not before.get("lastTransitionTime")
+                else before["lastTransitionTime"],
+                "observedGeneration": generation,
+            }
+        )
+    return out
+
+
+def _wanted_conditions(
+    state: _Round, phase: str, outcome: Outcome | None
+) -> dict[str, tuple[str, str, str]]:
+    old = {c.get("type"): c for c in state.observed.status.get("conditions") or []}
+    if is_terminal(state.observed.status):
+        return {
+            k: (str(c.get("status")), str(c.get("reason", "")), str(c.get("message", "")))
+            for k, c in old.items()
+        }
+    complete = _all_created(state)
+    debug = any(p.debug for p in state.pods.values())
+    wanted: dict[str, tuple[str, str, str]] = {
+        "Initialized": ("True", constants.REASON_CREATED, "every replica's pod and service exists")
+        if complete
+        else ("False", constants.REASON_CREATING, "creating replicas"),
+    }
+    if phase == "Running":
+        reason = constants.REASON_DEBUG if debug else constants.REASON_RUNNING
+        wanted["Running"] = (
+            "True",
+            reason,
+            "debug mode: replicas run the debug command" if debug else "every replica has started",
+        )
+    else:
+        wanted["Running"] = ("False", constants.REASON_NOT_RUNNING, f"the job is {phase.lower()}")
+    if state.failures:
+        wanted["ReplicaFailure"] = (
+            "True",
+            constants.REASON_REPLICA_FAILED,
+            "; ".join(state.failures),
+        )
+    elif "ReplicaFailure" in old:
+        wanted["ReplicaFailure"] = (
+            "False",
+            constants.REASON_NO_FAILURE,
+            "no replica has failed since",
+        )
+    if phase == "Paused" or "Paused" in old:
+        paused = phase == "Paused"
+        wanted["Paused"] = (
+            "True" if paused else "False",
+            constants.REASON_PAUSED if paused else constants.REASON_RESUMING,
+            "runMode.pause.enabled is " + str(paused).lower(),
+        )
+    if outcome is not None:
+        kind = "Completed" if outcome.succeeded else "Failed"
+        wanted[kind] = ("True", outcome.reason, outcome.message)
+        wanted["Running"] = ("False", outcome.reason, outcome.message)
+    return wanted
+
+
+def _all_created(state: _Round) -> bool:
+    name = state.observed.job_meta["name"]
+    for replica in state.desired:
+        if replica_name(name, replica.type, replica.index) not in state.observed.services:
+            return False
+        if (replica.type, replica.index) not in state.pods:
+            return False
+    return True
+
+
+def _tasks(state: _Round) -> list[dict[str, Any]]:
+    name = state.observed.job_meta["name"]
+    tasks: dict[str, dict[str, Any]] = {}
+    for spec in state.observed.spec.replica_specs or []:
+        kind = spec.type or ""
+        tasks[kind] = {"type": kind, "restartCount": state.restarts.get(kind, 0), "replicas": []}
+    for replica in sorted(state.desired, key=lambda r: (r.type, r.index)):
+        pod_name = replica_name(name, replica.type, replica.index)
+        tasks[replica.type]["replicas"].append(
+            _replica_status(state, replica.type, replica.index, pod_name)
+        )
+    return list(tasks.values())
+
+
+def _replica_status(state: _Round, kind: str, index: int, pod_name: str) -> dict[str, Any]:
+    pod = state.pods.get((kind, index))
+    if pod is None or pod_name in state.cleared or pod.deleting:
+        recorded = None if pod_name in state.cleared else _recorded(state, pod_name)
+        return {"name": pod_name, **({"uid": recorded} if recorded else {})}
+    entry: dict[str, Any] = {"name": pod_name, "uid": pod.uid, "phase": pod.phase}
+    if pod.containers:
+        entry["containers"] = [
+            {"name": n, "state": s, **({"exitCode": c} if c is not None else {})}
+            for n, s, c in pod.containers
+        ]
+    return entry
+
+
+def _recorded(state: _Round, pod_name: str) -> str | None:
+    for task in state.observed.status.get("tasks") or []:
+        for replica in task.get("replicas") or []:
+            if replica.get("name") == pod_name and replica.get("uid"):
+                return str(replica["uid"])
+    return None
+
+
+def _aggregate(state: _Round) -> dict[str, int]:
+    counts = dict.fromkeys(
+        ("creating", "pending", "running", "succeeded", "failed", "unknown", "deleted"), 0
+    )
+    for replica in state.desired:
+        pod = state.pods.get((replica.type, replica.index))
+        if pod is None:
+            counts["creating"] += 1
+        elif pod.deleting:
+            counts["deleted"] += 1
+        else:
+            counts[pod.phase.lower() if pod.phase.lower() in counts else "unknown"] += 1
+    return counts

@@ -1,0 +1,112 @@
+"""The Pod and the headless Service the reconciler creates for one replica. Pure.
+
+The pod is the replica's raw template plus identity labels, an ownerReference and scheduling
+settings; the webhook rewrites it at admission (environment, command, restartPolicy), so what the
+reconciler sends stays close to what the user wrote.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from torchjob.api import constants
+from torchjob.api.types import API_VERSION, KIND, PyTorchTrainingJobSpec
+from torchjob.render.topology import DEFAULT_MASTER_PORT, MASTER_PORT_NAME, Replica, replica_name
+
+DEFAULT_T9K_SCHEDULER = "t9k-scheduler"
+
+
+def owner_reference(job_meta: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": job_meta["name"],
+        "uid": job_meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def replica_labels(job_name: str, replica: Replica) -> dict[str, str]:
+    labels = {
+        constants.LABEL_JOB_NAME: job_name,
+        constants.LABEL_REPLICA_TYPE: replica.type,
+        constants.LABEL_REPLICA_INDEX: str(replica.index),
+        constants.LABEL_T9K_OWNER: job_name,
+    }
+    if replica.is_master:
+        labels[constants.LABEL_JOB_ROLE] = constants.JOB_ROLE_MASTER
+    return labels
+
+
+def render_pod(
+    job_meta: dict[str, Any],
+    spec: PyTorchTrainingJobSpec,
+    replica: Replica,
+    annotations: dict[str, str],
+    scheduler_name: str = DEFAULT_T9K_SCHEDULER,
+) -> dict[str, Any]:
+    """The replica's pod as the reconciler creates it."""
+    replica_spec = next(r for r in spec.replica_specs or [] if r.type == replica.type)
+    template = replica_spec.template
+    metadata = copy.deepcopy(template.metadata or {}) if template else {}
+    pod_spec = copy.deepcopy(template.spec or {}) if template else {}
+    name = replica_name(job_meta["name"], replica.type, replica.index)
+    labels = {**(metadata.get("labels") or {}), **replica_labels(job_meta["name"], replica)}
+    t9k = spec.scheduler.t9k_scheduler if spec.scheduler else None
+    if t9k is not None:
+        pod_spec["schedulerName"] = scheduler_name
+        labels[constants.LABEL_T9K_QUEUE] = t9k.queue or ""
+        if t9k.priority is not None:
+            labels[constants.LABEL_T9K_PRIORITY] = str(t9k.priority)
+    pod_spec["restartPolicy"] = "Never"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": job_meta["namespace"],
+            "labels": labels,
+            "annotations": {**(metadata.get("annotations") or {}), **annotations},
+            "ownerReferences": [owner_reference(job_meta)],
+        },
+        "spec": pod_spec,
+    }
+
+
+def render_service(job_meta: dict[str, Any], replica: Replica) -> dict[str, Any]:
+    """A headless Service publishing not-ready addresses, so a replica's name resolves as soon
+    as its pod has an IP, before it is ready: workers starting before the master can resolve it."""
+    name = replica_name(job_meta["name"], replica.type, replica.index)
+    labels = replica_labels(job_meta["name"], replica)
+    selector = {
+        k: labels[k]
+        for k in (
+            constants.LABEL_JOB_NAME,
+            constants.LABEL_REPLICA_TYPE,
+            constants.LABEL_REPLICA_INDEX,
+        )
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": name,
+            "namespace": job_meta["namespace"],
+            "labels": labels,
+            "ownerReferences": [owner_reference(job_meta)],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": selector,
+            "ports": [
+                {
+                    "name": MASTER_PORT_NAME,
+                    "port": DEFAULT_MASTER_PORT,
+                    "targetPort": DEFAULT_MASTER_PORT,
+                }
+            ],
+        },
+    }

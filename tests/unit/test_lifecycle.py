@@ -1,0 +1,456 @@
+"""The reconciler's decisions: restart policies x exit codes x roles, backoff, deadline, debug,
+pause, elastic scaling and status transitions; status is a function of observations."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from torchjob.api import constants
+from torchjob.api.types import PyTorchTrainingJobSpec
+from torchjob.lifecycle.observe import PodView, view_pod
+from torchjob.lifecycle.plan import Observed, Plan, plan
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+META = {"name": "j", "namespace": "ns", "uid": "job-uid", "generation": 1}
+
+
+def spec(
+    policy: str = "OnFailure", workers: int = 2, master: bool = True, **extra: Any
+) -> PyTorchTrainingJobSpec:
+    template = {"spec": {"containers": [{"name": "python", "image": "i", "args": ["t.py"]}]}}
+    replica_specs = [
+        {"type": "worker", "replicas": workers, "restartPolicy": policy, "template": template}
+    ]
+    if master:
+        replica_specs.insert(
+            0, {"type": "master", "replicas": 1, "restartPolicy": policy, "template": template}
+        )
+    return PyTorchTrainingJobSpec.from_dict(
+        {"replicaSpecs": replica_specs, "runPolicy": {"backoffLimit": 3}, **extra}
+    )
+
+
+_uids = itertools.count()
+
+
+def pod(
+    kind: str,
+    index: int,
+    phase: str = "Running",
+    exit_code: int | None = None,
+    *,
+    uid: str | None = None,
+    backoff: int = 0,
+    debug: bool = False,
+    deleting: bool = False,
+) -> PodView:
+    containers: tuple[tuple[str, str, int | None], ...] = ()
+    if phase in ("Succeeded", "Failed"):
+        containers = (("python", "terminated", exit_code if exit_code is not None else 0),)
+    return PodView(
+        f"j-{kind}-{index}",
+        uid or f"uid-{kind}-{index}",
+        kind,
+        index,
+        phase,
+        exit_code if phase == "Failed" else (0 if phase == "Succeeded" else None),
+        deleting,
+        backoff,
+        debug,
+        containers,
+    )
+
+
+def all_pods(job: PyTorchTrainingJobSpec, phase: str = "Running") -> list[PodView]:
+    out = []
+    for replica_spec in job.replica_specs or []:
+        for index in range(replica_spec.replicas or 1):
+            out.append(pod(replica_spec.type or "", index, phase))
+    return out
+
+
+def services(job: PyTorchTrainingJobSpec) -> frozenset[str]:
+    return frozenset(
+        f"j-{r.type}-{i}" for r in job.replica_specs or [] for i in range(r.replicas or 1)
+    )
+
+
+def observe(
+    job: PyTorchTrainingJobSpec,
+    pods: list[PodView],
+    status: dict[str, Any] | None = None,
+    now: datetime = NOW,
+    svcs: frozenset[str] | None = None,
+) -> Plan:
+    return plan(
+        Observed(META, job, status or {}, pods, services(job) if svcs is None else svcs, now)
+    )
+
+
+def settle(job: PyTorchTrainingJobSpec, pods: list[PodView]) -> dict[str, Any]:
+    """The status after the replicas were created and observed."""
+    return observe(job, pods).status
+
+
+def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+# --- creation -----------------------------------------------------------------------------------
+
+
+def test_new_job_creates_every_service_and_pod() -> None:
+    job = spec()
+    result = observe(job, [], svcs=frozenset())
+    assert [(r.type, r.index, r.rank) for r in result.create_services] == [
+        ("master", 0, 0),
+        ("worker", 0, 1),
+        ("worker", 1, 2),
+    ]
+    assert [p.annotations[constants.ANNOTATION_BACKOFF_COUNT] for p in result.create_pods] == [
+        "0",
+        "0",
+        "0",
+    ]
+    assert result.status["phase"] == "Pending"
+    assert result.status["startTime"] == "2026-01-01T12:00:00Z"
+    assert result.status["aggregate"]["creating"] == 3
+    assert conditions(result.status)["Initialized"] == ("False", "CreatingReplicas")
+
+
+def test_all_running_is_running() -> None:
+    job = spec()
+    status = observe(job, all_pods(job)).status
+    assert status["phase"] == "Running"
+    assert conditions(status)["Running"] == ("True", "AllReplicasRunning")
+    assert conditions(status)["Initialized"] == ("True", "ReplicasCreated")
+    assert status["aggregate"]["running"] == 3
+
+
+# --- restart policy x exit code x role --------------------------------------------------------
+
+RETRY = {130, 137, 143, 138}
+CASES = [
+    (policy, code, role)
+    for policy in ("Never", "OnFailure", "Always", "ExitCode")
+    for code in (1, 2, 130, 137, 138, 143, None)
+    for role in ("master", "worker")
+]
+
+
+@pytest.mark.parametrize(("policy", "code", "role"), CASES)
+def test_failed_replica(policy: str, code: int | None, role: str) -> None:
+    job = spec(policy)
+    pods = [
+        p if p.replica_type != role or p.index != 0 else pod(role, 0, "Failed", code)
+        for p in all_pods(job)
+    ]
+    if code is None:
+        pods = [
+            p
+            if p.replica_type != role or p.index != 0
+            else PodView(p.name, p.uid, role, 0, "Failed", None, False, 0, False, ())
+            for p in pods
+        ]
+    status = settle(job, all_pods(job))
+    result = observe(job, pods, status)
+    retry = policy in ("OnFailure", "Always") or (
+        policy == "ExitCode" and (code is None or code in RETRY)
+    )
+    if retry:
+        assert result.delete_pods == [(f"j-{role}-0", f"uid-{role}-0")]
+        assert result.status["phase"] == "Running"
+        assert conditions(result.status)["ReplicaFailure"][0] == "True"
+    else:
+        assert result.delete_pods == []
+        assert result.status["phase"] == "Failed"
+        reason = "MasterFailed" if role == "master" else "ReplicaFailed"
+        assert conditions(result.status)["Failed"] == ("True", reason)
+        assert any(e.type == "Warning" and e.reason == reason for e in result.events)
+
+
+def test_restart_is_counted_when_the_pod_is_recreated() -> None:
+    job = spec("ExitCode")
+    running = settle(job, all_pods(job))
+    failed = [pod("master", 0), pod("worker", 0, "Failed", 137), pod("worker", 1)]
+    deleting = observe(job, failed, running)
+    assert deleting.status["backoffCount"] == 0
+    gone = [pod("master", 0), pod("worker", 1)]
+    recreate = observe(job, gone, deleting.status)
+    assert [(p.replica.type, p.replica.index) for p in recreate.create_pods] == [("worker", 0)]
+    assert recreate.create_pods[0].annotations[constants.ANNOTATION_BACKOFF_COUNT] == "1"
+    assert recreate.status["backoffCount"] == 1
+    assert recreate.status["tasks"][1]["restartCount"] == 1
+    worker0 = recreate.status["tasks"][1]["replicas"][0]
+    assert "uid" not in worker0, "the old uid is dropped with the same write that counts"
+    # A crash after that status write and before the creation: the next round creates, uncounted.
+    again = observe(job, gone, recreate.status)
+    assert again.create_pods[0].annotations[constants.ANNOTATION_BACKOFF_COUNT] == "1"
+    assert again.status["backoffCount"] == 1
+
+
+def test_pod_deleted_from_outside_is_recreated_and_counted() -> None:
+    job = spec()
+    running = settle(job, all_pods(job))
+    result = observe(job, [pod("master", 0), pod("worker", 1)], running)
+    assert [(p.replica.type, p.replica.index) for p in result.create_pods] == [("worker", 0)]
+    assert result.status["backoffCount"] == 1
+
+
+def test_backoff_count_survives_in_pod_annotations() -> None:
+    job = spec()
+    pods = [pod("master", 0), pod("worker", 0, backoff=2), pod("worker", 1)]
+    assert observe(job, pods, {}).status["backoffCount"] == 2
+
+
+def test_backoff_exhaustion_fails_the_job() -> None:
+    job = spec("OnFailure")
+    status = settle(job, all_pods(job))
+    status["backoffCount"] = 3
+    result = observe(
+        job, [pod("master", 0), pod("worker", 0, "Failed", 1), pod("worker", 1)], status
+    )
+    assert result.delete_pods == []
+    assert result.status["phase"] == "Failed"
+    assert conditions(result.status)["Failed"] == ("True", "BackoffLimitExceeded")
+
+
+def test_master_success_completes_the_job() -> None:
+    job = spec()
+    status = settle(job, all_pods(job))
+    result = observe(
+        job, [pod("master", 0, "Succeeded"), pod("worker", 0), pod("worker", 1)], status
+    )
+    assert result.status["phase"] == "Succeeded"
+    assert conditions(result.status)["Completed"] == ("True", "MasterSucceeded")
+    assert result.status["completionTime"] == "2026-01-01T12:00:00Z"
+    assert result.create_pods == []
+    assert result.delete_pods == []
+
+
+def test_always_restarts_a_finished_worker() -> None:
+    job = spec("Always")
+    status = settle(job, all_pods(job))
+    result = observe(
+        job, [pod("master", 0), pod("worker", 0, "Succeeded"), pod("worker", 1)], status
+    )
+    assert result.delete_pods == [("j-worker-0", "uid-worker-0")]
+
+
+def test_without_master_type_the_first_replica_decides() -> None:
+    job = spec(master=False)
+    status = settle(job, all_pods(job))
+    result = observe(job, [pod("worker", 0, "Succeeded"), pod("worker", 1)], status)
+    assert result.status["phase"] == "Succeeded"
+
+
+def test_terminal_job_is_never_acted_on() -> None:
+    job = spec()
+    status = settle(job, all_pods(job))
+    done = observe(
+        job, [pod("master", 0, "Succeeded"), pod("worker", 0), pod("worker", 1)], status
+    ).status
+    later = observe(job, [pod("master", 0, "Succeeded")], done, now=NOW + timedelta(hours=1))
+    assert later.create_pods == []
+    assert later.delete_pods == []
+    assert later.create_services == []
+    assert later.status["phase"] == "Succeeded"
+    assert later.status["conditions"] == done["conditions"]
+
+
+# --- deadline -----------------------------------------------------------------------------------
+
+
+def test_deadline_requeues_then_fails_and_stops_pods() -> None:
+    job = spec(runPolicy={"activeDeadlineSeconds": 60})
+    status = settle(job, all_pods(job))
+    before = observe(job, all_pods(job), status, now=NOW + timedelta(seconds=20))
+    assert before.requeue_after == pytest.approx(40)
+    after = observe(
+        job,
+        [pod("master", 0), pod("worker", 0, "Succeeded"), pod("worker", 1)],
+        status,
+        now=NOW + timedelta(seconds=61),
+    )
+    assert after.status["phase"] == "Failed"
+    assert conditions(after.status)["Failed"] == ("True", "DeadlineExceeded")
+    assert sorted(after.delete_pods) == [
+        ("j-master-0", "uid-master-0"),
+        ("j-worker-1", "uid-worker-1"),
+    ]
+
+
+# --- debug, pause, elastic ----------------------------------------------------------------------
+
+
+def test_debug_pods_are_marked_and_never_restarted() -> None:
+    job = spec(runMode={"debug": {"enabled": True}})
+    created = observe(job, [])
+    assert all(p.annotations[constants.ANNOTATION_DEBUG] == "true" for p in created.create_pods)
+    debug_pods = [pod(p.replica.type, p.replica.index, debug=True) for p in created.create_pods]
+    debug_pods[1] = pod("worker", 0, "Failed", 1, debug=True)
+    result = observe(job, debug_pods, created.status)
+    assert result.delete_pods == []
+    assert result.create_pods == []
+
+
+def test_switching_debug_off_replaces_debug_pods_uncounted() -> None:
+    job = spec()
+    debug_pods = [
+        pod("master", 0, debug=True),
+        pod("worker", 0, debug=True),
+        pod("worker", 1, debug=True),
+    ]
+    result = observe(job, debug_pods, settle(job, debug_pods))
+    assert len(result.delete_pods) == 3
+    again = observe(job, [], result.status)
+    assert len(again.create_pods) == 3
+    assert again.status["backoffCount"] == 0
+
+
+def test_debug_running_reason() -> None:
+    job = spec(runMode={"debug": {"enabled": True}})
+    debug_pods = [
+        pod("master", 0, debug=True),
+        pod("worker", 0, debug=True),
+        pod("worker", 1, debug=True),
+    ]
+    status = observe(job, debug_pods).status
+    assert conditions(status)["Running"] == ("True", "Debug")
+
+
+def test_pause_deletes_pods_and_resume_recreates_them_uncounted() -> None:
+    running = spec()
+    status = settle(running, all_pods(running))
+    paused = spec(runMode={"pause": {"enabled": True}})
+    pausing = observe(paused, all_pods(paused), status)
+    assert len(pausing.delete_pods) == 3
+    assert pausing.status["phase"] == "Paused"
+    assert pausing.status["startTime"] == status["startTime"]
+    empty = observe(paused, [], pausing.status)
+    assert empty.create_pods == []
+    resumed = spec(runMode={"pause": {"enabled": False}})
+    resuming = observe(resumed, [], empty.status)
+    assert len(resuming.create_pods) == 3
+    assert all(p.annotations[constants.ANNOTATION_RESUMING] == "true" for p in resuming.create_pods)
+    assert resuming.status["phase"] == "Resuming"
+    assert resuming.status["backoffCount"] == 0
+    back = observe(resumed, all_pods(resumed), resuming.status)
+    assert back.status["phase"] == "Running"
+    assert conditions(back.status)["Paused"] == ("False", "Resuming")
+
+
+def test_elastic_scale_up_and_down() -> None:
+    def elastic(replicas: int) -> PyTorchTrainingJobSpec:
+        return spec(
+            master=False,
+            workers=replicas,
+            torchrunConfig={"enabled": True},
+            elastic={"enabled": True, "minReplicas": 1, "maxReplicas": 4},
+        )
+
+    status = settle(elastic(2), all_pods(elastic(2)))
+    up = observe(elastic(4), all_pods(elastic(2)), status, svcs=services(elastic(2)))
+    assert [(p.replica.type, p.replica.index) for p in up.create_pods] == [
+        ("worker", 2),
+        ("worker", 3),
+    ]
+    assert len(up.create_services) == 2
+    down = observe(elastic(1), all_pods(elastic(4)), status)
+    assert down.delete_pods == [
+        ("j-worker-3", "uid-worker-3"),
+        ("j-worker-2", "uid-worker-2"),
+        ("j-worker-1", "uid-worker-1"),
+    ]
+
+
+def test_elastic_job_survives_a_permanent_worker_failure_above_min() -> None:
+    job = spec(
+        "Never",
+        master=False,
+        workers=3,
+        torchrunConfig={"enabled": True},
+        elastic={"enabled": True, "minReplicas": 2, "maxReplicas": 3},
+    )
+    status = settle(job, all_pods(job))
+    result = observe(
+        job, [pod("worker", 0), pod("worker", 1), pod("worker", 2, "Failed", 1)], status
+    )
+    assert result.status["phase"] == "Running"
+    result = observe(
+        job,
+        [pod("worker", 0), pod("worker", 1, "Failed", 1), pod("worker", 2, "Failed", 1)],
+        status,
+    )
+    assert result.status["phase"] == "Failed"
+
+
+# --- status is a function of observations -------------------------------------------------------
+
+PHASES = st.sampled_from(["Pending", "Running", "Succeeded", "Failed"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    phases=st.lists(PHASES, min_size=3, max_size=3),
+    codes=st.lists(st.sampled_from([1, 137, 143]), min_size=3, max_size=3),
+    order=st.permutations([0, 1, 2]),
+    policy=st.sampled_from(["Never", "OnFailure", "ExitCode", "Always"]),
+)
+def test_same_observations_same_plan_in_any_order(
+    phases: list[str], codes: list[int], order: list[int], policy: str
+) -> None:
+    job = spec(policy)
+    keys = [("master", 0), ("worker", 0), ("worker", 1)]
+    pods = [pod(k, i, phases[n], codes[n]) for n, (k, i) in enumerate(keys)]
+    status = settle(job, all_pods(job))
+    first = observe(job, pods, status)
+    second = observe(job, [pods[i] for i in order], status)
+    assert first.status == second.status
+    assert sorted(first.delete_pods) == sorted(second.delete_pods)
+    assert first.create_pods == second.create_pods
+    if not first.delete_pods and not first.create_pods:
+        assert observe(job, pods, first.status).status == first.status, "status must settle"
+
+
+def test_conditions_keep_their_transition_time() -> None:
+    job = spec()
+    first = observe(job, all_pods(job))
+    later = observe(job, all_pods(job), first.status, now=NOW + timedelta(minutes=5))
+    assert later.status["conditions"] == first.status["conditions"]
+    assert later.status == first.status
+
+
+def test_view_pod_reads_labels_annotations_and_exit_code() -> None:
+    raw = {
+        "metadata": {
+            "name": "j-worker-1",
+            "uid": "u",
+            "labels": {constants.LABEL_REPLICA_TYPE: "worker", constants.LABEL_REPLICA_INDEX: "1"},
+            "annotations": {constants.ANNOTATION_BACKOFF_COUNT: "2"},
+        },
+        "spec": {"containers": [{"name": "side"}, {"name": "python"}]},
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [
+                {"name": "side", "state": {"terminated": {"exitCode": 0}}},
+                {"name": "python", "state": {"terminated": {"exitCode": 137}}},
+            ],
+        },
+    }
+    view = view_pod(raw)
+    assert view is not None
+    assert (view.replica_type, view.index, view.phase, view.exit_code, view.backoff_count) == (
+        "worker",
+        1,
+        "Failed",
+        137,
+        2,
+    )
+    assert view_pod({"metadata": {"name": "x"}}) is None
