@@ -15,6 +15,8 @@ import pytest
 from kubernetes_asyncio import client, config
 from support import ControlPlane
 from support.controlplane import write_to_stderr
+from support.operator import OPT_IN_LABEL, start_webhook, stop_webhook, wait_until_admitting
+from support.processes import ServiceProcess
 
 E2E_DIR = Path(__file__).parent
 DNS_LABEL_MAX = 63
@@ -112,3 +114,21 @@ def crd(control_plane: ControlPlane) -> None:
     while control_plane.kubectl("explain", "ptj", check=False).returncode != 0:
         assert time.monotonic() < deadline, "the CRD's OpenAPI schema was never published"
         time.sleep(0.2)
+
+
+@pytest.fixture(scope="session")
+def webhook_server(control_plane: ControlPlane, crd: None) -> Iterator[ServiceProcess]:
+    """The webhook as a process, registered for namespaces labelled to opt in."""
+    server = start_webhook(control_plane)
+    yield server
+    stop_webhook(control_plane, server)
+
+
+@pytest.fixture
+def admitted_namespace(
+    control_plane: ControlPlane, namespace: str, webhook_server: ServiceProcess
+) -> str:
+    """A fresh namespace whose jobs and pods go through the webhook."""
+    control_plane.kubectl("label", "namespace", namespace, f"{OPT_IN_LABEL}=on")
+    wait_until_admitting(control_plane, namespace)
+    return namespace

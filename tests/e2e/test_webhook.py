@@ -9,179 +9,25 @@ import json
 import socket
 import ssl
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
-import yaml
 from kubernetes_asyncio import client
 from support import ControlPlane
+from support.operator import (
+    RECONCILER,
+    SECRET,
+    SYSTEM_NAMESPACE,
+    job_manifest,
+    webhook_port,
+)
 from support.processes import ServiceProcess
 
 from torchjob.api import constants
 from torchjob.webhook.certificates import bundle_from_secret_data, renew, secret_data
 
 DATA = Path(__file__).parents[1] / "data" / "t9k"
-SYSTEM_NAMESPACE = "torchjob-system"
-RECONCILER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:torchjob-reconciler"
-OPT_IN_LABEL = "torchjob.test/webhook"
-MUTATING, VALIDATING = "torchjob-mutating-e2e", "torchjob-validating-e2e"
-SECRET = "torchjob-webhook-tls"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def webhook(
-    name: str, url: str, resources: str, operations: list[str], **extra: Any
-) -> dict[str, Any]:
-    group, version = ("", "v1") if resources == "pods" else ("batch.tensorstack.dev", "v1beta1")
-    return {
-        "name": name,
-        "clientConfig": {"url": url},
-        "rules": [
-            {
-                "apiGroups": [group],
-                "apiVersions": [version],
-                "operations": operations,
-                "resources": [resources],
-                "scope": "Namespaced",
-            }
-        ],
-        "admissionReviewVersions": ["v1"],
-        "sideEffects": "None",
-        "failurePolicy": "Fail",
-        "timeoutSeconds": 5,
-        "namespaceSelector": {"matchLabels": {OPT_IN_LABEL: "on"}},
-        **extra,
-    }
-
-
-def configurations(port: int) -> list[dict[str, Any]]:
-    base = f"https://127.0.0.1:{port}"
-    job_selector = {"matchExpressions": [{"key": constants.LABEL_JOB_NAME, "operator": "Exists"}]}
-    return [
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": MUTATING},
-            "webhooks": [
-                webhook(
-                    "jobs.mutate.torchjob.dev",
-                    f"{base}/mutate/pytorchtrainingjobs",
-                    "pytorchtrainingjobs",
-                    ["CREATE", "UPDATE"],
-                ),
-                webhook(
-                    "pods.mutate.torchjob.dev",
-                    f"{base}/mutate/pods",
-                    "pods",
-                    ["CREATE"],
-                    objectSelector=job_selector,
-                    reinvocationPolicy="IfNeeded",
-                ),
-            ],
-        },
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": VALIDATING},
-            "webhooks": [
-                webhook(
-                    "jobs.validate.torchjob.dev",
-                    f"{base}/validate/pytorchtrainingjobs",
-                    "pytorchtrainingjobs",
-                    ["CREATE", "UPDATE"],
-                )
-            ],
-        },
-    ]
-
-
-def job_manifest(stem: str = "torchrun", name: str | None = None) -> dict[str, Any]:
-    data = yaml.safe_load((DATA / f"{stem}.yaml").read_text())
-    assert isinstance(data, dict)
-    if name:
-        data["metadata"]["name"] = name
-    return data
-
-
-def kubectl_json(
-    control_plane: ControlPlane, *args: str, input: str | None = None, **kw: Any
-) -> Any:
-    return control_plane.kubectl(*args, input=input, **kw)
-
-
-def wait_until_admitting(control_plane: ControlPlane, namespace: str, timeout: float = 30) -> None:
-    """The apiserver reads the patched caBundle asynchronously: wait until a call goes through."""
-    deadline = time.monotonic() + timeout
-    probe = json.dumps(job_manifest("basic", "admission-probe"))
-    while True:
-        result = control_plane.kubectl(
-            "create", "--dry-run=server", "-n", namespace, "-f", "-", input=probe, check=False
-        )
-        if result.returncode == 0:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the webhook never admitted a job: {result.stderr}")
-        time.sleep(0.3)
-
-
-@pytest.fixture(scope="module")
-def webhook_server(control_plane: ControlPlane, crd: None) -> Iterator[ServiceProcess]:
-    port, probe_port = free_port(), free_port()
-    control_plane.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
-    for config in configurations(port):
-        control_plane.kubectl("apply", "-f", "-", input=json.dumps(config))
-    args = [
-        "--namespace",
-        SYSTEM_NAMESPACE,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--probe-port",
-        str(probe_port),
-        "--ip-addresses",
-        "127.0.0.1",
-        "--extra-dns-names",
-        "localhost",
-        "--mutating-config",
-        MUTATING,
-        "--validating-config",
-        VALIDATING,
-        "--pod-creators",
-        RECONCILER,
-        "--kubeconfig",
-        str(control_plane.kubeconfig),
-        "--rotate-check-seconds",
-        "0.5",
-    ]
-    server = ServiceProcess("torchjob.webhook", args, probe_port)
-    try:
-        server.start().wait_ready()
-        yield server
-    finally:
-        server.close()
-        for kind, name in (
-            ("mutatingwebhookconfiguration", MUTATING),
-            ("validatingwebhookconfiguration", VALIDATING),
-        ):
-            control_plane.kubectl("delete", kind, name, "--ignore-not-found", check=False)
-
-
-@pytest.fixture
-def admitted_namespace(
-    control_plane: ControlPlane, namespace: str, webhook_server: ServiceProcess
-) -> str:
-    control_plane.kubectl("label", "namespace", namespace, f"{OPT_IN_LABEL}=on")
-    wait_until_admitting(control_plane, namespace)
-    return namespace
 
 
 def test_defaults_are_stored_and_a_reapply_changes_nothing(
@@ -345,7 +191,7 @@ async def test_certificate_rotation_loses_no_admission(
     kube_client: client.ApiClient,
     webhook_server: ServiceProcess,
 ) -> None:
-    port = int(webhook_server.argv[webhook_server.argv.index("--port") + 1])
+    port = webhook_port(webhook_server)
     before = served_certificate(port)
     core = client.CoreV1Api(kube_client)
     secret = await core.read_namespaced_secret(SECRET, SYSTEM_NAMESPACE)

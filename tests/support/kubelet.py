@@ -1,0 +1,77 @@
+"""Plays the kubelet in e2e tests: there is no node, so a test moves a pod through its phases by
+patching its status, as a kubelet would report them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes_asyncio import client
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _container_names(pod: Any) -> list[str]:
+    return [c.name for c in pod.spec.containers]
+
+
+class TestKubelet:
+    """Status patches for the pods of one namespace."""
+
+    __test__ = False  # not a test class, whatever its name says
+
+    def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.namespace = namespace
+
+    async def _patch(self, name: str, status: dict[str, Any]) -> None:
+        await self.core.patch_namespaced_pod_status(name, self.namespace, {"status": status})
+
+    async def run(self, name: str) -> None:
+        pod = await self.core.read_namespaced_pod(name, self.namespace)
+        running = [
+            {
+                "name": n,
+                "ready": True,
+                "restartCount": 0,
+                "image": "i",
+                "imageID": "",
+                "state": {"running": {"startedAt": _now()}},
+            }
+            for n in _container_names(pod)
+        ]
+        await self._patch(
+            name,
+            {
+                "phase": "Running",
+                "podIP": "10.1.0.1",
+                "startTime": _now(),
+                "containerStatuses": running,
+            },
+        )
+
+    async def finish(self, name: str, exit_code: int) -> None:
+        """Every container terminates with `exit_code`; the phase follows from it."""
+        pod = await self.core.read_namespaced_pod(name, self.namespace)
+        terminated = [
+            {
+                "name": n,
+                "ready": False,
+                "restartCount": 0,
+                "image": "i",
+                "imageID": "",
+                "state": {
+                    "terminated": {
+                        "exitCode": exit_code,
+                        "reason": "Completed" if exit_code == 0 else "Error",
+                        "startedAt": _now(),
+                        "finishedAt": _now(),
+                    }
+                },
+            }
+            for n in _container_names(pod)
+        ]
+        phase = "Succeeded" if exit_code == 0 else "Failed"
+        await self._patch(name, {"phase": phase, "containerStatuses": terminated})

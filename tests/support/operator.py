@@ -1,0 +1,147 @@
+"""The operator as e2e tests run it: the webhook registered with the real apiserver through real
+webhook configurations (URL client config; the webhook patches in its own caBundle), and the
+services as processes."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from support.controlplane import ControlPlane, free_port
+from support.processes import ServiceProcess
+from torchjob.api import constants
+
+DATA = Path(__file__).parents[1] / "data" / "t9k"
+SYSTEM_NAMESPACE = "torchjob-system"
+RECONCILER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:torchjob-reconciler"
+OPT_IN_LABEL = "torchjob.test/webhook"
+MUTATING, VALIDATING = "torchjob-mutating-e2e", "torchjob-validating-e2e"
+SECRET = "torchjob-webhook-tls"
+
+
+def webhook(
+    name: str, url: str, resources: str, operations: list[str], **extra: Any
+) -> dict[str, Any]:
+    group, version = ("", "v1") if resources == "pods" else ("batch.tensorstack.dev", "v1beta1")
+    return {
+        "name": name,
+        "clientConfig": {"url": url},
+        "rules": [
+            {
+                "apiGroups": [group],
+                "apiVersions": [version],
+                "operations": operations,
+                "resources": [resources],
+                "scope": "Namespaced",
+            }
+        ],
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "failurePolicy": "Fail",
+        "timeoutSeconds": 5,
+        "namespaceSelector": {"matchLabels": {OPT_IN_LABEL: "on"}},
+        **extra,
+    }
+
+
+def configurations(port: int) -> list[dict[str, Any]]:
+    base = f"https://127.0.0.1:{port}"
+    job_selector = {"matchExpressions": [{"key": constants.LABEL_JOB_NAME, "operator": "Exists"}]}
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": MUTATING},
+            "webhooks": [
+                webhook(
+                    "jobs.mutate.torchjob.dev",
+                    f"{base}/mutate/pytorchtrainingjobs",
+                    "pytorchtrainingjobs",
+                    ["CREATE", "UPDATE"],
+                ),
+                webhook(
+                    "pods.mutate.torchjob.dev",
+                    f"{base}/mutate/pods",
+                    "pods",
+                    ["CREATE"],
+                    objectSelector=job_selector,
+                    reinvocationPolicy="IfNeeded",
+                ),
+            ],
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": VALIDATING},
+            "webhooks": [
+                webhook(
+                    "jobs.validate.torchjob.dev",
+                    f"{base}/validate/pytorchtrainingjobs",
+                    "pytorchtrainingjobs",
+                    ["CREATE", "UPDATE"],
+                )
+            ],
+        },
+    ]
+
+
+def job_manifest(stem: str = "torchrun", name: str | None = None) -> dict[str, Any]:
+    data = yaml.safe_load((DATA / f"{stem}.yaml").read_text())
+    assert isinstance(data, dict)
+    if name:
+        data["metadata"]["name"] = name
+    return data
+
+
+def wait_until_admitting(control_plane: ControlPlane, namespace: str, timeout: float = 30) -> None:
+    """The apiserver reads the patched caBundle asynchronously: wait until a call goes through."""
+    deadline = time.monotonic() + timeout
+    probe = json.dumps(job_manifest("basic", "admission-probe"))
+    while True:
+        result = control_plane.kubectl(
+            "create", "--dry-run=server", "-n", namespace, "-f", "-", input=probe, check=False
+        )
+        if result.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the webhook never admitted a job: {result.stderr}")
+        time.sleep(0.3)
+
+
+def start_webhook(control_plane: ControlPlane) -> ServiceProcess:
+    """Register the webhook configurations and start the webhook; ready when it serves."""
+    port, probe_port = free_port(), free_port()
+    control_plane.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
+    for config in configurations(port):
+        control_plane.kubectl("apply", "-f", "-", input=json.dumps(config))
+    args = [
+        *("--namespace", SYSTEM_NAMESPACE, "--host", "127.0.0.1", "--port", str(port)),
+        *("--probe-port", str(probe_port), "--ip-addresses", "127.0.0.1"),
+        *("--extra-dns-names", "localhost", "--mutating-config", MUTATING),
+        *("--validating-config", VALIDATING, "--pod-creators", RECONCILER),
+        *("--kubeconfig", str(control_plane.kubeconfig), "--rotate-check-seconds", "0.5"),
+    ]
+    server = ServiceProcess("torchjob.webhook", args, probe_port)
+    try:
+        server.start().wait_ready()
+    except BaseException:
+        server.close()
+        raise
+    return server
+
+
+def stop_webhook(control_plane: ControlPlane, server: ServiceProcess) -> None:
+    server.close()
+    for kind, name in (
+        ("mutatingwebhookconfiguration", MUTATING),
+        ("validatingwebhookconfiguration", VALIDATING),
+    ):
+        control_plane.kubectl("delete", kind, name, "--ignore-not-found", check=False)
+
+
+def webhook_port(server: ServiceProcess) -> int:
+    return int(server.argv[server.argv.index("--port") + 1])
