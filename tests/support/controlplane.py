@@ -231,6 +231,7 @@ class ControlPlane:
         controllers: Sequence[str] = DEFAULT_CONTROLLERS,
         announce: Callable[[str], None] = write_to_stderr,
         startup_timeout: float = STARTUP_TIMEOUT,
+        extra_apiserver_args: Sequence[str] = (),
     ) -> None:
         self.binaries = binaries or Binaries.locate()
         self._announce = announce
@@ -239,6 +240,7 @@ class ControlPlane:
         self.dir = Path(tempfile.mkdtemp(prefix="torchjob-control-plane-"))
         try:
             self._prepare(controllers)
+            self._apiserver.argv.extend(extra_apiserver_args)
         except BaseException:
             shutil.rmtree(self.dir, ignore_errors=True)
             raise

@@ -6,10 +6,10 @@ JSONPatch that turns the user's object into the defaulted one. Applying it twice
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from torchjob.api import types
+from torchjob.api.jsoncopy import json_copy
 from torchjob.api.model import Model
 
 JsonPatch = list[dict[str, Any]]
@@ -27,7 +27,7 @@ def pointer(*parts: str | int) -> str:
 
 def default_job(job: dict[str, Any]) -> tuple[dict[str, Any], JsonPatch]:
     """The defaulted copy of `job` and the JSONPatch (`add` operations only) that makes it."""
-    out = copy.deepcopy(job)
+    out = json_copy(job)
     patch: JsonPatch = []
     spec = out.get("spec")
     if isinstance(spec, dict):
@@ -45,7 +45,7 @@ def _default_object(
     for info in model.FIELDS:
         value = obj.get(info.key)
         if value is None and info.default is not None:
-            obj[info.key] = copy.deepcopy(info.default)
+            obj[info.key] = json_copy(info.default)
             patch.append({"op": "add", "path": pointer(*path, info.key), "value": info.default})
         elif info.kind == "message":
             _default_child(types_by_name(info.ref), value, (*path, info.key), info.repeated, patch)

@@ -9,11 +9,11 @@ pause replace the command and may drop the init containers.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any
 
 from torchjob.api import constants, queries
+from torchjob.api.jsoncopy import json_copy
 from torchjob.api.types import PyTorchTrainingJob, PyTorchTrainingJobSpec, ReplicaSpec
 from torchjob.render.environment import replica_env, torchrun_argv
 from torchjob.render.topology import DEFAULT_MASTER_PORT, MASTER_PORT_NAME, Replica, replicas_of
@@ -37,7 +37,7 @@ def rewrite_pod(job: PyTorchTrainingJob, pod: dict[str, Any]) -> Rewrite:
     meta = job.metadata or {}
     labels = (pod.get("metadata") or {}).get("labels") or {}
     replica, replica_spec = _locate(spec, labels)
-    out = copy.deepcopy(pod)
+    out = json_copy(pod)
     pod_spec = out.setdefault("spec", {})
     container_index, _ = queries.training_container(replica_spec_with(pod_spec))
     containers = pod_spec.get("containers") or []

@@ -7,10 +7,10 @@ reconciler sends stays close to what the user wrote.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from torchjob.api import constants
+from torchjob.api.jsoncopy import json_copy
 from torchjob.api.types import API_VERSION, KIND, PyTorchTrainingJobSpec
 from torchjob.render.topology import DEFAULT_MASTER_PORT, MASTER_PORT_NAME, Replica, replica_name
 
@@ -50,8 +50,8 @@ def render_pod(
     """The replica's pod as the reconciler creates it."""
     replica_spec = next(r for r in spec.replica_specs or [] if r.type == replica.type)
     template = replica_spec.template
-    metadata = copy.deepcopy(template.metadata or {}) if template else {}
-    pod_spec = copy.deepcopy(template.spec or {}) if template else {}
+    metadata = json_copy(template.metadata or {}) if template else {}
+    pod_spec = json_copy(template.spec or {}) if template else {}
     name = replica_name(job_meta["name"], replica.type, replica.index)
     labels = {**(metadata.get("labels") or {}), **replica_labels(job_meta["name"], replica)}
     t9k = spec.scheduler.t9k_scheduler if spec.scheduler else None

@@ -1,0 +1,182 @@
+"""Kubernetes Events about the objects we manage, through the events.k8s.io/v1 API.
+
+events.k8s.io/v1 and core/v1 Events are two views of one stored resource: what is written here
+is listed by `kubectl get events` and shown by `kubectl describe` (with `regarding` seen as
+`involvedObject`). The newer API is used for its `series`, which aggregates repeats of one event
+into a count on a single object, as client-go's events recorder does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import structlog
+from kubernetes_asyncio import client
+
+from torchjob.kube.errors import NotFound, translated
+
+log = structlog.get_logger("torchjob.kube.events")
+
+EventType = Literal["Normal", "Warning"]
+
+# client-go's window: a repeat within six minutes of the last one joins its series.
+SERIES_WINDOW = 360.0
+MAX_SERIES = 4096
+# Limits the apiserver enforces on events.k8s.io/v1 Events.
+NOTE_LIMIT = 1024
+REASON_LIMIT = 128
+
+_SeriesKey = tuple[str, str, str, str, str, str]
+
+
+@dataclass
+class _Series:
+    """One Event object and how often it has been recorded."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    name: str | None = None
+    count: int = 0
+    last_seen: float = 0.0
+
+
+def _micro_time() -> str:
+    # The exact layout of metav1.MicroTime: six fractional digits and a literal Z.
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _reference(obj: dict[str, Any]) -> dict[str, Any]:
+    metadata = obj.get("metadata") or {}
+    reference = {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "name": metadata.get("name"),
+        "namespace": metadata.get("namespace"),
+        "uid": metadata.get("uid"),
+    }
+    return {key: value for key, value in reference.items() if value}
+
+
+class EventRecorder:
+    """Records Events as `component` (the reporting controller) on `host` (its instance)."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        component: str,
+        host: str,
+        *,
+        series_window: float = SERIES_WINDOW,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._events = client.EventsV1Api(api_client)
+        self._component = component
+        self._host = host
+        self._window = series_window
+        self._clock = clock
+        # Least recently recorded first, so stale and surplus series are dropped from the front.
+        self._series: OrderedDict[_SeriesKey, _Series] = OrderedDict()
+
+    async def record(
+        self, obj: dict[str, Any], event_type: EventType, reason: str, message: str
+    ) -> None:
+        """Record an Event about `obj`; a repeat of a recent one raises its series count.
+        Never raises: an Event is worth less than the work that reports it."""
+        try:
+            await self._record(obj, event_type, reason, message[:NOTE_LIMIT])
+        except Exception:
+            log.warning(
+                "could not record an event",
+                regarding=(obj.get("metadata") or {}).get("name"),
+                reason=reason,
+                event_message=message,
+                exc_info=True,
+            )
+
+    async def _record(
+        self, obj: dict[str, Any], event_type: EventType, reason: str, note: str
+    ) -> None:
+        regarding = _reference(obj)
+        # Events about cluster-scoped objects live in `default`, as the apiserver requires.
+        namespace = regarding.get("namespace") or "default"
+        identity = regarding.get("uid") or regarding.get("name", "")
+        series = self._series_for(
+            (namespace, regarding.get("kind", ""), identity, event_type, reason, note)
+        )
+        async with series.lock:
+            await self._write(series, namespace, regarding, event_type, reason, note)
+
+    def _series_for(self, key: _SeriesKey) -> _Series:
+        now = self._clock()
+        series = self._series.get(key)
+        if series is None or now - series.last_seen > self._window:
+            series = _Series()
+            self._series[key] = series
+        series.last_seen = now
+        self._series.move_to_end(key)
+        self._forget_stale(now)
+        return series
+
+    def _forget_stale(self, now: float) -> None:
+        while self._series:
+            oldest = next(iter(self._series.values()))
+            if len(self._series) <= MAX_SERIES and now - oldest.last_seen <= self._window:
+                return
+            self._series.popitem(last=False)
+
+    async def _write(
+        self,
+        series: _Series,
+        namespace: str,
+        regarding: dict[str, Any],
+        event_type: EventType,
+        reason: str,
+        note: str,
+    ) -> None:
+        if series.name is not None:
+            try:
+                await self._count_repeat(namespace, series.name, series.count + 1)
+                series.count += 1
+                return
+            except NotFound:
+                pass  # the Event expired (its TTL is an hour): start a new one
+        series.name = await self._create(namespace, regarding, event_type, reason, note)
+        series.count = 1
+
+    async def _create(
+        self,
+        namespace: str,
+        regarding: dict[str, Any],
+        event_type: EventType,
+        reason: str,
+        note: str,
+    ) -> str:
+        # client-go's naming: the object's name and the time in hex, unique per recorder.
+        name = f"{regarding.get('name', 'unknown')}.{time.time_ns():x}"
+        # The client sends a dict as it is, with our exact MicroTime strings.
+        body: Any = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": namespace},
+            "eventTime": _micro_time(),
+            "reportingController": self._component,
+            "reportingInstance": self._host,
+            "action": reason[:REASON_LIMIT],
+            "reason": reason[:REASON_LIMIT],
+            "note": note,
+            "type": event_type,
+            "regarding": regarding,
+        }
+        async with translated():
+            await self._events.create_namespaced_event(namespace, body)
+        return name
+
+    async def _count_repeat(self, namespace: str, name: str, count: int) -> None:
+        body = {"series": {"count": count, "lastObservedTime": _micro_time()}}
+        async with translated():
+            await self._events.patch_namespaced_event(name, namespace, body)

@@ -1,0 +1,372 @@
+"""An informer: a cache of one kind of object kept current by list-then-watch, with secondary
+indexes and event handlers.
+
+The watch stream is read here rather than through kubernetes-asyncio's `watch.Watch`: that one
+retries a 410 Gone once and then raises, splits lines with a reader that fails on large objects,
+and builds model objects. Objects are kept as the plain dicts orjson parses, which is several
+times smaller and faster to build than the client's models when thousands of pods are cached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import random
+from collections.abc import AsyncGenerator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+import structlog
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from torchjob.kube.errors import Gone, KubeError, from_api_exception
+
+KubeObject = dict[str, Any]
+IndexFunc = Callable[[KubeObject], list[str]]
+ObjectKey = tuple[str, str]  # (namespace, name); the namespace is "" for cluster-scoped objects
+
+LOGGER_NAME = "torchjob.kube.informer"
+
+# The apiserver ends a watch after timeoutSeconds; a random length spreads the re-watches of
+# many informers, as client-go does.
+WATCH_SECONDS = (300, 600)
+# Bookmarks arrive about once a minute, so a read this long without a byte means a dead peer.
+READ_TIMEOUT_MARGIN = 60.0
+CONNECT_TIMEOUT = 10.0
+LIST_READ_TIMEOUT = 60.0
+DEFAULT_PAGE_SIZE = 500
+
+# Failures after which the informer resumes the watch (after a backoff) instead of re-listing.
+RETRYABLE = (KubeError, aiohttp.ClientError, asyncio.TimeoutError, OSError, orjson.JSONDecodeError)
+
+
+@dataclass(frozen=True)
+class ResourceKind:
+    """A kind to list and watch, by its REST coordinates; the core group is ""."""
+
+    group: str
+    version: str
+    plural: str
+
+    def path(self, namespace: str | None) -> str:
+        root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        scope = f"/namespaces/{namespace}" if namespace else ""
+        return f"{root}{scope}/{self.plural}"
+
+
+def controller_uid(obj: KubeObject) -> list[str]:
+    """Index function: the uid of the object's controller (its ownerReference with
+    `controller: true`), so a controller finds what it owns without a LIST."""
+    for reference in obj.get("metadata", {}).get("ownerReferences") or ():
+        if reference.get("controller"):
+            return [reference["uid"]]
+    return []
+
+
+def object_key(obj: KubeObject) -> ObjectKey:
+    metadata = obj["metadata"]
+    return metadata.get("namespace", ""), metadata["name"]
+
+
+class _Backoff:
+    def __init__(self, base: float, cap: float) -> None:
+        self._base = base
+        self._cap = cap
+        self._next = base
+
+    def reset(self) -> None:
+        self._next = self._base
+
+    def next(self) -> float:
+        delay = self._next
+        self._next = min(self._cap, self._next * 2)
+        # Jitter keeps informers that lost the apiserver together from returning together.
+        return delay * random.uniform(0.8, 1.2)
+
+
+class _Store:
+    """The cached objects by namespace and name, and each index's value -> keys."""
+
+    def __init__(self, indexers: Mapping[str, IndexFunc]) -> None:
+        self.indexers = dict(indexers)
+        self.by_namespace: dict[str, dict[str, KubeObject]] = {}
+        self.indices: dict[str, dict[str, set[ObjectKey]]] = {name: {} for name in indexers}
+
+    def get(self, key: ObjectKey) -> KubeObject | None:
+        namespace, name = key
+        return self.by_namespace.get(namespace, {}).get(name)
+
+    def keys(self) -> set[ObjectKey]:
+        return {(ns, name) for ns, objects in self.by_namespace.items() for name in objects}
+
+    def put(self, obj: KubeObject) -> KubeObject | None:
+        key = object_key(obj)
+        old = self.remove(key)
+        self.by_namespace.setdefault(key[0], {})[key[1]] = obj
+        self._index(key, obj)
+        return old
+
+    def remove(self, key: ObjectKey) -> KubeObject | None:
+        namespace, name = key
+        objects = self.by_namespace.get(namespace, {})
+        old = objects.pop(name, None)
+        if old is None:
+            return None
+        if not objects:
+            del self.by_namespace[namespace]
+        self._unindex(key, old)
+        return old
+
+    def _index(self, key: ObjectKey, obj: KubeObject) -> None:
+        for index, values_of in self.indexers.items():
+            for value in values_of(obj):
+                self.indices[index].setdefault(value, set()).add(key)
+
+    def _unindex(self, key: ObjectKey, obj: KubeObject) -> None:
+        # Index functions are pure, so the old object yields the values it was filed under.
+        for index, values_of in self.indexers.items():
+            keys_by_value = self.indices[index]
+            for value in values_of(obj):
+                keys = keys_by_value.get(value)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del keys_by_value[value]
+
+
+class Informer:
+    """Lists, then watches from the list's resourceVersion, keeping a cache and calling the
+    handlers for every change. After a 410 Gone it lists again and reports the difference
+    (including objects deleted while it could not watch); after any other failure it resumes
+    the watch from the last resourceVersion it saw, with a capped backoff.
+
+    Handlers are synchronous and run after the cache has been updated. They should only enqueue
+    work; an exception in one is logged and the informer carries on. An object a re-list finds
+    unchanged (same resourceVersion) is not reported again.
+    """
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        kind: ResourceKind,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        indexers: Mapping[str, IndexFunc] | None = None,
+        on_add: Callable[[KubeObject], None] | None = None,
+        on_update: Callable[[KubeObject, KubeObject], None] | None = None,
+        on_delete: Callable[[KubeObject], None] | None = None,
+        retry_base: float = 0.2,
+        retry_cap: float = 30.0,
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> None:
+        self._api = api_client
+        self._path = kind.path(namespace)
+        self._label_selector = label_selector
+        self._on_add = on_add
+        self._on_update = on_update
+        self._on_delete = on_delete
+        self._backoff = _Backoff(retry_base, retry_cap)
+        self._page_size = page_size
+        self._store = _Store(indexers or {})
+        self._resource_version: str | None = None
+        # A lazy logger, so that logging configured after construction still applies.
+        self._log = structlog.get_logger(
+            LOGGER_NAME, resource=self._path, label_selector=label_selector
+        )
+        self.synced = asyncio.Event()
+
+    # -- the cache -------------------------------------------------------------------------------
+
+    def get(self, namespace: str, name: str) -> KubeObject | None:
+        """The cached object; pass "" as the namespace of a cluster-scoped one."""
+        return self._store.get((namespace, name))
+
+    def by_index(self, index: str, value: str) -> builtins.list[KubeObject]:
+        keys = self._store.indices[index].get(value, ())
+        return [obj for key in keys if (obj := self._store.get(key)) is not None]
+
+    def list(self, namespace: str | None = None) -> builtins.list[KubeObject]:
+        if namespace is None:
+            return [
+                obj for objects in self._store.by_namespace.values() for obj in objects.values()
+            ]
+        return builtins.list(self._store.by_namespace.get(namespace, {}).values())
+
+    # -- list and watch --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Keep the cache current until cancelled."""
+        while True:
+            try:
+                if self._resource_version is None:
+                    await self._relist()
+                await self._watch()
+                # The apiserver ended the watch at its timeout: a healthy stream, so only the
+                # shortest pause. Resuming from the resourceVersion loses nothing meanwhile.
+                self._backoff.reset()
+            except Gone:
+                self._log.info("resource version expired; listing again")
+                self._resource_version = None
+                continue
+            except RETRYABLE as error:
+                self._log.warning(
+                    "list or watch failed; retrying",
+                    error=f"{type(error).__name__}: {error}",
+                    resource_version=self._resource_version,
+                )
+            await asyncio.sleep(self._backoff.next())
+
+    async def _relist(self) -> None:
+        objects, resource_version = await self._list_all()
+        self._replace(objects)
+        self._resource_version = resource_version
+        self._log.info("listed", objects=len(objects), resource_version=resource_version)
+        self.synced.set()
+
+    async def _list_all(self) -> tuple[builtins.list[KubeObject], str]:
+        """Every object, a page at a time, and the resourceVersion the pages are consistent at."""
+        objects: builtins.list[KubeObject] = []
+        continue_token = ""
+        while True:
+            query = {"limit": str(self._page_size), "continue": continue_token}
+            page = orjson.loads(await self._get_body(query))
+            objects.extend(_items_of(page))
+            metadata = page.get("metadata") or {}
+            continue_token = metadata.get("continue") or ""
+            if not continue_token:
+                return objects, metadata["resourceVersion"]
+
+    def _replace(self, objects: builtins.list[KubeObject]) -> None:
+        vanished = self._store.keys() - {object_key(obj) for obj in objects}
+        for key in vanished:
+            old = self._store.remove(key)
+            if old is not None:
+                self._notify(self._on_delete, old)
+        for obj in objects:
+            old = self._store.put(obj)
+            if old is None:
+                self._notify(self._on_add, obj)
+            elif _resource_version_of(old) != _resource_version_of(obj):
+                self._notify(self._on_update, old, obj)
+
+    async def _watch(self) -> None:
+        assert self._resource_version is not None
+        seconds = random.randint(*WATCH_SECONDS)
+        query = {
+            "watch": "true",
+            "resourceVersion": self._resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(seconds),
+        }
+        response = await self._request(query, read_seconds=seconds + READ_TIMEOUT_MARGIN)
+        try:
+            async with contextlib.aclosing(_lines(response.content)) as lines:
+                async for line in lines:
+                    self._apply(orjson.loads(line))
+                    self._backoff.reset()
+        finally:
+            response.close()
+
+    def _apply(self, event: KubeObject) -> None:
+        kind, obj = event["type"], event["object"]
+        if kind == "ERROR":
+            raise _status_error(obj)
+        self._resource_version = _resource_version_of(obj)
+        if kind == "BOOKMARK":
+            return
+        _strip(obj)
+        if kind == "DELETED":
+            self._store.remove(object_key(obj))
+            self._notify(self._on_delete, obj)
+            return
+        old = self._store.put(obj)
+        if old is None:
+            self._notify(self._on_add, obj)
+        else:
+            self._notify(self._on_update, old, obj)
+
+    def _notify(self, handler: Callable[..., None] | None, *objects: KubeObject) -> None:
+        if handler is None:
+            return
+        try:
+            handler(*objects)
+        except Exception:
+            self._log.exception("event handler failed", handler=getattr(handler, "__name__", None))
+
+    # -- HTTP ------------------------------------------------------------------------------------
+
+    async def _get_body(self, query: dict[str, str]) -> bytes:
+        response = await self._request(query, read_seconds=LIST_READ_TIMEOUT)
+        try:
+            return await response.read()
+        finally:
+            response.release()
+
+    async def _request(self, query: dict[str, str], read_seconds: float) -> aiohttp.ClientResponse:
+        """GET the collection; a non-2xx answer is raised as one of our KubeErrors. A read that
+        waits longer than `read_seconds` for the next byte fails."""
+        if self._label_selector:
+            query = {**query, "labelSelector": self._label_selector}
+        response: aiohttp.ClientResponse = await self._api.call_api(
+            self._path,
+            "GET",
+            query_params=[(key, value) for key, value in query.items() if value],
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=aiohttp.ClientTimeout(
+                sock_connect=CONNECT_TIMEOUT, sock_read=read_seconds
+            ),
+        )
+        if response.status < 300:
+            return response
+        try:
+            body = await response.read()
+        finally:
+            response.release()
+        error = ApiException(status=response.status, reason=response.reason)
+        error.body = body
+        raise from_api_exception(error)
+
+
+async def _lines(content: aiohttp.StreamReader) -> AsyncGenerator[bytes, None]:
+    """The stream's newline-separated JSON documents, however large each one is."""
+    pending = b""
+    async for chunk in content.iter_any():
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        for line in complete:
+            if line.strip():
+                yield line
+
+
+def _items_of(page: KubeObject) -> builtins.list[KubeObject]:
+    # List items carry no apiVersion and kind; consumers of the cache (event recorders, owner
+    # references) need them, and watch events have them, so the cache is uniform.
+    kind = str(page.get("kind", "")).removesuffix("List")
+    items: builtins.list[KubeObject] = page.get("items") or []
+    for item in items:
+        item.setdefault("apiVersion", page.get("apiVersion"))
+        item.setdefault("kind", kind)
+        _strip(item)
+    return items
+
+
+def _strip(obj: KubeObject) -> None:
+    # managedFields are often the largest part of an object and no controller reads them.
+    obj.get("metadata", {}).pop("managedFields", None)
+
+
+def _resource_version_of(obj: KubeObject) -> str:
+    return str(obj.get("metadata", {}).get("resourceVersion", ""))
+
+
+def _status_error(status: KubeObject) -> KubeError:
+    error = ApiException(status=int(status.get("code") or 0), reason=status.get("reason"))
+    error.body = orjson.dumps(status)
+    return from_api_exception(error)

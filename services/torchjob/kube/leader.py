@@ -1,0 +1,265 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, following client-go's algorithm.
+
+kubernetes-asyncio's `leaderelection` is not used: it cannot release the Lease on shutdown (so a
+successor waits a full lease duration), accepts only whole-second periods of at least one second,
+and writes times the apiserver's MicroTime parser does not always accept.
+
+A candidate takes the Lease when nobody holds it or when its holder has not renewed it for
+`leaseDurationSeconds` as measured by this candidate's own monotonic clock (never by comparing
+wall clocks across machines). Every write carries the resourceVersion it was based on, so of two
+candidates racing for an expired Lease exactly one wins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+import structlog
+from kubernetes_asyncio import client
+
+from torchjob.kube.errors import Conflict, KubeError, NotFound, translated
+
+LOGGER_NAME = "torchjob.kube.leader"
+log = structlog.get_logger(LOGGER_NAME)
+
+# How much later than `retry_seconds` a candidate may poll, so candidates spread out.
+JITTER = 0.2
+RETRYABLE = (KubeError, aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+def _micro_time() -> str:
+    # The exact layout of metav1.MicroTime: six fractional digits and a literal Z.
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaderElector:
+    """One candidate for one Lease. `is_leader` is true only while `lead()` may act."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        namespace: str,
+        lease_name: str,
+        identity: str,
+        *,
+        lease_seconds: float = 15,
+        renew_deadline: float = 10,
+        retry_seconds: float = 2,
+        release_on_cancel: bool = True,
+    ) -> None:
+        if not retry_seconds < renew_deadline < lease_seconds:
+            # Renewal must give up (and stop lead()) before another candidate may take over.
+            raise ValueError("need retry_seconds < renew_deadline < lease_seconds")
+        self._leases = client.CoordinationV1Api(api_client)
+        self._namespace = namespace
+        self._name = lease_name
+        self._identity = identity
+        self._lease_seconds = lease_seconds
+        self._renew_deadline = renew_deadline
+        self._retry_seconds = retry_seconds
+        self._release_on_cancel = release_on_cancel
+        self._is_leader = False
+        self._observed_version: str | None = None
+        self._observed_at = 0.0
+        # A lazy logger, so that logging configured after construction still applies.
+        self._log = structlog.get_logger(
+            LOGGER_NAME, lease=f"{namespace}/{lease_name}", identity=identity
+        )
+
+    @property
+    def is_leader(self) -> bool:
+        return self._is_leader
+
+    async def run(self, lead: Callable[[], Awaitable[None]]) -> None:
+        """Wait for the Lease, then run `lead()` while holding it.
+
+        Returns when leadership is lost (after cancelling `lead()`), or when `lead()` returns; an
+        exception from `lead()` is raised. On cancellation `lead()` is cancelled and the Lease is
+        released so that a successor need not wait for it to expire.
+        """
+        await self._acquire()
+        self._is_leader = True
+        self._log.info("became leader")
+        leading = asyncio.create_task(_call(lead), name=f"lead-{self._name}")
+        renewing = asyncio.create_task(self._renew_until_lost(), name=f"renew-{self._name}")
+        ending = "cancelled"
+        try:
+            done, _ = await asyncio.wait({leading, renewing}, return_when=asyncio.FIRST_COMPLETED)
+            ending = "lost" if renewing in done else "finished"
+        finally:
+            await self._step_down(ending, leading, renewing)
+        if ending == "lost":
+            self._log.warning("lost leadership")
+            _log_failure(leading)
+        else:
+            leading.result()
+
+    async def _step_down(self, ending: str, *tasks: asyncio.Task[None]) -> None:
+        self._is_leader = False
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks)
+        # A lost Lease is someone else's by now; releasing it could only do harm.
+        if ending == "finished" or (ending == "cancelled" and self._release_on_cancel):
+            await self._release()
+
+    async def _acquire(self) -> None:
+        while True:
+            if await self._try_acquire_or_renew():
+                return
+            await asyncio.sleep(self._retry_seconds * random.uniform(1, 1 + JITTER))
+
+    async def _renew_until_lost(self) -> None:
+        """Renew every retry period; return once renewal has failed for `renew_deadline`."""
+        renewed_at = time.monotonic()
+        while True:
+            await asyncio.sleep(self._retry_seconds)
+            remaining = self._renew_deadline - (time.monotonic() - renewed_at)
+            if remaining <= 0:
+                return
+            attempted_at = time.monotonic()
+            try:
+                async with asyncio.timeout(remaining):
+                    renewed = await self._try_acquire_or_renew()
+            except TimeoutError:
+                renewed = False
+            if renewed:
+                renewed_at = attempted_at
+
+    async def _try_acquire_or_renew(self) -> bool:
+        try:
+            lease = await self._read()
+            if lease is None:
+                await self._create()
+                return True
+            if not self._may_take(lease):
+                return False
+            await self._take(lease)
+            return True
+        except Conflict:
+            return False  # another candidate wrote first
+        except RETRYABLE as error:
+            self._log.warning(
+                "could not acquire or renew the lease", error=f"{type(error).__name__}: {error}"
+            )
+            return False
+
+    def _may_take(self, lease: client.V1Lease) -> bool:
+        holder = lease.spec.holder_identity if lease.spec else None
+        if not holder or holder == self._identity:
+            return True
+        version = lease.metadata.resource_version
+        if version != self._observed_version:
+            # Any write to the Lease is its holder renewing: its expiry starts again now.
+            self._observed_version = version
+            self._observed_at = time.monotonic()
+        duration = (lease.spec.lease_duration_seconds if lease.spec else None) or 0
+        return time.monotonic() > self._observed_at + duration
+
+    async def _read(self) -> client.V1Lease | None:
+        try:
+            async with translated():
+                lease: client.V1Lease = await self._leases.read_namespaced_lease(
+                    self._name, self._namespace
+                )
+                return lease
+        except NotFound:
+            return None
+
+    async def _create(self) -> None:
+        now = _micro_time()
+        # The client sends a dict as it is, with our exact MicroTime strings.
+        body: Any = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self._name, "namespace": self._namespace},
+            "spec": {
+                "holderIdentity": self._identity,
+                "leaseDurationSeconds": self._whole_lease_seconds(),
+                "acquireTime": now,
+                "renewTime": now,
+                "leaseTransitions": 0,
+            },
+        }
+        async with translated():
+            await self._leases.create_namespaced_lease(self._namespace, body)
+
+    async def _take(self, lease: client.V1Lease) -> None:
+        now = _micro_time()
+        spec: dict[str, Any] = {
+            "leaseDurationSeconds": self._whole_lease_seconds(),
+            "renewTime": now,
+        }
+        previous = lease.spec.holder_identity if lease.spec else None
+        if previous != self._identity:
+            transitions = (lease.spec.lease_transitions if lease.spec else None) or 0
+            spec |= {
+                "holderIdentity": self._identity,
+                "acquireTime": now,
+                "leaseTransitions": transitions + 1,
+            }
+        await self._patch(lease, spec)
+
+    async def _release(self) -> None:
+        """Give the Lease up if it is still ours; a failure only delays the successor."""
+        try:
+            async with asyncio.timeout(self._renew_deadline):
+                lease = await self._read()
+                if lease is None or not lease.spec or lease.spec.holder_identity != self._identity:
+                    return
+                # client-go's release: no holder, and a duration that has already run out.
+                spec = {"holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": _micro_time()}
+                await self._patch(lease, spec)
+            self._log.info("released the lease")
+        except RETRYABLE as error:
+            self._log.warning(
+                "could not release the lease", error=f"{type(error).__name__}: {error}"
+            )
+
+    async def _patch(self, lease: client.V1Lease, spec: dict[str, Any]) -> None:
+        # The resourceVersion makes the patch conditional: Conflict if anyone wrote since.
+        body = {"metadata": {"resourceVersion": lease.metadata.resource_version}, "spec": spec}
+        async with translated():
+            await self._leases.patch_namespaced_lease(self._name, self._namespace, body)
+
+    def _whole_lease_seconds(self) -> int:
+        return max(1, round(self._lease_seconds))
+
+
+async def _call(lead: Callable[[], Awaitable[None]]) -> None:
+    await lead()
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("lead() failed while leadership was being lost", exc_info=task.exception())
+
+
+async def run_as_leader(
+    api_client: client.ApiClient,
+    namespace: str,
+    lease_name: str,
+    identity: str,
+    lead: Callable[[], Awaitable[None]],
+    lease_seconds: float = 15,
+    renew_deadline: float = 10,
+    retry_seconds: float = 2,
+) -> None:
+    """Wait for leadership of the Lease, run `lead()`, and return once leadership is lost (the
+    caller should then exit). Use LeaderElector directly to report `is_leader` in readiness."""
+    elector = LeaderElector(
+        api_client,
+        namespace,
+        lease_name,
+        identity,
+        lease_seconds=lease_seconds,
+        renew_deadline=renew_deadline,
+        retry_seconds=retry_seconds,
+    )
+    await elector.run(lead)

@@ -1,0 +1,528 @@
+"""Admission latency: job validation and pod mutation, each next to a floor.
+
+The webhook runs as production runs it (`python -m torchjob.webhook`, its own process) against a
+real control plane, which pod mutation reads the job from. The floor is an aiohttp server with the
+same TLS set-up and certificate, in a process of its own, answering a fixed allow-all
+AdmissionReview. The same client measures both, so each ratio to the floor is the cost of the
+webhook's own work. Prints figures; the exit status says nothing about them.
+
+    .venv/bin/python tests/bench/admission.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import datetime
+import json
+import os
+import platform
+import signal
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import yaml
+
+from torchjob.api import constants, types
+from torchjob.api.defaults import default_job
+from torchjob.webhook.certificates import new_bundle
+
+TESTS_DIR = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(TESTS_DIR))
+
+from support import ControlPlane  # noqa: E402
+from support.controlplane import free_port  # noqa: E402
+from support.processes import ServiceProcess  # noqa: E402
+
+CRD = TESTS_DIR.parent / "crds" / f"{types.GROUP}_{types.PLURAL}.yaml"
+JOB_MANIFEST = TESTS_DIR / "data" / "t9k" / "torchrun.yaml"
+NAMESPACE = "default"
+LOOPBACK = "127.0.0.1"
+RECONCILER = "system:serviceaccount:torchjob-system:torchjob-reconciler"
+RECONCILER_GROUPS = [
+    "system:serviceaccounts",
+    "system:serviceaccounts:torchjob-system",
+    "system:authenticated",
+]
+TENANT = "alice"
+
+CONCURRENCIES = (1, 32)
+WARMUP_REQUESTS = 200
+WARMUP_SECONDS = 10.0
+MEASURED_REQUESTS = 2000
+MEASURE_SECONDS = 30.0
+REQUEST_TIMEOUT = 5.0
+SERVER_START_TIMEOUT = 30.0
+
+GOAL_CONCURRENCY = 32
+GOAL_RATIO = 1.5
+GOAL_P99_MS = 10.0
+
+FLOOR_SERVER = """
+import json, ssl, sys
+from aiohttp import web
+
+ALLOW = json.dumps(
+    {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+     "response": {"uid": "", "allowed": True}}
+).encode()
+
+async def allow(request):
+    await request.read()
+    return web.Response(body=ALLOW, content_type="application/json")
+
+host, port, cert_file, key_file = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.minimum_version = ssl.TLSVersion.TLSv1_2
+context.load_cert_chain(cert_file, key_file)
+app = web.Application()
+app.router.add_post("/{endpoint:.*}", allow)
+web.run_app(
+    app, host=host, port=port, ssl_context=context,
+    access_log=None, print=None, shutdown_timeout=5,
+)
+"""
+
+
+# -- certificates and servers --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    ca: Path
+    cert: Path
+    key: Path
+
+    def client_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca))
+
+
+def write_tls_files(directory: Path) -> TlsFiles:
+    """A CA and a serving certificate for 127.0.0.1, made as the webhook makes its own."""
+    bundle = new_bundle(["localhost"], [LOOPBACK], datetime.datetime.now(datetime.UTC))
+    files = TlsFiles(directory / "ca.crt", directory / "tls.crt", directory / "tls.key")
+    files.ca.write_bytes(bundle.ca_bundle_pem)
+    files.cert.write_bytes(bundle.cert_pem)
+    files.key.touch(mode=0o600)
+    files.key.write_bytes(bundle.key_pem)
+    return files
+
+
+@contextlib.contextmanager
+def floor_server(tls: TlsFiles) -> Iterator[int]:
+    port = free_port()
+    argv = [sys.executable, "-c", FLOOR_SERVER, LOOPBACK, str(port), str(tls.cert), str(tls.key)]
+    process = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        wait_until_listening(port, process)
+        yield port
+    finally:
+        stop_process_group(process)
+
+
+def wait_until_listening(port: int, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + SERVER_START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the floor server exited with code {process.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), timeout=1):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"the floor server did not listen within {SERVER_START_TIMEOUT:.0f}s")
+
+
+def stop_process_group(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+@contextlib.contextmanager
+def webhook_server(plane: ControlPlane, tls: TlsFiles) -> Iterator[int]:
+    port, probe_port = free_port(), free_port()
+    args = [
+        *("--host", LOOPBACK, "--port", str(port), "--probe-port", str(probe_port)),
+        *("--cert-file", str(tls.cert), "--key-file", str(tls.key)),
+        *("--kubeconfig", str(plane.kubeconfig), "--pod-creators", RECONCILER),
+    ]
+    server = ServiceProcess("torchjob.webhook", args, probe_port)
+    try:
+        server.start().wait_ready(SERVER_START_TIMEOUT)
+        yield port
+    finally:
+        server.close()
+
+
+def negotiated_tls(port: int, context: ssl.SSLContext) -> str:
+    with (
+        socket.create_connection((LOOPBACK, port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=LOOPBACK) as tls,
+    ):
+        cipher = tls.cipher()
+        return f"{tls.version()} {cipher[0] if cipher else '?'}"
+
+
+# -- what the apiserver would send ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reviews:
+    job_validation: bytes
+    pod_mutation: bytes
+
+
+def prepare_cluster(plane: ControlPlane) -> Reviews:
+    """Install the CRD and create the torchrun job; review bodies built from what the apiserver
+    itself makes of the job and of its replica pod (defaulted, admitted, dry-run)."""
+    install_crd(plane)
+    manifest, _ = default_job(yaml.safe_load(JOB_MANIFEST.read_text()))
+    validated = kubectl_create(plane, manifest, dry_run=True)
+    job = kubectl_create(plane, manifest)
+    admitted_pod = kubectl_create(plane, replica_pod(job, index=1), dry_run=True)
+    pod = as_seen_by_mutating_webhooks(admitted_pod)
+    return Reviews(
+        job_validation=admission_review(
+            (types.GROUP, types.VERSION, types.KIND), types.PLURAL, validated, tenant_user()
+        ),
+        pod_mutation=admission_review(("", "v1", "Pod"), "pods", pod, reconciler_user()),
+    )
+
+
+def as_seen_by_mutating_webhooks(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod as mutating webhooks see it: without what the apiserver sets after them."""
+    pod.pop("status", None)
+    for field_name in ("uid", "creationTimestamp", "resourceVersion", "generation"):
+        pod["metadata"].pop(field_name, None)
+    return pod
+
+
+def install_crd(plane: ControlPlane) -> None:
+    plane.kubectl("apply", "-f", str(CRD))
+    crd = f"crd/{types.PLURAL}.{types.GROUP}"
+    plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", crd)
+    plane.kubectl("api-resources", f"--api-group={types.GROUP}")
+
+
+def kubectl_create(
+    plane: ControlPlane, manifest: dict[str, Any], *, dry_run: bool = False
+) -> dict[str, Any]:
+    args = ["create", "-n", NAMESPACE, "-f", "-", "-o", "json", "--show-managed-fields"]
+    if dry_run:
+        args.append("--dry-run=server")
+    created = json.loads(plane.kubectl(*args, input=json.dumps(manifest)).stdout)
+    if not isinstance(created, dict):
+        raise RuntimeError(f"kubectl create printed {created!r}")
+    return created
+
+
+def replica_pod(job: dict[str, Any], index: int) -> dict[str, Any]:
+    """The pod the reconciler submits for a worker: the raw template, labelled and owned."""
+    metadata = job["metadata"]
+    replica = job["spec"]["replicaSpecs"][0]
+    owner = {
+        "apiVersion": types.API_VERSION,
+        "kind": types.KIND,
+        "name": metadata["name"],
+        "uid": metadata["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    labels = {
+        constants.LABEL_JOB_NAME: metadata["name"],
+        constants.LABEL_REPLICA_TYPE: replica["type"],
+        constants.LABEL_REPLICA_INDEX: str(index),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{metadata['name']}-{replica['type']}-{index}",
+            "labels": labels,
+            "ownerReferences": [owner],
+        },
+        "spec": copy.deepcopy(replica["template"]["spec"]),
+    }
+
+
+def tenant_user() -> dict[str, Any]:
+    return {"username": TENANT, "uid": str(uuid.uuid4()), "groups": ["system:authenticated"]}
+
+
+def reconciler_user() -> dict[str, Any]:
+    return {"username": RECONCILER, "uid": str(uuid.uuid4()), "groups": RECONCILER_GROUPS}
+
+
+def admission_review(
+    group_version_kind: tuple[str, str, str],
+    resource: str,
+    obj: dict[str, Any],
+    user: dict[str, Any],
+) -> bytes:
+    group, version, kind = group_version_kind
+    kind_ref = {"group": group, "version": version, "kind": kind}
+    resource_ref = {"group": group, "version": version, "resource": resource}
+    request = {
+        "uid": str(uuid.uuid4()),
+        "kind": kind_ref,
+        "resource": resource_ref,
+        "requestKind": kind_ref,
+        "requestResource": resource_ref,
+        "name": obj["metadata"].get("name", ""),
+        "namespace": NAMESPACE,
+        "operation": "CREATE",
+        "userInfo": user,
+        "object": obj,
+        "oldObject": None,
+        "dryRun": False,
+        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+    }
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    return orjson.dumps(review)
+
+
+# -- load ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    url: str
+    body: bytes
+    expects_patch: bool = False
+
+
+@dataclass(frozen=True)
+class Pair:
+    floor: Case
+    webhook: Case
+
+
+@dataclass
+class Load:
+    latencies: list[float] = field(default_factory=list)
+    errors: int = 0
+
+
+@dataclass(frozen=True)
+class Figures:
+    case: Case
+    concurrency: int
+    requests: int
+    errors: int
+    per_second: float
+    p50_ms: float
+    p99_ms: float
+
+
+def pairs_to_measure(floor_port: int, webhook_port: int, reviews: Reviews) -> list[Pair]:
+    def url(port: int, path: str) -> str:
+        return f"https://{LOOPBACK}:{port}{path}"
+
+    validate, mutate = "/validate/pytorchtrainingjobs", "/mutate/pods"
+    body, pod_body = reviews.job_validation, reviews.pod_mutation
+    return [
+        Pair(
+            Case("floor, job body", url(floor_port, validate), body),
+            Case("validate job", url(webhook_port, validate), body),
+        ),
+        Pair(
+            Case("floor, pod body", url(floor_port, mutate), pod_body),
+            Case("mutate pod", url(webhook_port, mutate), pod_body, expects_patch=True),
+        ),
+    ]
+
+
+async def run_all(pairs: list[Pair], context: ssl.SSLContext) -> None:
+    """Each case right after its floor, so both see the same state of the machine."""
+    print_table_header()
+    for concurrency in CONCURRENCIES:
+        for pair in pairs:
+            floor = await measure(pair.floor, concurrency, context)
+            print_row(floor, floor)
+            print_row(await measure(pair.webhook, concurrency, context), floor)
+
+
+async def measure(case: Case, concurrency: int, context: ssl.SSLContext) -> Figures:
+    connector = aiohttp.TCPConnector(limit=concurrency, ssl=context)
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT)
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=timeout, headers=headers
+    ) as session:
+        await expect_admitted(session, case)
+        await drive(session, case, concurrency, WARMUP_REQUESTS, WARMUP_SECONDS)
+        started = time.perf_counter()
+        load = await drive(session, case, concurrency, MEASURED_REQUESTS, MEASURE_SECONDS)
+        elapsed = time.perf_counter() - started
+    return summarize(case, concurrency, load, elapsed)
+
+
+async def expect_admitted(session: aiohttp.ClientSession, case: Case) -> None:
+    """Refuse to time anything but the intended path: allowed, and patched where expected."""
+    async with session.post(case.url, data=case.body) as response:
+        review = await response.json()
+    answer = review.get("response") if isinstance(review, dict) else None
+    if not isinstance(answer, dict) or answer.get("allowed") is not True:
+        raise RuntimeError(f"{case.name}: not allowed: {review}")
+    if case.expects_patch and not answer.get("patch"):
+        raise RuntimeError(f"{case.name}: allowed without a patch: {review}")
+
+
+async def drive(
+    session: aiohttp.ClientSession, case: Case, concurrency: int, count: int, seconds: float
+) -> Load:
+    """`count` requests from `concurrency` workers; none started after `seconds`."""
+    load = Load()
+    tickets = iter(range(count))
+    deadline = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        for _ in tickets:
+            if time.perf_counter() > deadline:
+                return
+            await timed_request(session, case, load)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return load
+
+
+async def timed_request(session: aiohttp.ClientSession, case: Case, load: Load) -> None:
+    started = time.perf_counter()
+    try:
+        async with session.post(case.url, data=case.body) as response:
+            await response.read()
+            succeeded = response.status == 200
+    except (aiohttp.ClientError, TimeoutError):
+        succeeded = False
+    if succeeded:
+        load.latencies.append(time.perf_counter() - started)
+    else:
+        load.errors += 1
+
+
+def summarize(case: Case, concurrency: int, load: Load, elapsed: float) -> Figures:
+    return Figures(
+        case=case,
+        concurrency=concurrency,
+        requests=len(load.latencies),
+        errors=load.errors,
+        per_second=len(load.latencies) / elapsed if elapsed > 0 else float("nan"),
+        p50_ms=percentile_ms(load.latencies, 50),
+        p99_ms=percentile_ms(load.latencies, 99),
+    )
+
+
+def percentile_ms(latencies: list[float], percent: int) -> float:
+    if len(latencies) < 2:
+        return float("nan")
+    cut_points = statistics.quantiles(latencies, n=100, method="inclusive")
+    return cut_points[percent - 1] * 1000
+
+
+# -- report --------------------------------------------------------------------------------------
+
+ROW = "{:<16} {:>4} {:>8} {:>7} {:>7} {:>7} {:>7} {:>6}  {}"
+
+
+def print_machine() -> None:
+    cpus = len(os.sched_getaffinity(0))
+    print(f"machine: nproc {cpus}, {platform.system()} {platform.machine()}")
+    print(f"python:  {platform.python_implementation()} {platform.python_version()}")
+
+
+def print_setup(
+    floor_port: int, webhook_port: int, context: ssl.SSLContext, reviews: Reviews
+) -> None:
+    print(f"tls:     webhook {negotiated_tls(webhook_port, context)}", end="; ")
+    print(f"floor {negotiated_tls(floor_port, context)}")
+    print(
+        f"bodies:  job review {len(reviews.job_validation)} bytes, "
+        f"pod review {len(reviews.pod_mutation)} bytes"
+    )
+    print(
+        f"load:    aiohttp client, keep-alive, connections = concurrency; "
+        f"{WARMUP_REQUESTS} warm-up then {MEASURED_REQUESTS} measured requests per case "
+        f"(at most {MEASURE_SECONDS:.0f}s)"
+    )
+    print(
+        f"goal:    at concurrency {GOAL_CONCURRENCY}, p50 and p99 at most {GOAL_RATIO}x the "
+        f"floor's, and p99 under {GOAL_P99_MS:.0f} ms"
+    )
+
+
+def print_table_header() -> None:
+    print()
+    print(ROW.format("case", "conc", "req/s", "p50 ms", "p99 ms", "p50 x", "p99 x", "errors", ""))
+    print(ROW.format("", "", "", "", "", "floor", "floor", "", "goal"))
+
+
+def print_row(figures: Figures, floor: Figures) -> None:
+    p50_ratio = figures.p50_ms / floor.p50_ms
+    p99_ratio = figures.p99_ms / floor.p99_ms
+    cells = (
+        figures.case.name,
+        figures.concurrency,
+        f"{figures.per_second:.0f}",
+        f"{figures.p50_ms:.2f}",
+        f"{figures.p99_ms:.2f}",
+        f"{p50_ratio:.2f}",
+        f"{p99_ratio:.2f}",
+        figures.errors,
+        goal_check(figures, p50_ratio, p99_ratio, is_floor=figures is floor),
+    )
+    print(ROW.format(*cells), flush=True)
+
+
+def goal_check(figures: Figures, p50_ratio: float, p99_ratio: float, *, is_floor: bool) -> str:
+    if is_floor or figures.concurrency != GOAL_CONCURRENCY:
+        return "-"
+    missed = [
+        f"{name} {value:.2f} > {GOAL_RATIO}"
+        for name, value in (("p50 x floor", p50_ratio), ("p99 x floor", p99_ratio))
+        if not value <= GOAL_RATIO
+    ]
+    if not figures.p99_ms < GOAL_P99_MS:
+        missed.append(f"p99 {figures.p99_ms:.1f} ms >= {GOAL_P99_MS:.0f}")
+    return "meets" if not missed else "misses: " + ", ".join(missed)
+
+
+# -- main ----------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    # SIGTERM unwinds like Ctrl-C, through the clean-up of every process and directory.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    print_machine()
+    with tempfile.TemporaryDirectory(prefix="torchjob-bench-") as directory:
+        tls = write_tls_files(Path(directory))
+        context = tls.client_context()
+        with floor_server(tls) as floor_port, ControlPlane() as plane:
+            reviews = prepare_cluster(plane)
+            with webhook_server(plane, tls) as webhook_port:
+                print_setup(floor_port, webhook_port, context, reviews)
+                pairs = pairs_to_measure(floor_port, webhook_port, reviews)
+                asyncio.run(run_all(pairs, context))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""run_workers: failures come back with growing backoff, terminal failures do not, a requested
+requeue happens after its delay, and each reconcile logs under its own reconcile id."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import pytest
+import structlog
+from prometheus_client import REGISTRY
+from structlog.testing import capture_logs
+
+from torchjob.kube.controller import Result, TerminalError, run_workers
+from torchjob.kube.workqueue import WorkQueue
+
+BACKOFF = 0.02
+
+
+def new_queue() -> WorkQueue[str]:
+    return WorkQueue(backoff_base=BACKOFF, backoff_cap=1.0)
+
+
+@asynccontextmanager
+async def workers(
+    queue: WorkQueue[str], reconcile: Callable[[str], Awaitable[Result]], name: str, count: int = 2
+) -> AsyncIterator[None]:
+    running = asyncio.create_task(run_workers(queue, reconcile, count, name))
+    try:
+        yield
+    finally:
+        queue.shutdown()
+        await asyncio.wait_for(running, timeout=5)
+
+
+async def wait_for(condition: Callable[[], bool], within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.005)
+
+
+def reconciles(name: str, result: str) -> float:
+    value = REGISTRY.get_sample_value(
+        "torchjob_reconcile_total", {"controller": name, "result": result}
+    )
+    return value or 0.0
+
+
+async def test_a_failing_reconcile_is_retried_with_growing_backoff() -> None:
+    queue = new_queue()
+    calls: list[float] = []
+
+    async def reconcile(key: str) -> Result:
+        calls.append(time.monotonic())
+        if len(calls) < 4:
+            raise RuntimeError("not yet")
+        return Result()
+
+    async with workers(queue, reconcile, "retries"):
+        queue.add("ns/a")
+        await wait_for(lambda: len(calls) == 4)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(calls)]
+    for failures, gap in enumerate(gaps):
+        assert gap >= BACKOFF * 2**failures * 0.99
+    assert queue.retries("ns/a") == 0, "success did not forget the backoff"
+    assert reconciles("retries", "error") == 3
+    assert reconciles("retries", "success") == 1
+
+
+async def test_a_terminal_error_is_not_retried() -> None:
+    queue = new_queue()
+    calls: list[str] = []
+
+    async def reconcile(key: str) -> Result:
+        calls.append(key)
+        raise TerminalError("the object can never work")
+
+    async with workers(queue, reconcile, "terminal"):
+        queue.add("ns/a")
+        await wait_for(lambda: len(calls) == 1)
+        await asyncio.sleep(BACKOFF * 10)
+    assert calls == ["ns/a"]
+    assert queue.retries("ns/a") == 0
+    assert reconciles("terminal", "terminal") == 1
+
+
+async def test_requeue_after_runs_the_key_again_after_the_delay() -> None:
+    queue = new_queue()
+    calls: list[float] = []
+
+    async def reconcile(key: str) -> Result:
+        calls.append(time.monotonic())
+        return Result(requeue_after=0.1) if len(calls) == 1 else Result()
+
+    async with workers(queue, reconcile, "requeue"):
+        queue.add("ns/a")
+        await wait_for(lambda: len(calls) == 2)
+        await asyncio.sleep(0.15)
+    assert len(calls) == 2
+    assert calls[1] - calls[0] >= 0.1 * 0.99
+    assert reconciles("requeue", "requeue_after") == 1
+    assert reconciles("requeue", "success") == 1
+
+
+async def test_one_key_is_never_reconciled_twice_at_once() -> None:
+    queue = new_queue()
+    active: set[str] = set()
+    overlaps: list[str] = []
+    calls: list[str] = []
+
+    async def reconcile(key: str) -> Result:
+        if key in active:
+            overlaps.append(key)
+        active.add(key)
+        calls.append(key)
+        await asyncio.sleep(0.01)
+        active.discard(key)
+        return Result()
+
+    async with workers(queue, reconcile, "exclusive", count=4):
+        for _ in range(5):
+            queue.add("ns/a")
+            queue.add("ns/b")
+            await asyncio.sleep(0.004)
+        await wait_for(lambda: len(queue) == 0 and not active)
+    assert overlaps == []
+    assert set(calls) == {"ns/a", "ns/b"}
+
+
+async def test_each_reconcile_logs_under_its_own_reconcile_id() -> None:
+    queue = new_queue()
+    calls: list[str] = []
+
+    async def reconcile(key: str) -> Result:
+        calls.append(key)
+        structlog.get_logger("test").info("reconciling")
+        if len(calls) == 1:
+            raise RuntimeError("first attempt fails")
+        return Result()
+
+    with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+        async with workers(queue, reconcile, "logging"):
+            queue.add("ns/a")
+            await wait_for(lambda: len(calls) == 2)
+
+    ours = [entry for entry in logs if entry.get("controller") == "logging"]
+    reconciling = [entry for entry in ours if entry["event"] == "reconciling"]
+    failure = next(entry for entry in ours if entry["event"] == "reconcile failed; retrying")
+    assert [entry["key"] for entry in reconciling] == ["ns/a", "ns/a"]
+    first, second = (entry["reconcile_id"] for entry in reconciling)
+    assert first != second
+    assert failure["reconcile_id"] == first
+    assert "reconcile_id" not in structlog.contextvars.get_contextvars()
+
+
+@pytest.mark.parametrize("count", [1, 3])
+async def test_workers_stop_when_the_queue_shuts_down(count: int) -> None:
+    queue = new_queue()
+
+    async def reconcile(key: str) -> Result:
+        return Result()
+
+    running = asyncio.create_task(run_workers(queue, reconcile, count, f"stop-{count}"))
+    await asyncio.sleep(0.01)
+    queue.shutdown()
+    await asyncio.wait_for(running, timeout=5)
+
+
+async def test_queue_depth_is_exported_while_workers_run() -> None:
+    queue = new_queue()
+    release = asyncio.Event()
+
+    async def reconcile(key: str) -> Result:
+        await release.wait()
+        return Result()
+
+    def depth() -> float | None:
+        return REGISTRY.get_sample_value("torchjob_workqueue_depth", {"controller": "depth"})
+
+    for key in ("a", "b", "c"):
+        queue.add(key)
+    async with workers(queue, reconcile, "depth", count=1):
+        await wait_for(lambda: depth() == 2)  # one key is with the worker
+        release.set()
+        await wait_for(lambda: depth() == 0)
+    assert depth() is None

@@ -1,0 +1,94 @@
+"""Expectations hold a job back until the cache has shown every create and delete made for it,
+and give up after their TTL so a lost watch event cannot block a job forever."""
+
+from __future__ import annotations
+
+from torchjob.kube.expectations import Expectations
+
+KEY = "ns/job"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_key_with_no_expectations_is_satisfied() -> None:
+    assert Expectations().satisfied(KEY)
+
+
+def test_satisfied_once_every_creation_is_observed() -> None:
+    expectations = Expectations()
+    expectations.expect_creations(KEY, ["pod/a", "pod/b"])
+    assert not expectations.satisfied(KEY)
+    expectations.observed_creation(KEY, "pod/a")
+    assert not expectations.satisfied(KEY)
+    expectations.observed_creation(KEY, "pod/b")
+    assert expectations.satisfied(KEY)
+
+
+def test_satisfied_once_every_deletion_is_observed() -> None:
+    expectations = Expectations()
+    expectations.expect_deletions(KEY, ["a"])
+    expectations.expect_creations(KEY, ["b"])
+    expectations.observed_creation(KEY, "b")
+    assert not expectations.satisfied(KEY)
+    expectations.observed_deletion(KEY, "a")
+    assert expectations.satisfied(KEY)
+
+
+def test_observing_a_creation_does_not_count_as_a_deletion() -> None:
+    expectations = Expectations()
+    expectations.expect_deletions(KEY, ["a"])
+    expectations.observed_creation(KEY, "a")
+    assert not expectations.satisfied(KEY)
+
+
+def test_keys_are_independent() -> None:
+    expectations = Expectations()
+    expectations.expect_creations(KEY, ["a"])
+    expectations.observed_creation("ns/other", "a")
+    assert not expectations.satisfied(KEY)
+    assert expectations.satisfied("ns/other")
+
+
+def test_observations_for_unexpected_names_or_keys_are_ignored() -> None:
+    expectations = Expectations()
+    expectations.observed_creation(KEY, "a")
+    expectations.observed_deletion(KEY, "a")
+    expectations.expect_creations(KEY, ["b"])
+    expectations.observed_creation(KEY, "a")
+    assert not expectations.satisfied(KEY)
+
+
+def test_forget_drops_everything_outstanding() -> None:
+    expectations = Expectations()
+    expectations.expect_creations(KEY, ["a"])
+    expectations.expect_deletions(KEY, ["b"])
+    expectations.forget(KEY)
+    assert expectations.satisfied(KEY)
+
+
+def test_expectations_expire_after_their_ttl() -> None:
+    clock = FakeClock()
+    expectations = Expectations(ttl=10, clock=clock)
+    expectations.expect_creations(KEY, ["a"])
+    clock.now = 9.9
+    assert not expectations.satisfied(KEY)
+    clock.now = 10
+    assert expectations.satisfied(KEY)
+    # Expired expectations are gone, not waiting to come back.
+    assert expectations.satisfied(KEY)
+
+
+def test_new_expectations_restart_the_ttl() -> None:
+    clock = FakeClock()
+    expectations = Expectations(ttl=10, clock=clock)
+    expectations.expect_creations(KEY, ["a"])
+    clock.now = 8
+    expectations.expect_creations(KEY, ["b"])
+    clock.now = 12
+    assert not expectations.satisfied(KEY)
