@@ -145,3 +145,35 @@ def stop_webhook(control_plane: ControlPlane, server: ServiceProcess) -> None:
 
 def webhook_port(server: ServiceProcess) -> int:
     return int(server.argv[server.argv.index("--port") + 1])
+
+
+def reconciler_kubeconfig(control_plane: ControlPlane) -> Path:
+    """Credentials carrying the reconciler's ServiceAccount username (the name the webhook
+    accepts pods from), bound to cluster-admin; the chart's least-privilege role is tested apart."""
+    path = control_plane.issue_kubeconfig(RECONCILER)
+    control_plane.kubectl(
+        "create",
+        "clusterrolebinding",
+        "torchjob-reconciler-e2e",
+        "--clusterrole=cluster-admin",
+        f"--user={RECONCILER}",
+        check=False,
+    )
+    return path
+
+
+def start_reconciler(
+    control_plane: ControlPlane, kubeconfig: Path, identity: str = "r1"
+) -> ServiceProcess:
+    probe_port = free_port()
+    args = [
+        *("--namespace", SYSTEM_NAMESPACE, "--identity", identity, "--probe-host", "127.0.0.1"),
+        *("--probe-port", str(probe_port), "--kubeconfig", str(kubeconfig), "--log-level", "DEBUG"),
+    ]
+    reconciler = ServiceProcess("torchjob.reconciler", args, probe_port)
+    try:
+        reconciler.start().wait_ready()
+    except BaseException:
+        reconciler.close()
+        raise
+    return reconciler

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from torchjob.api import constants, queries
 from torchjob.api.types import PyTorchTrainingJobSpec, ReplicaSpec
@@ -21,6 +21,7 @@ from torchjob.lifecycle.status import (
     Outcome,
     build_status,
     is_terminal,
+    ours,
     parse_time,
 )
 from torchjob.render.topology import Replica, replica_name, replicas_of
@@ -46,7 +47,7 @@ class PodToCreate:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    type: str  # Normal or Warning
+    type: Literal["Normal", "Warning"]
     reason: str
     message: str
 
@@ -79,7 +80,7 @@ class _Round:
 def plan(observed: Observed) -> Plan:
     spec = observed.spec
     if not spec.replica_specs:
-        return Plan(status=dict(observed.status))
+        return Plan(status=ours(observed.status))
     state = _start_round(observed)
     if is_terminal(observed.status):
         state.plan.status = build_status(state, None)

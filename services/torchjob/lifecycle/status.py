@@ -32,6 +32,14 @@ def format_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# Status fields another service writes; the reconciler's merge patches leave them alone.
+NOT_OURS = ("tensorboard",)
+
+
+def ours(status: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in status.items() if k not in NOT_OURS}
+
+
 def is_terminal(status: dict[str, Any]) -> bool:
     return any(
         c.get("type") in TERMINAL_CONDITIONS and c.get("status") == "True"
@@ -58,8 +66,6 @@ def build_status(state: _Round, outcome: Outcome | None) -> dict[str, Any]:
     completion = old.get("completionTime") or (now if outcome is not None else None)
     if completion:
         status["completionTime"] = completion
-    if "tensorboard" in old:
-        status["tensorboard"] = old["tensorboard"]  # owned by the housekeeper
     return status
 
 

@@ -1,0 +1,164 @@
+"""The reconciler: informer caches of jobs, pods and services feed a work queue keyed by
+`namespace/name`; `reconcile(key)` reads the caches (never LISTs), asks the pure lifecycle for a
+plan and has the executor carry it out."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from kubernetes_asyncio import client
+
+from torchjob.api import constants, types
+from torchjob.api.model import ModelError
+from torchjob.api.types import PyTorchTrainingJobSpec
+from torchjob.kube.controller import Result, TerminalError
+from torchjob.kube.events import EventRecorder
+from torchjob.kube.expectations import Expectations
+from torchjob.kube.informer import Informer, ResourceKind
+from torchjob.kube.workqueue import WorkQueue
+from torchjob.lifecycle.observe import view_pod
+from torchjob.lifecycle.plan import Observed, plan
+from torchjob.reconciler.executor import Executor
+from torchjob.reconciler.settings import Settings
+
+log = structlog.get_logger("torchjob.reconciler")
+
+JOBS = ResourceKind(types.GROUP, types.VERSION, types.PLURAL)
+PODS = ResourceKind("", "v1", "pods")
+SERVICES = ResourceKind("", "v1", "services")
+OWNER_INDEX = "owner"
+
+
+def controller_uid(obj: dict[str, Any]) -> list[str]:
+    """The uid of the object's controlling job, for the owner index."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == types.KIND:
+            return [str(ref.get("uid"))]
+    return []
+
+
+def job_key(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+class Reconciler:
+    def __init__(self, api: client.ApiClient, settings: Settings) -> None:
+        self.queue: WorkQueue[str] = WorkQueue()
+        self.expectations = Expectations()
+        self.events = EventRecorder(api, "torchjob-reconciler", settings.identity)
+        self.executor = Executor(api, self.events, self.expectations, settings.scheduler_name)
+        self.jobs = Informer(
+            api,
+            JOBS,
+            on_add=self._job_changed,
+            on_update=self._job_updated,
+            on_delete=self._job_changed,
+        )
+        selector = constants.LABEL_JOB_NAME
+        indexers = {OWNER_INDEX: controller_uid}
+        self.pods = Informer(
+            api,
+            PODS,
+            label_selector=selector,
+            indexers=indexers,
+            on_add=self._pod_added,
+            on_update=self._owned_updated,
+            on_delete=self._pod_deleted,
+        )
+        self.services = Informer(
+            api,
+            SERVICES,
+            label_selector=selector,
+            indexers=indexers,
+            on_add=self._service_added,
+            on_update=self._owned_updated,
+            on_delete=self._owned_changed,
+        )
+        self._uid_to_key: dict[str, str] = {}
+
+    @property
+    def informers(self) -> list[Informer]:
+        return [self.jobs, self.pods, self.services]
+
+    # -- event handlers: map every change to its job's key --------------------------------------
+
+    def _job_changed(self, job: dict[str, Any]) -> None:
+        self.queue.add(job_key(job))
+
+    def _job_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        # Our own status writes come back as updates; only a spec or deletion change matters.
+        if (
+            old.get("spec") != new.get("spec")
+            or (new.get("metadata") or {}).get("deletionTimestamp")
+            or (old.get("metadata") or {}).get("generation")
+            != (new.get("metadata") or {}).get("generation")
+        ):
+            self.queue.add(job_key(new))
+
+    def _owner_key(self, obj: dict[str, Any]) -> str | None:
+        uids = controller_uid(obj)
+        if not uids:
+            return None  # a labelled object someone else made: ignored, never adopted
+        namespace = (obj.get("metadata") or {}).get("namespace")
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        return f"{namespace}/{labels.get(constants.LABEL_JOB_NAME)}"
+
+    def _pod_added(self, pod: dict[str, Any]) -> None:
+        key = self._owner_key(pod)
+        if key:
+            self.expectations.observed_creation(key, f"pod/{pod['metadata']['name']}")
+            self.queue.add(key)
+
+    def _pod_deleted(self, pod: dict[str, Any]) -> None:
+        key = self._owner_key(pod)
+        if key:
+            self.expectations.observed_deletion(key, pod["metadata"]["name"])
+            self.queue.add(key)
+
+    def _service_added(self, service: dict[str, Any]) -> None:
+        key = self._owner_key(service)
+        if key:
+            self.expectations.observed_creation(key, f"service/{service['metadata']['name']}")
+            self.queue.add(key)
+
+    def _owned_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        self._owned_changed(new)
+
+    def _owned_changed(self, obj: dict[str, Any]) -> None:
+        key = self._owner_key(obj)
+        if key:
+            self.queue.add(key)
+
+    # -- reconcile -------------------------------------------------------------------------------
+
+    async def reconcile(self, key: str) -> Result:
+        namespace, name = key.split("/", 1)
+        job = self.jobs.get(namespace, name)
+        if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
+            self.expectations.forget(key)
+            return Result()  # the garbage collector removes what the job owned
+        if not self.expectations.satisfied(key):
+            log.debug("waiting for the cache to show our own writes")
+            return Result()
+        try:
+            spec = PyTorchTrainingJobSpec.from_dict(job.get("spec"), "spec")
+        except ModelError as error:
+            raise TerminalError(f"the stored job does not decode: {error}") from error
+        observed = self._observe(job, spec)
+        decision = plan(observed)
+        await self.executor.execute(key, job, spec, decision)
+        return Result(requeue_after=decision.requeue_after)
+
+    def _observe(self, job: dict[str, Any], spec: PyTorchTrainingJobSpec) -> Observed:
+        meta = job["metadata"]
+        uid = meta["uid"]
+        pods = [v for p in self.pods.by_index(OWNER_INDEX, uid) if (v := view_pod(p)) is not None]
+        services = frozenset(
+            s["metadata"]["name"] for s in self.services.by_index(OWNER_INDEX, uid)
+        )
+        return Observed(
+            meta, spec, dict(job.get("status") or {}), pods, services, datetime.now(UTC)
+        )

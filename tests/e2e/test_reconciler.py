@@ -1,0 +1,335 @@
+"""The reconciler as a process, with the webhook, on the real control plane; the test plays the
+kubelet by patching pod status."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+from support import ControlPlane
+from support.kubelet import TestKubelet
+from support.operator import job_manifest, reconciler_kubeconfig, start_reconciler
+from support.processes import ServiceProcess
+
+from torchjob.api import constants, types
+
+TIMEOUT = 30.0
+
+
+@pytest.fixture(scope="module")
+def reconciler(
+    control_plane: ControlPlane, webhook_server: ServiceProcess
+) -> Iterator[ServiceProcess]:
+    process = start_reconciler(control_plane, reconciler_kubeconfig(control_plane))
+    yield process
+    process.close()
+
+
+class Job:
+    """One job under test: create it, read it, wait for it, and its pods."""
+
+    def __init__(self, api: client.ApiClient, namespace: str, manifest: dict[str, Any]) -> None:
+        self.objects = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.kubelet = TestKubelet(api, namespace)
+        self.namespace = namespace
+        self.manifest = manifest
+        self.name = manifest["metadata"]["name"]
+
+    async def create(self) -> Job:
+        await self.objects.create_namespaced_custom_object(
+            types.GROUP, types.VERSION, self.namespace, types.PLURAL, self.manifest
+        )
+        return self
+
+    async def get(self) -> dict[str, Any]:
+        job = await self.objects.get_namespaced_custom_object(
+            types.GROUP, types.VERSION, self.namespace, types.PLURAL, self.name
+        )
+        assert isinstance(job, dict)
+        return job
+
+    async def status(self) -> dict[str, Any]:
+        return dict((await self.get()).get("status") or {})
+
+    async def patch_spec(self, spec: dict[str, Any]) -> None:
+        patch: Any = self.objects.patch_namespaced_custom_object  # stubs omit _content_type
+        await patch(
+            types.GROUP,
+            types.VERSION,
+            self.namespace,
+            types.PLURAL,
+            self.name,
+            {"spec": spec},
+            _content_type="application/merge-patch+json",
+        )
+
+    async def pods(self) -> dict[str, Any]:
+        selector = f"{constants.LABEL_JOB_NAME}={self.name}"
+        listed = await self.core.list_namespaced_pod(self.namespace, label_selector=selector)
+        return {p.metadata.name: p for p in listed.items if not p.metadata.deletion_timestamp}
+
+    async def services(self) -> set[str]:
+        selector = f"{constants.LABEL_JOB_NAME}={self.name}"
+        listed = await self.core.list_namespaced_service(self.namespace, label_selector=selector)
+        return {s.metadata.name for s in listed.items}
+
+    async def wait(
+        self, what: str, check: Callable[[], Awaitable[bool]], timeout: float = TIMEOUT
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        while not await check():
+            if time.monotonic() > deadline:
+                status = json.dumps(await self.status())
+                raise AssertionError(f"{self.name}: timed out waiting for {what}; status: {status}")
+            await asyncio.sleep(0.1)
+
+    async def wait_pods(self, names: set[str], timeout: float = TIMEOUT) -> dict[str, Any]:
+        async def present() -> bool:
+            return set(await self.pods()) == names
+
+        await self.wait(f"pods {sorted(names)}", present, timeout)
+        return await self.pods()
+
+    async def wait_phase(self, phase: str, timeout: float = TIMEOUT) -> dict[str, Any]:
+        async def reached() -> bool:
+            return (await self.status()).get("phase") == phase
+
+        await self.wait(f"phase {phase}", reached, timeout)
+        return await self.status()
+
+    async def wait_new_pod(self, name: str, old_uid: str) -> Any:
+        async def replaced() -> bool:
+            pod = (await self.pods()).get(name)
+            return pod is not None and pod.metadata.uid != old_uid
+
+        await self.wait(f"a new {name}", replaced)
+        return (await self.pods())[name]
+
+    async def run_all(self) -> None:
+        for name in await self.pods():
+            await self.kubelet.run(name)
+
+
+def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in status.get("conditions", []) if c["type"] == kind)
+
+
+def names(job: str, kind: str, count: int) -> set[str]:
+    return {f"{job}-{kind}-{i}" for i in range(count)}
+
+
+async def test_happy_path(
+    control_plane: ControlPlane,
+    kube_client: client.ApiClient,
+    admitted_namespace: str,
+    reconciler: ServiceProcess,
+) -> None:
+    job = await Job(kube_client, admitted_namespace, job_manifest("torchrun")).create()
+    expected = names(job.name, "worker", 4)
+    pods = await job.wait_pods(expected)
+    await job.wait("services", lambda: _eq(job.services(), expected))
+    master = pods[f"{job.name}-worker-0"]
+    assert master.metadata.labels[constants.LABEL_JOB_ROLE] == "master"
+    assert master.metadata.owner_references[0].controller is True
+    assert master.spec.restart_policy == "Never"
+    assert master.spec.containers[0].command[0] == "torchrun", (
+        "the webhook rewrote the reconciler's pod"
+    )
+    assert (await job.status())["phase"] == "Pending"
+    await job.run_all()
+    status = await job.wait_phase("Running")
+    assert condition(status, "Running")["reason"] == "AllReplicasRunning"
+    await job.kubelet.finish(f"{job.name}-worker-0", 0)
+    wait = await asyncio.to_thread(
+        control_plane.kubectl,
+        "wait",
+        "ptj",
+        job.name,
+        "-n",
+        admitted_namespace,
+        "--for=condition=Completed",
+        "--timeout=30s",
+    )
+    assert "condition met" in wait.stdout
+    status = await job.status()
+    assert status["phase"] == "Succeeded"
+    assert condition(status, "Completed")["reason"] == "MasterSucceeded"
+    assert status["completionTime"]
+    table = await asyncio.to_thread(
+        control_plane.kubectl, "get", "ptj", job.name, "-n", admitted_namespace
+    )
+    assert "Succeeded" in table.stdout
+
+
+async def _eq(value: Awaitable[Any], expected: Any) -> bool:
+    return bool(await value == expected)
+
+
+def with_policy(stem: str, policy: str, **run_policy: Any) -> dict[str, Any]:
+    manifest = job_manifest(stem)
+    for replica_spec in manifest["spec"]["replicaSpecs"]:
+        replica_spec["restartPolicy"] = policy
+        replica_spec["replicas"] = 2
+    if run_policy:
+        manifest["spec"]["runPolicy"] = run_policy
+    return manifest
+
+
+async def test_master_failure_fails_the_job(
+    control_plane: ControlPlane,
+    kube_client: client.ApiClient,
+    admitted_namespace: str,
+    reconciler: ServiceProcess,
+) -> None:
+    job = await Job(kube_client, admitted_namespace, with_policy("basic", "Never")).create()
+    await job.wait_pods(names(job.name, "worker", 2))
+    await job.run_all()
+    await job.kubelet.finish(f"{job.name}-worker-0", 1)
+    wait = await asyncio.to_thread(
+        control_plane.kubectl,
+        "wait",
+        "ptj",
+        job.name,
+        "-n",
+        admitted_namespace,
+        "--for=jsonpath={.status.phase}=Failed",
+        "--timeout=30s",
+    )
+    assert wait.returncode == 0
+    status = await job.status()
+    assert condition(status, "Failed")["reason"] == "MasterFailed"
+    assert "exit code 1" in condition(status, "Failed")["message"]
+
+
+async def test_exit_code_137_restarts_and_exit_1_fails(
+    kube_client: client.ApiClient, admitted_namespace: str, reconciler: ServiceProcess
+) -> None:
+    job = await Job(kube_client, admitted_namespace, with_policy("basic", "ExitCode")).create()
+    pods = await job.wait_pods(names(job.name, "worker", 2))
+    await job.run_all()
+    worker = f"{job.name}-worker-1"
+    await job.kubelet.finish(worker, 137)
+    replacement = await job.wait_new_pod(worker, pods[worker].metadata.uid)
+    assert replacement.metadata.annotations[constants.ANNOTATION_BACKOFF_COUNT] == "1"
+    await job.wait("backoffCount 1", lambda: _eq(_field(job, "backoffCount"), 1))
+    await job.kubelet.run(worker)
+    await job.kubelet.finish(worker, 1)
+    status = await job.wait_phase("Failed")
+    assert condition(status, "Failed")["reason"] == "ReplicaFailed"
+    assert status["backoffCount"] == 1
+
+
+async def _field(job: Job, key: str) -> Any:
+    return (await job.status()).get(key)
+
+
+async def test_backoff_exhaustion(
+    kube_client: client.ApiClient, admitted_namespace: str, reconciler: ServiceProcess
+) -> None:
+    job = await Job(
+        kube_client, admitted_namespace, with_policy("basic", "OnFailure", backoffLimit=1)
+    ).create()
+    pods = await job.wait_pods(names(job.name, "worker", 2))
+    worker = f"{job.name}-worker-1"
+    await job.kubelet.finish(worker, 2)
+    await job.wait_new_pod(worker, pods[worker].metadata.uid)
+    await job.kubelet.finish(worker, 2)
+    status = await job.wait_phase("Failed")
+    assert condition(status, "Failed")["reason"] == "BackoffLimitExceeded"
+    assert status["backoffCount"] == 1
+
+
+async def test_deadline_fires_on_time_and_stops_pods(
+    kube_client: client.ApiClient, admitted_namespace: str, reconciler: ServiceProcess
+) -> None:
+    manifest = with_policy("basic", "OnFailure", activeDeadlineSeconds=3)
+    job = await Job(kube_client, admitted_namespace, manifest).create()
+    await job.wait_pods(names(job.name, "worker", 2))
+    await job.run_all()
+    started = time.monotonic()
+    status = await job.wait_phase("Failed", timeout=15)
+    assert time.monotonic() - started < 8, (
+        "the deadline fired late: no other event should be needed"
+    )
+    assert condition(status, "Failed")["reason"] == "DeadlineExceeded"
+    await job.wait_pods(set())
+
+
+async def test_pod_deleted_by_hand_comes_back_and_is_counted(
+    kube_client: client.ApiClient, admitted_namespace: str, reconciler: ServiceProcess
+) -> None:
+    job = await Job(kube_client, admitted_namespace, with_policy("basic", "OnFailure")).create()
+    pods = await job.wait_pods(names(job.name, "worker", 2))
+    await job.run_all()
+    await job.wait_phase("Running")
+    worker = f"{job.name}-worker-1"
+    await job.core.delete_namespaced_pod(worker, admitted_namespace, grace_period_seconds=0)
+    await job.wait_new_pod(worker, pods[worker].metadata.uid)
+    await job.wait("backoffCount 1", lambda: _eq(_field(job, "backoffCount"), 1))
+
+
+async def test_debug_mode(
+    kube_client: client.ApiClient, admitted_namespace: str, reconciler: ServiceProcess
+) -> None:
+    manifest = with_policy("debug-custom", "OnFailure")
+    job = await Job(kube_client, admitted_namespace, manifest).create()
+    pods = await job.wait_pods(names(job.name, "worker", 2))
+    assert pods[f"{job.name}-worker-0"].spec.containers[0].command == ["/usr/bin/sshd"]
+    assert not pods[f"{job.name}-worker-0"].spec.init_containers
+    await job.run_all()
+    status = await job.wait_phase("Running")
+    assert condition(status, "Running")["reason"] == "Debug"
+    await job.kubelet.finish(f"{job.name}-worker-1", 1)
+    await asyncio.sleep(1.5)
+    assert f"{job.name}-worker-1" in await job.pods(), "debug pods are never restarted"
+    assert (await job.status())["phase"] == "Running"
+
+
+async def test_pause_and_resume(
+    kube_client: client.ApiClient, admitted_namespace: str, reconciler: ServiceProcess
+) -> None:
+    manifest = with_policy("basic", "OnFailure")
+    manifest["spec"]["runMode"] = {
+        "pause": {
+            "enabled": False,
+            "resumeSpecs": [{"type": "worker", "args": ["dist_mnist.py", "--resume"]}],
+        }
+    }
+    job = await Job(kube_client, admitted_namespace, manifest).create()
+    await job.wait_pods(names(job.name, "worker", 2))
+    await job.run_all()
+    started = (await job.wait_phase("Running"))["startTime"]
+    await job.patch_spec({"runMode": {"pause": {"enabled": True}}})
+    status = await job.wait_phase("Paused")
+    await job.wait_pods(set())
+    assert status["startTime"] == started
+    await job.patch_spec({"runMode": {"pause": {"enabled": False}}})
+    pods = await job.wait_pods(names(job.name, "worker", 2))
+    assert (await job.status())["phase"] in ("Resuming", "Pending")
+    assert pods[f"{job.name}-worker-0"].spec.containers[0].args == ["dist_mnist.py", "--resume"]
+    await job.run_all()
+    status = await job.wait_phase("Running")
+    assert status["backoffCount"] == 0
+
+
+async def test_job_deletion_removes_pods_and_services(
+    kube_client: client.ApiClient, admitted_namespace: str, reconciler: ServiceProcess
+) -> None:
+    job = await Job(kube_client, admitted_namespace, with_policy("basic", "OnFailure")).create()
+    await job.wait_pods(names(job.name, "worker", 2))
+    await job.objects.delete_namespaced_custom_object(
+        types.GROUP,
+        types.VERSION,
+        admitted_namespace,
+        types.PLURAL,
+        job.name,
+        propagation_policy="Foreground",
+    )
+    await job.wait_pods(set(), timeout=60)
+    await job.wait("services gone", lambda: _eq(job.services(), set()), timeout=60)
