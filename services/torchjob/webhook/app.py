@@ -26,6 +26,7 @@ from torchjob.api import types
 from torchjob.api.admission import Request, Response, handle, mutate_job, refuse, validate_job
 from torchjob.kube.client import new_api_client
 from torchjob.kube.errors import NotFound, translated
+from torchjob.kube.informer import Informer, ResourceKind
 from torchjob.render.pod_admission import job_name_of, mutate_pod
 from torchjob.runtime.probes import serve_probes
 from torchjob.webhook.certificates import CertBundle, not_after
@@ -50,6 +51,8 @@ LATENCY = Histogram(
 
 SETTINGS = web.AppKey("settings", Settings)
 API = web.AppKey("api", client.ApiClient)
+JOBS = web.AppKey("jobs", Informer)
+JOB_KIND = ResourceKind(types.GROUP, types.VERSION, types.PLURAL)
 
 
 class ServingCertificate:
@@ -152,6 +155,10 @@ async def _job_of(app: web.Application, body: Any) -> dict[str, Any] | None:
     name = job_name_of(request.get("object")) if isinstance(request, dict) else None
     if not isinstance(namespace, str) or name is None:
         return None
+    cached = app[JOBS].get(namespace, name)
+    if cached is not None:
+        return cached
+    # Not cached yet (created a moment ago): ask the apiserver.
     objects = client.CustomObjectsApi(app[API])
     try:
         async with translated():
@@ -183,6 +190,15 @@ async def _api_client(app: web.Application) -> AsyncIterator[None]:
     app[API] = await new_api_client(app[SETTINGS].kubeconfig)
     yield
     await app[API].close()
+
+
+async def _job_cache(app: web.Application) -> AsyncIterator[None]:
+    """Jobs from a watch, so a pod admission reads its job from memory instead of a GET."""
+    app[JOBS] = Informer(app[API], JOB_KIND)
+    task = asyncio.create_task(app[JOBS].run(), name="job-informer")
+    yield
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 async def _keep_certificate(app: web.Application) -> AsyncIterator[None]:
@@ -253,6 +269,7 @@ def init_app(settings: Settings) -> web.Application:
     app[SETTINGS] = settings
     app[TLS] = ServingCertificate()
     app.cleanup_ctx.append(_api_client)
+    app.cleanup_ctx.append(_job_cache)
     app.cleanup_ctx.append(_keep_certificate)
     app.cleanup_ctx.append(serve_probes(settings.host, settings.probe_port, app[TLS].problem))
     app.router.add_post("/mutate/pytorchtrainingjobs", _route("mutate-jobs", mutate_job))
