@@ -16,7 +16,7 @@ from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.kube.controller import Result, TerminalError
 from torchjob.kube.events import EventRecorder
 from torchjob.kube.expectations import Expectations
-from torchjob.kube.informer import Informer, ResourceKind
+from torchjob.kube.informer import Informer, ResourceKind, controller_uid
 from torchjob.kube.workqueue import WorkQueue
 from torchjob.lifecycle.observe import view_pod
 from torchjob.lifecycle.plan import Observed, plan
@@ -29,14 +29,6 @@ JOBS = ResourceKind(types.GROUP, types.VERSION, types.PLURAL)
 PODS = ResourceKind("", "v1", "pods")
 SERVICES = ResourceKind("", "v1", "services")
 OWNER_INDEX = "owner"
-
-
-def controller_uid(obj: dict[str, Any]) -> list[str]:
-    """The uid of the object's controlling job, for the owner index."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller") and ref.get("kind") == types.KIND:
-            return [str(ref.get("uid"))]
-    return []
 
 
 def job_key(obj: dict[str, Any]) -> str:
@@ -107,21 +99,21 @@ class Reconciler:
         return f"{namespace}/{labels.get(constants.LABEL_JOB_NAME)}"
 
     def _pod_added(self, pod: dict[str, Any]) -> None:
-        key = self._owner_key(pod)
+        self._created(pod, "pod")
+
+    def _service_added(self, service: dict[str, Any]) -> None:
+        self._created(service, "service")
+
+    def _created(self, obj: dict[str, Any], kind: str) -> None:
+        key = self._owner_key(obj)
         if key:
-            self.expectations.observed_creation(key, f"pod/{pod['metadata']['name']}")
+            self.expectations.observed_creation(key, f"{kind}/{obj['metadata']['name']}")
             self.queue.add(key)
 
     def _pod_deleted(self, pod: dict[str, Any]) -> None:
         key = self._owner_key(pod)
         if key:
             self.expectations.observed_deletion(key, pod["metadata"]["name"])
-            self.queue.add(key)
-
-    def _service_added(self, service: dict[str, Any]) -> None:
-        key = self._owner_key(service)
-        if key:
-            self.expectations.observed_creation(key, f"service/{service['metadata']['name']}")
             self.queue.add(key)
 
     def _owned_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
