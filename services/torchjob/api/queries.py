@@ -37,9 +37,14 @@ def debug_enabled(spec: PyTorchTrainingJobSpec) -> bool:
 
 
 def training_container(replica: ReplicaSpec) -> tuple[int, dict[str, Any] | None]:
-    """The container named `python`, else the first one; (index, container)."""
+    """The replica's training container; (index, container)."""
     pod_spec = replica.template.spec if replica.template else None
-    containers = pod_spec.get("containers") if pod_spec else None
+    return training_container_in(pod_spec or {})
+
+
+def training_container_in(pod_spec: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+    """The container named `python`, else the first one, of a pod spec; (index, container)."""
+    containers = pod_spec.get("containers")
     if not isinstance(containers, list) or not containers:
         return 0, None
     for index, container in enumerate(containers):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from torchjob.api import constants
+from torchjob.api import constants, queries
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +26,7 @@ class PodView:
         return self.phase in ("Succeeded", "Failed")
 
 
-def view_pod(pod: dict[str, Any], training_container: str | None = None) -> PodView | None:
+def view_pod(pod: dict[str, Any]) -> PodView | None:
     """The pod as the lifecycle sees it; None when it is not a replica pod (labels missing)."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
@@ -43,7 +43,7 @@ def view_pod(pod: dict[str, Any], training_container: str | None = None) -> PodV
         replica_type=replica_type,
         index=int(index),
         phase=status.get("phase") or "Pending",
-        exit_code=_training_exit_code(pod, containers, training_container),
+        exit_code=_training_exit_code(pod, containers),
         deleting=bool(meta.get("deletionTimestamp")),
         backoff_count=_int(annotations.get(constants.ANNOTATION_BACKOFF_COUNT)),
         debug=annotations.get(constants.ANNOTATION_DEBUG) == "true",
@@ -61,15 +61,12 @@ def _container(status: dict[str, Any]) -> tuple[str, str, int | None]:
 
 
 def _training_exit_code(
-    pod: dict[str, Any], containers: tuple[tuple[str, str, int | None], ...], preferred: str | None
+    pod: dict[str, Any], containers: tuple[tuple[str, str, int | None], ...]
 ) -> int | None:
-    spec_containers = (pod.get("spec") or {}).get("containers") or []
-    names = [c.get("name") for c in spec_containers if isinstance(c, dict)]
-    training = preferred if preferred in names else ("python" if "python" in names else None)
-    if training is None and names:
-        training = names[0]
+    _, training = queries.training_container_in(pod.get("spec") or {})
+    training_name = training.get("name") if training else None
     for name, state, code in containers:
-        if name == training and state == "terminated":
+        if name == training_name and state == "terminated":
             return code
     return None
 

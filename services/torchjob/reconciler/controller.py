@@ -82,11 +82,9 @@ class Reconciler:
 
     def _job_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         # Our own status writes come back as updates; only a spec or deletion change matters.
-        if (
-            old.get("spec") != new.get("spec")
-            or (new.get("metadata") or {}).get("deletionTimestamp")
-            or (old.get("metadata") or {}).get("generation")
-            != (new.get("metadata") or {}).get("generation")
+        # (metadata.generation moves only with the spec, so comparing specs is enough.)
+        if old.get("spec") != new.get("spec") or (new.get("metadata") or {}).get(
+            "deletionTimestamp"
         ):
             self.queue.add(job_key(new))
 

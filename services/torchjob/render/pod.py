@@ -39,7 +39,7 @@ def rewrite_pod(job: PyTorchTrainingJob, pod: dict[str, Any]) -> Rewrite:
     replica, replica_spec = _locate(spec, labels)
     out = json_copy(pod)
     pod_spec = out.setdefault("spec", {})
-    container_index, _ = queries.training_container(replica_spec_with(pod_spec))
+    container_index, _ = queries.training_container_in(pod_spec)
     containers = pod_spec.get("containers") or []
     if not containers:
         raise PodRewriteError("the pod has no container")
@@ -57,10 +57,6 @@ def rewrite_pod(job: PyTorchTrainingJob, pod: dict[str, Any]) -> Rewrite:
     _apply_command(spec, replica_spec, container, env, resuming=_resuming(pod), pod_spec=pod_spec)
     pod_spec["restartPolicy"] = "Never"
     return Rewrite(out, _patch(pod.get("spec") or {}, pod_spec))
-
-
-def replica_spec_with(pod_spec: dict[str, Any]) -> ReplicaSpec:
-    return ReplicaSpec.from_dict({"template": {"spec": pod_spec}})
 
 
 def _locate(spec: PyTorchTrainingJobSpec, labels: dict[str, Any]) -> tuple[Replica, ReplicaSpec]:
