@@ -6,11 +6,12 @@ JSONPatch that turns the user's object into the defaulted one. Applying it twice
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from torchjob.api import types
 from torchjob.api.jsoncopy import json_copy
-from torchjob.api.model import Model
+from torchjob.api.model import FieldInfo, Model
 
 JsonPatch = list[dict[str, Any]]
 
@@ -38,17 +39,19 @@ def default_job(job: dict[str, Any]) -> tuple[dict[str, Any], JsonPatch]:
 def _default_object(
     model: type[Model], obj: dict[str, Any], path: tuple[str | int, ...], patch: JsonPatch
 ) -> None:
-    for key in CREATED_WHEN_ABSENT.get(model, ()):
+    plan = _plan_of(model)
+    for key in plan.created_when_absent:
         if obj.get(key) is None:
             obj[key] = {}
             patch.append({"op": "add", "path": pointer(*path, key), "value": {}})
-    for info in model.FIELDS:
-        value = obj.get(info.key)
-        if value is None and info.default is not None:
+    for info in plan.with_default:
+        if obj.get(info.key) is None:
             obj[info.key] = json_copy(info.default)
             patch.append({"op": "add", "path": pointer(*path, info.key), "value": info.default})
-        elif info.kind == "message":
-            _default_child(types_by_name(info.ref), value, (*path, info.key), info.repeated, patch)
+    for info, child_model in plan.messages:
+        value = obj.get(info.key)
+        if value is not None:
+            _default_child(child_model, value, (*path, info.key), info.repeated, patch)
 
 
 def _default_child(
@@ -61,6 +64,31 @@ def _default_child(
                 _default_object(model, item, (*path, index), patch)
     elif not repeated and isinstance(value, dict):
         _default_object(model, value, path, patch)
+
+
+@dataclass(frozen=True, slots=True)
+class _DefaultingPlan:
+    """What defaulting looks at in one message, worked out once per message class."""
+
+    created_when_absent: tuple[str, ...]
+    with_default: tuple[FieldInfo, ...]
+    messages: tuple[tuple[FieldInfo, type[Model]], ...]
+
+
+_PLANS: dict[type[Model], _DefaultingPlan] = {}
+
+
+def _plan_of(model: type[Model]) -> _DefaultingPlan:
+    plan = _PLANS.get(model)
+    if plan is None:
+        plan = _PLANS[model] = _DefaultingPlan(
+            created_when_absent=CREATED_WHEN_ABSENT.get(model, ()),
+            with_default=tuple(info for info in model.FIELDS if info.default is not None),
+            messages=tuple(
+                (info, types_by_name(info.ref)) for info in model.FIELDS if info.kind == "message"
+            ),
+        )
+    return plan
 
 
 def types_by_name(name: str) -> type[Model]:

@@ -90,13 +90,21 @@ class Model:
     def from_dict(cls, data: object, path: str = "") -> Self:
         """Decode `data`; raise ModelError naming the first field that does not fit."""
         obj = expect_object(data, path)
-        known = {f.key for f in cls.FIELDS}
+        by_key = _fields_by_key(cls)
         values: dict[str, Any] = {}
-        for info in cls.FIELDS:
-            raw = obj.get(info.key)
-            if raw is not None:  # the apiserver drops nulls; absent and null mean the same
-                values[info.attr] = _decode_field(info, raw, child(path, info.key))
-        values["extra"] = {k: v for k, v in obj.items() if k not in known}
+        extra: dict[str, Any] = {}
+        # One pass over what is present: admission decodes every job, and most fields are absent.
+        for key, raw in obj.items():
+            info = by_key.get(key)
+            if info is None:
+                extra[key] = raw
+            elif raw is None:  # the apiserver drops nulls; absent and null mean the same
+                continue
+            elif info.kind == "string" and not info.repeated and isinstance(raw, str):
+                values[info.attr] = raw  # the common case, with no path to build
+            else:
+                values[info.attr] = _decode_field(info, raw, child(path, key))
+        values["extra"] = extra
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
@@ -108,6 +116,16 @@ class Model:
                 out[info.key] = [_encode(v) for v in value] if info.repeated else _encode(value)
         out.update(self.extra)
         return out
+
+
+_FIELDS_BY_KEY: dict[type[Model], dict[str, FieldInfo]] = {}
+
+
+def _fields_by_key(model: type[Model]) -> dict[str, FieldInfo]:
+    by_key = _FIELDS_BY_KEY.get(model)
+    if by_key is None:
+        by_key = _FIELDS_BY_KEY[model] = {info.key: info for info in model.FIELDS}
+    return by_key
 
 
 def _decode_field(info: FieldInfo, raw: object, path: str) -> Any:

@@ -3,7 +3,7 @@ and such a pod is rewritten into its replica. Pure: the webhook looks the job up
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 from torchjob.api import constants
@@ -21,8 +21,19 @@ def job_name_of(pod: Any) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-def mutate_pod(request: Request, job: dict[str, Any] | None, creators: Collection[str]) -> Response:
-    """Rewrite a replica's pod; refuse a job-labelled pod from anyone but `creators`."""
+JobDecoder = Callable[[dict[str, Any]], PyTorchTrainingJob]
+
+
+def mutate_pod(
+    request: Request,
+    job: dict[str, Any] | None,
+    creators: Collection[str],
+    decode: JobDecoder = PyTorchTrainingJob.from_dict,
+) -> Response:
+    """Rewrite a replica's pod; refuse a job-labelled pod from anyone but `creators`.
+
+    `decode` turns the job into its typed model; the webhook passes one that remembers the
+    result, since every replica of a job is admitted against the same stored object."""
     if request.operation != "CREATE" or job_name_of(request.object) is None:
         return Response(request.uid, True)
     if request.username not in creators:
@@ -38,16 +49,16 @@ def mutate_pod(request: Request, job: dict[str, Any] | None, creators: Collectio
         return refuse(
             request.uid, f"PyTorchTrainingJob {request.namespace}/{name} not found", 404, "NotFound"
         )
-    return _rewrite(request, job)
+    return _rewrite(request, job, decode)
 
 
-def _rewrite(request: Request, job_obj: dict[str, Any]) -> Response:
+def _rewrite(request: Request, job_obj: dict[str, Any], decode: JobDecoder) -> Response:
     pod: dict[str, Any] = request.object
     job_uid = (job_obj.get("metadata") or {}).get("uid")
     if _controller_uid(pod) != job_uid:
         return refuse(request.uid, "the pod is not controlled by its job", 403, "Forbidden")
     try:
-        job = PyTorchTrainingJob.from_dict(job_obj)
+        job = decode(job_obj)
         rewrite = rewrite_pod(job, pod)
     except (ModelError, PodRewriteError) as error:
         return refuse(request.uid, f"cannot render the replica: {error}", 422, "Invalid")

@@ -94,6 +94,31 @@ class ServingCertificate:
 TLS = web.AppKey("tls", ServingCertificate)
 
 
+class DecodedJobs:
+    """The typed model of each cached job, decoded once per stored version rather than once per
+    replica pod. Keyed by the cached object itself: the informer replaces it on every change."""
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self._capacity = capacity
+        self._decoded: dict[int, tuple[dict[str, Any], types.PyTorchTrainingJob]] = {}
+
+    def decode(self, job: dict[str, Any]) -> types.PyTorchTrainingJob:
+        entry = self._decoded.get(id(job))
+        if entry is not None and entry[0] is job:
+            return entry[1]
+        decoded = types.PyTorchTrainingJob.from_dict(job)
+        if len(self._decoded) >= self._capacity:
+            self._decoded.clear()  # simplest bound; refilling costs one decode per job
+        self._decoded[id(job)] = (job, decoded)
+        return decoded
+
+    def __len__(self) -> int:
+        return len(self._decoded)
+
+
+DECODED_JOBS = web.AppKey("decoded_jobs", DecodedJobs)
+
+
 def _route(endpoint: str, handler: Callable[[Request], Response]) -> Callable[[web.Request], Any]:
     async def serve(http: web.Request) -> web.Response:
         started = time.perf_counter()
@@ -108,9 +133,10 @@ async def _mutate_pod(http: web.Request) -> web.Response:
     started = time.perf_counter()
     body = await _read_body(http)
     creators = http.app[SETTINGS].pod_creators
+    decode = http.app[DECODED_JOBS].decode
     with _request_context(body):
         job = await _job_of(http.app, body)
-        review = handle(body, lambda request: mutate_pod(request, job, creators))
+        review = handle(body, lambda request: mutate_pod(request, job, creators, decode))
         return _answer("mutate-pods", review, started)
 
 
@@ -268,6 +294,7 @@ def init_app(settings: Settings) -> web.Application:
     app = web.Application(middlewares=[_never_a_traceback], client_max_size=8 * 1024 * 1024)
     app[SETTINGS] = settings
     app[TLS] = ServingCertificate()
+    app[DECODED_JOBS] = DecodedJobs()
     app.cleanup_ctx.append(_api_client)
     app.cleanup_ctx.append(_job_cache)
     app.cleanup_ctx.append(_keep_certificate)
