@@ -18,6 +18,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import signal
 import socket
 import ssl
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -158,7 +160,7 @@ def stop_process_group(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def webhook_server(plane: ControlPlane, tls: TlsFiles) -> Iterator[int]:
+def webhook_server(plane: ControlPlane, tls: TlsFiles) -> Iterator[tuple[int, int]]:
     port, probe_port = free_port(), free_port()
     args = [
         *("--host", LOOPBACK, "--port", str(port), "--probe-port", str(probe_port)),
@@ -168,7 +170,7 @@ def webhook_server(plane: ControlPlane, tls: TlsFiles) -> Iterator[int]:
     server = ServiceProcess("torchjob.webhook", args, probe_port)
     try:
         server.start().wait_ready(SERVER_START_TIMEOUT)
-        yield port
+        yield port, probe_port
     finally:
         server.close()
 
@@ -470,6 +472,28 @@ def print_setup(
     )
 
 
+HANDLER_TIME_LINE = re.compile(
+    r'torchjob_admission_duration_seconds_(sum|count)\{endpoint="([^"]+)"'
+)
+
+
+def print_handler_time(probe_port: int) -> None:
+    """The webhook's own measure of each request, from receiving the body to encoding the answer
+    (its latency histogram), over every request of the run: what the handlers cost in the server,
+    apart from TLS, HTTP and the client."""
+    with urllib.request.urlopen(f"http://{LOOPBACK}:{probe_port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    totals: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        match = HANDLER_TIME_LINE.match(line)
+        if match:
+            kind, endpoint = match.groups()
+            totals.setdefault(endpoint, [0.0, 0.0])[kind == "count"] += float(line.split()[-1])
+    print()
+    for endpoint, (seconds, count) in sorted(totals.items()):
+        print(f"in-server time, {endpoint}: mean {seconds / count * 1e6:.0f} us over {count:.0f}")
+
+
 def print_table_header() -> None:
     print()
     print(ROW.format("case", "conc", "req/s", "p50 ms", "p99 ms", "p50 x", "p99 x", "errors", ""))
@@ -518,10 +542,11 @@ def main() -> None:
         context = tls.client_context()
         with floor_server(tls) as floor_port, ControlPlane() as plane:
             reviews = prepare_cluster(plane)
-            with webhook_server(plane, tls) as webhook_port:
+            with webhook_server(plane, tls) as (webhook_port, probe_port):
                 print_setup(floor_port, webhook_port, context, reviews)
                 pairs = pairs_to_measure(floor_port, webhook_port, reviews)
                 asyncio.run(run_all(pairs, context))
+                print_handler_time(probe_port)
 
 
 if __name__ == "__main__":
