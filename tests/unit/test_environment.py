@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.render.environment import replica_env, torchrun_argv
-from torchjob.render.topology import Replica, master_of, replicas_of
+from torchjob.render.topology import Replica, master_of, replica_at, replicas_of, world_size
 
 HOST = "j-master-0.ns.svc"
 
@@ -57,6 +59,29 @@ def test_without_a_master_type_the_first_replica_is_master() -> None:
         ("worker", 2, 2),
         ("evaluator", 0, 3),
     ]
+
+
+REPLICA_TYPES = st.lists(
+    st.tuples(st.sampled_from(["master", "worker", "evaluator", "ps", "chief"]), st.integers(1, 6)),
+    min_size=1,
+    max_size=4,
+    unique_by=lambda pair: pair[0],
+)
+
+
+@given(REPLICA_TYPES)
+def test_a_replica_looked_up_alone_has_the_rank_the_full_list_gives_it(
+    replicas: list[tuple[str, int]],
+) -> None:
+    job = spec(*replicas)
+    everyone = replicas_of(job)
+    assert world_size(job) == len(everyone)
+    for replica in everyone:
+        assert replica_at(job, replica.type, replica.index) == replica
+    for kind, count in replicas:
+        assert replica_at(job, kind, count) is None
+        assert replica_at(job, kind, -1) is None
+    assert replica_at(job, "absent", 0) is None
 
 
 def test_plain_python_environment() -> None:

@@ -17,8 +17,8 @@ from torchjob.render.topology import (
     DEFAULT_MASTER_PORT,
     Replica,
     master_of,
-    replicas_of,
     service_host,
+    world_size,
 )
 
 EnvVar = dict[str, Any]
@@ -37,7 +37,7 @@ def replica_env(
     """The variables injected into the training container, in a stable order."""
     master_type, master_index = master_of(spec)
     master_addr = service_host(job_name, namespace, master_type, master_index)
-    world = len(replicas_of(spec))
+    world = world_size(spec)
     values: list[tuple[str, str]] = [
         ("MASTER_ADDR", master_addr),
         ("MASTER_PORT", str(master_port)),

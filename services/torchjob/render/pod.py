@@ -16,7 +16,7 @@ from torchjob.api import constants, queries
 from torchjob.api.jsoncopy import json_copy
 from torchjob.api.types import PyTorchTrainingJob, PyTorchTrainingJobSpec, ReplicaSpec
 from torchjob.render.environment import replica_env, torchrun_argv
-from torchjob.render.topology import DEFAULT_MASTER_PORT, MASTER_PORT_NAME, Replica, replicas_of
+from torchjob.render.topology import DEFAULT_MASTER_PORT, MASTER_PORT_NAME, Replica, replica_at
 
 DEFAULT_DEBUG_COMMAND = ["sleep", "inf"]
 
@@ -63,11 +63,11 @@ def _locate(spec: PyTorchTrainingJobSpec, labels: dict[str, Any]) -> tuple[Repli
     kind = labels.get(constants.LABEL_REPLICA_TYPE)
     index_text = labels.get(constants.LABEL_REPLICA_INDEX, "")
     index = int(index_text) if isinstance(index_text, str) and index_text.isdigit() else -1
-    for replica in replicas_of(spec):
-        if (replica.type, replica.index) == (kind, index):
-            replica_spec = next(r for r in spec.replica_specs or [] if r.type == kind)
-            return replica, replica_spec
-    raise PodRewriteError(f"the job has no replica {kind}/{index_text}")
+    replica = replica_at(spec, kind, index) if isinstance(kind, str) else None
+    if replica is None:
+        raise PodRewriteError(f"the job has no replica {kind}/{index_text}")
+    replica_spec = next(r for r in spec.replica_specs or [] if r.type == kind)
+    return replica, replica_spec
 
 
 def _merge_env(container: dict[str, Any], injected: list[dict[str, Any]]) -> None:

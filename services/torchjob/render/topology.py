@@ -46,6 +46,29 @@ def replicas_of(spec: PyTorchTrainingJobSpec) -> list[Replica]:
     return out
 
 
+def world_size(spec: PyTorchTrainingJobSpec) -> int:
+    """How many replicas the job has (a replica spec without `replicas` has one)."""
+    return sum(r.replicas or 1 for r in spec.replica_specs or [])
+
+
+def replica_at(spec: PyTorchTrainingJobSpec, replica_type: str, index: int) -> Replica | None:
+    """The replica `replica_type`/`index` with its rank, as `replicas_of` would place it, worked
+    out from the replica spec counts alone: admitting each pod of a large job stays cheap."""
+    master = master_of(spec)
+    if (replica_type, index) == master:
+        return Replica(replica_type, index, 0)
+    rank = 1  # after the master
+    for replica_spec in spec.replica_specs or []:
+        count = replica_spec.replicas or 1
+        if replica_spec.type == replica_type:
+            if not 0 <= index < count:
+                return None
+            # The master is index 0 of its type and already counted first.
+            return Replica(replica_type, index, rank + index - (replica_type == master[0]))
+        rank += count - ((replica_spec.type or "") == master[0])
+    return None
+
+
 def service_host(job_name: str, namespace: str, replica_type: str, index: int) -> str:
     """The DNS name of a replica's headless Service, resolvable from any namespace."""
     return f"{replica_name(job_name, replica_type, index)}.{namespace}.svc"
