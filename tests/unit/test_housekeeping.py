@@ -213,7 +213,7 @@ def test_changed_tensorboard_spec_rolls_the_deployment() -> None:
     new_job = spec(tensorboardSpec={**TB["tensorboardSpec"], "image": "tb:2"})
     result = observe(new_job, {}, tensorboard=TensorBoardObserved(deployment, service, []))
     new_deployment, _ = rendered(new_job)
-    assert result.update == [new_deployment]
+    assert result.update == [(new_deployment, deployment)]
     assert result.create == []
     assert [e.reason for e in result.events] == [constants.REASON_TENSORBOARD_UPDATED]
     assert result.tensorboard_status is not None

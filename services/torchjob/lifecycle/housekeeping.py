@@ -80,7 +80,8 @@ class Event:
 @dataclass(slots=True)
 class Plan:
     create: list[dict[str, Any]] = field(default_factory=list)  # rendered TensorBoard objects
-    update: list[dict[str, Any]] = field(default_factory=list)  # ... whose hash changed
+    # (rendered, observed) TensorBoard objects whose hash differs: rendered from a changed spec
+    update: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
     delete_tensorboard: list[tuple[str, str, str]] = field(default_factory=list)  # kind, name, uid
     tensorboard_status: dict[str, Any] | None = None
     write_tensorboard_status: bool = False
@@ -182,7 +183,7 @@ def _tensorboard(observed: Observed, out: Plan) -> None:
         if current is None:
             out.create.append(desired)
         elif spec_hash(current) != spec_hash(desired):
-            out.update.append(desired)
+            out.update.append((desired, current))
     digest = spec_hash(deployment)
     if seen.deployment is None:
         out.events.append(
