@@ -6,6 +6,7 @@ housekeeper runs with exactly the RBAC the chart grants it."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -211,3 +212,100 @@ async def _tensorboard_is(job: Job, expected: dict[str, Any]) -> bool:
 async def _new_pod(cluster: Cluster, job: str, old: Any) -> Any:
     pods = [p for p in await cluster.tensorboard_pods(job) if p.metadata.uid != old.metadata.uid]
     return pods[0] if pods else None
+
+
+# What each policy leaves of worker-0 (the master, finished), worker-1 (succeeded) and worker-2
+# (still running) and of their three Services.
+LEFT = {
+    "None": ({0, 1, 2}, True),
+    "All": (set(), False),
+    "Unfinished": ({0, 1}, True),
+}
+
+
+@pytest.mark.parametrize("exit_code", [0, 1], ids=["after-success", "after-failure"])
+async def test_clean_up_policies(
+    kube_client: client.ApiClient,
+    admitted_namespace: str,
+    reconciler: ServiceProcess,
+    housekeeper: ServiceProcess,
+    exit_code: int,
+) -> None:
+    cluster = Cluster(kube_client, admitted_namespace)
+    jobs = {
+        policy: await Job(
+            kube_client,
+            admitted_namespace,
+            manifest(policy.lower(), runPolicy={"cleanUpPolicy": policy}),
+        ).create()
+        for policy in LEFT
+    }
+    for job in jobs.values():
+        await job.wait_pods(names(job.name, "worker", 3))
+        await job.run_all()
+        await job.kubelet.finish(f"{job.name}-worker-1", 0)
+        await job.kubelet.finish(f"{job.name}-worker-0", exit_code)
+    phase = "Succeeded" if exit_code == 0 else "Failed"
+    for job in jobs.values():
+        await job.wait_phase(phase)
+    for policy in ("All", "Unfinished"):
+        job = jobs[policy]
+        pods, services = LEFT[policy]
+        await job.wait_pods({f"{job.name}-worker-{i}" for i in pods})
+        expected = names(job.name, "worker", 3) if services else set()
+        await until(f"{policy}: services", functools.partial(_services_are, job, expected))
+        [event] = await cluster.events(job.name, constants.REASON_CLEAN_UP)
+        assert event.message.startswith(f"cleanUpPolicy {policy}: deleting")
+    # None acts by doing nothing: after the others were cleaned up, nothing of it has gone.
+    await asyncio.sleep(1)
+    kept = jobs["None"]
+    assert set(await kept.pods()) == names(kept.name, "worker", 3)
+    assert await kept.services() == names(kept.name, "worker", 3)
+    assert await cluster.events(kept.name, constants.REASON_CLEAN_UP) == []
+
+
+async def _services_are(job: Job, expected: set[str]) -> bool:
+    return await job.services() == expected
+
+
+async def test_ttl_deletes_the_job_and_everything_it_owns(
+    kube_client: client.ApiClient,
+    admitted_namespace: str,
+    reconciler: ServiceProcess,
+    housekeeper: ServiceProcess,
+) -> None:
+    cluster = Cluster(kube_client, admitted_namespace)
+    spec = {"runPolicy": {"ttlSecondsAfterFinished": 2}, "tensorboardSpec": {"image": TB_IMAGE}}
+    job = await Job(kube_client, admitted_namespace, manifest("ttl", **spec)).create()
+    await job.wait_pods(names(job.name, "worker", 3))
+    await until("the TensorBoard's pod", lambda: cluster.tensorboard_pods(job.name))
+    await job.run_all()
+    await job.kubelet.finish(f"{job.name}-worker-0", 0)
+    finished = await job.wait_phase("Succeeded")
+    assert finished["completionTime"]
+    jobs = await job.objects.list_namespaced_custom_object(
+        types.GROUP, types.VERSION, admitted_namespace, types.PLURAL
+    )
+    assert [j["metadata"]["name"] for j in jobs["items"]] == [job.name]
+
+    async def job_gone() -> bool:
+        listed = await job.objects.list_namespaced_custom_object(
+            types.GROUP, types.VERSION, admitted_namespace, types.PLURAL
+        )
+        return not listed["items"]
+
+    await until("the job deleted", job_gone)
+    await until("its pods gone", lambda: _none_left(job.pods()), 60)
+    await until("its Services gone", lambda: _none_left(cluster.service_names()), 60)
+    await until(
+        "its TensorBoard gone", lambda: _none(cluster.deployment(f"{job.name}-tensorboard")), 60
+    )
+    await until(
+        "its TensorBoard's pod gone", lambda: _none_left(cluster.tensorboard_pods(job.name)), 60
+    )
+    [event] = await cluster.events(job.name, constants.REASON_TTL_EXPIRED)
+    assert "ttlSecondsAfterFinished (2s)" in event.message
+
+
+async def _none_left(items: Any) -> bool:
+    return not await items
