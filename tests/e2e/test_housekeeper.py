@@ -17,9 +17,7 @@ from support import ControlPlane
 from support.operator import (
     housekeeper_kubeconfig,
     job_manifest,
-    reconciler_kubeconfig,
     start_housekeeper,
-    start_reconciler,
 )
 from support.processes import ServiceProcess
 
@@ -30,15 +28,6 @@ TB_IMAGE = "t9kpublic/tensorboard:2.11.0"
 TIMEOUT = 30.0
 RESTRICTED_POD = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
 RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-
-
-@pytest.fixture(scope="module")
-def reconciler(
-    control_plane: ControlPlane, webhook_server: ServiceProcess
-) -> Iterator[ServiceProcess]:
-    process = start_reconciler(control_plane, reconciler_kubeconfig(control_plane))
-    yield process
-    process.close()
 
 
 @pytest.fixture(scope="module")
@@ -275,7 +264,10 @@ async def test_ttl_deletes_the_job_and_everything_it_owns(
     housekeeper: ServiceProcess,
 ) -> None:
     cluster = Cluster(kube_client, admitted_namespace)
-    spec = {"runPolicy": {"ttlSecondsAfterFinished": 2}, "tensorboardSpec": {"image": TB_IMAGE}}
+    spec: dict[str, Any] = {
+        "runPolicy": {"ttlSecondsAfterFinished": 2},
+        "tensorboardSpec": {"image": TB_IMAGE},
+    }
     job = await Job(kube_client, admitted_namespace, manifest("ttl", **spec)).create()
     await job.wait_pods(names(job.name, "worker", 3))
     await until("the TensorBoard's pod", lambda: cluster.tensorboard_pods(job.name))

@@ -8,6 +8,7 @@ pods and deleting the Services, and is killed there."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from kubernetes_asyncio import client
 from support import ControlPlane
@@ -60,7 +61,10 @@ async def test_killed_mid_clean_up_then_restarted_does_nothing_twice(
 
 async def _scenario(control_plane: ControlPlane, api: client.ApiClient, namespace: str) -> None:
     cluster = Cluster(api, namespace)
-    spec = {"runPolicy": {"cleanUpPolicy": "All"}, "tensorboardSpec": {"image": TB_IMAGE}}
+    spec: dict[str, Any] = {
+        "runPolicy": {"cleanUpPolicy": "All"},
+        "tensorboardSpec": {"image": TB_IMAGE},
+    }
     job = Job(api, namespace, manifest("restart", **spec))
     tb_name = f"{job.name}-tensorboard"
     first = start_housekeeper(
