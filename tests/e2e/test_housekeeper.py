@@ -245,12 +245,20 @@ async def test_clean_up_policies(
         await until(f"{policy}: services", functools.partial(_services_are, job, expected))
         [event] = await cluster.events(job.name, constants.REASON_CLEAN_UP)
         assert event.message.startswith(f"cleanUpPolicy {policy}: deleting")
+    # The reconciler counts cleaned-up replicas as deleted; the job's phase stays as it was.
+    await until("aggregate", functools.partial(_deleted_counted, jobs["All"], 3))
+    assert (await jobs["All"].status())["phase"] == phase
     # None acts by doing nothing: after the others were cleaned up, nothing of it has gone.
     await asyncio.sleep(1)
     kept = jobs["None"]
     assert set(await kept.pods()) == names(kept.name, "worker", 3)
     assert await kept.services() == names(kept.name, "worker", 3)
     assert await cluster.events(kept.name, constants.REASON_CLEAN_UP) == []
+
+
+async def _deleted_counted(job: Job, count: int) -> bool:
+    aggregate = (await job.status()).get("aggregate") or {}
+    return bool(aggregate.get("deleted") == count and aggregate.get("creating") == 0)
 
 
 async def _services_are(job: Job, expected: set[str]) -> bool:
