@@ -108,3 +108,17 @@ async def test_a_failure_to_record_is_logged_not_raised(kube_client: client.ApiC
         )
     [entry] = [entry for entry in logs if entry["event"] == "could not record an event"]
     assert entry["reason"] == "Lost"
+
+
+async def test_an_action_is_reported_once_whoever_records_it_again(
+    control_plane: ControlPlane, kube_client: client.ApiClient, namespace: str
+) -> None:
+    obj = await subject(kube_client, namespace, "subject")
+    first, restarted = (EventRecorder(kube_client, COMPONENT, HOST) for _ in range(2))
+    assert await first.record_once(obj, "Normal", "CleanUp", "deleting 2 pods", "clean-up")
+    assert not await restarted.record_once(obj, "Normal", "CleanUp", "deleting 1 pod", "clean-up")
+    assert await restarted.record_once(obj, "Normal", "TTLExpired", "deleting the job", "ttl")
+
+    events = kubectl_events(control_plane, namespace)
+    assert sorted(event["message"] for event in events) == ["deleting 2 pods", "deleting the job"]
+    assert all("series" not in event for event in events)

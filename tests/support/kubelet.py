@@ -29,7 +29,9 @@ class TestKubelet:
     async def _patch(self, name: str, status: dict[str, Any]) -> None:
         await self.core.patch_namespaced_pod_status(name, self.namespace, {"status": status})
 
-    async def run(self, name: str) -> None:
+    async def run(self, name: str, ready: bool = False) -> None:
+        """Every container runs; with `ready`, the pod also passes its readiness probe (the
+        Ready condition, which ReplicaSets and Deployments count)."""
         pod = await self.core.read_namespaced_pod(name, self.namespace)
         running = [
             {
@@ -42,15 +44,18 @@ class TestKubelet:
             }
             for n in _container_names(pod)
         ]
-        await self._patch(
-            name,
-            {
-                "phase": "Running",
-                "podIP": "10.1.0.1",
-                "startTime": _now(),
-                "containerStatuses": running,
-            },
-        )
+        status: dict[str, Any] = {
+            "phase": "Running",
+            "podIP": "10.1.0.1",
+            "startTime": _now(),
+            "containerStatuses": running,
+        }
+        if ready:
+            status["conditions"] = [
+                {"type": kind, "status": "True", "lastTransitionTime": _now()}
+                for kind in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+            ]
+        await self._patch(name, status)
 
     async def finish(self, name: str, exit_code: int) -> None:
         """Every container terminates with `exit_code`; the phase follows from it."""

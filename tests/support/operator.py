@@ -165,15 +165,82 @@ def reconciler_kubeconfig(control_plane: ControlPlane) -> Path:
 def start_reconciler(
     control_plane: ControlPlane, kubeconfig: Path, identity: str = "r1"
 ) -> ServiceProcess:
+    return _start_controller("torchjob.reconciler", kubeconfig, identity)
+
+
+def _start_controller(module: str, kubeconfig: Path, identity: str) -> ServiceProcess:
+    """A leader-elected service as a process, its Lease in the operator's namespace."""
     probe_port = free_port()
     args = [
         *("--namespace", SYSTEM_NAMESPACE, "--identity", identity, "--probe-host", "127.0.0.1"),
         *("--probe-port", str(probe_port), "--kubeconfig", str(kubeconfig), "--log-level", "DEBUG"),
     ]
-    reconciler = ServiceProcess("torchjob.reconciler", args, probe_port)
+    process = ServiceProcess(module, args, probe_port)
     try:
-        reconciler.start().wait_ready()
+        process.start().wait_ready()
     except BaseException:
-        reconciler.close()
+        process.close()
         raise
-    return reconciler
+    return process
+
+
+HOUSEKEEPER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:torchjob-housekeeper"
+ALL = ["get", "list", "watch", "create", "update", "patch", "delete"]
+# The housekeeper's RBAC, as the chart grants it.
+HOUSEKEEPER_RULES: list[dict[str, Any]] = [
+    {
+        "apiGroups": ["batch.tensorstack.dev"],
+        "resources": ["pytorchtrainingjobs"],
+        "verbs": ["get", "list", "watch", "delete"],
+    },
+    {
+        "apiGroups": ["batch.tensorstack.dev"],
+        "resources": ["pytorchtrainingjobs/status"],
+        "verbs": ["get", "patch"],
+    },
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
+    {"apiGroups": [""], "resources": ["services"], "verbs": ALL},
+    {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ALL},
+    {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+]
+LEASE_RULES: list[dict[str, Any]] = [
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["get", "create", "update", "patch"],
+    }
+]
+
+
+def _bound(kind: str, name: str, user: str, rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    namespace = {"namespace": SYSTEM_NAMESPACE} if kind == "Role" else {}
+    meta = {"name": name, **namespace}
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta}
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": f"{kind}Binding",
+        "metadata": meta,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
+    return [{**role, "rules": rules}, binding]
+
+
+def housekeeper_kubeconfig(
+    control_plane: ControlPlane,
+    user: str = HOUSEKEEPER,
+    rules: list[dict[str, Any]] = HOUSEKEEPER_RULES,
+) -> Path:
+    """Credentials for `user`, granted exactly `rules` cluster-wide and the Lease verbs in the
+    operator's namespace (the housekeeper's RBAC as the chart grants it, unless told otherwise)."""
+    control_plane.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
+    name = "torchjob-" + user.rsplit(":", 1)[-1] + "-e2e"
+    objects = _bound("ClusterRole", name, user, rules) + _bound("Role", name, user, LEASE_RULES)
+    control_plane.kubectl(
+        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+    )
+    return control_plane.issue_kubeconfig(user)
+
+
+def start_housekeeper(kubeconfig: Path, identity: str = "h1") -> ServiceProcess:
+    return _start_controller("torchjob.housekeeper", kubeconfig, identity)

@@ -270,6 +270,32 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
         "must be t9k://pvc/<claim>/<subpath>",
     ),
     (
+        "fileset with a comma",
+        job(replica(), tensorboardSpec={"image": "tb", "trainingLogFilesets": ["t9k://pvc/c/a,b"]}),
+        "spec.tensorboardSpec.trainingLogFilesets[0]",
+        "must not contain ','",
+    ),
+    (
+        "fileset leaving its claim",
+        job(
+            replica(), tensorboardSpec={"image": "tb", "trainingLogFilesets": ["t9k://pvc/c/../d"]}
+        ),
+        "spec.tensorboardSpec.trainingLogFilesets[0]",
+        "must not contain '..'",
+    ),
+    (
+        "logDir subPath leaving its claim",
+        job(
+            replica(),
+            tensorboardSpec={
+                "image": "tb",
+                "logDir": {"pvc": [{"name": "c", "subPath": ["a", ".."]}]},
+            },
+        ),
+        "spec.tensorboardSpec.logDir.pvc[0].subPath[1]",
+        "must not contain '..'",
+    ),
+    (
         "wrong type",
         job(replica(replicas="four")),
         "spec.replicaSpecs[0].replicas",

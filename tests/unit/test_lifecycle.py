@@ -264,6 +264,18 @@ def test_terminal_job_is_never_acted_on() -> None:
     assert later.status["conditions"] == done["conditions"]
 
 
+def test_pods_cleaned_up_after_the_end_count_as_deleted_not_creating() -> None:
+    job = spec()
+    status = settle(job, all_pods(job))
+    done = observe(
+        job, [pod("master", 0, "Succeeded"), pod("worker", 0), pod("worker", 1)], status
+    ).status
+    assert done["aggregate"]["creating"] == 0
+    cleaned = observe(job, [], done, now=NOW + timedelta(minutes=1)).status
+    assert cleaned["aggregate"]["deleted"] == 3
+    assert cleaned["aggregate"]["creating"] == 0
+
+
 # --- deadline -----------------------------------------------------------------------------------
 
 

@@ -21,6 +21,13 @@ FIELD_MANAGER: Final = "torchjob"
 ANNOTATION_BACKOFF_COUNT: Final = f"{GROUP}/backoff-count"
 # On pods created while debug mode is on: they are replaced when debug mode is switched off.
 ANNOTATION_DEBUG: Final = f"{GROUP}/debug"
+# On a job's TensorBoard Deployment, its pods and its Service; the value is the job's name. They
+# never carry LABEL_JOB_NAME: that label marks replica pods and Services only (the reconciler and
+# the clean-up select on it, and the webhook admits pods carrying it only from the reconciler).
+LABEL_TENSORBOARD: Final = f"{GROUP}/tensorboard"
+# On the TensorBoard's Deployment and Service: the hash of what was rendered, so a changed
+# tensorboardSpec is noticed without comparing the objects the apiserver has defaulted.
+ANNOTATION_SPEC_HASH: Final = f"{GROUP}/spec-hash"
 LABEL_T9K_QUEUE: Final = "scheduling.tensorstack.dev/queue"
 LABEL_T9K_PRIORITY: Final = "scheduling.tensorstack.dev/priority"
 RETRYABLE_EXIT_CODES: Final = frozenset({130, 137, 143, 138})
@@ -41,3 +48,11 @@ REASON_DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
 REASON_POD_CREATION_FAILED: Final = "PodCreationFailed"
 REASON_REPLICA_RESTARTING: Final = "ReplicaRestarting"
 REASON_NO_FAILURE: Final = "NoReplicaFailure"
+
+# Event reasons of the housekeeper.
+REASON_TENSORBOARD_CREATED: Final = "TensorBoardCreated"
+REASON_TENSORBOARD_UPDATED: Final = "TensorBoardUpdated"
+REASON_TENSORBOARD_DELETED: Final = "TensorBoardDeleted"
+REASON_TENSORBOARD_FAILED: Final = "TensorBoardFailed"
+REASON_CLEAN_UP: Final = "CleanUp"
+REASON_TTL_EXPIRED: Final = "TTLExpired"

@@ -215,6 +215,22 @@ def _tensorboard_errors(tensorboard: TensorBoardSpec) -> Iterator[FieldError]:
             yield FieldError(path, f"{scheme!r} is not supported: use t9k://pvc/<claim>/<subpath>")
         elif not FILESET.match(fileset):
             yield FieldError(path, f"{fileset!r} must be t9k://pvc/<claim>/<subpath>")
+        else:
+            yield from _log_path_errors(path, fileset.removeprefix("t9k://pvc/"))
+    pvcs = tensorboard.log_dir.pvc if tensorboard.log_dir else None
+    for index, pvc in enumerate(pvcs or []):
+        for sub_index, sub_path in enumerate(pvc.sub_path or []):
+            path = f"spec.tensorboardSpec.logDir.pvc[{index}].subPath[{sub_index}]"
+            yield from _log_path_errors(path, sub_path)
+
+
+def _log_path_errors(path: str, value: str) -> Iterator[FieldError]:
+    if "," in value:
+        yield FieldError(
+            path, f"{value!r} must not contain ',': TensorBoard separates log directories with it"
+        )
+    if ".." in value.split("/"):
+        yield FieldError(path, f"{value!r} must not contain '..': it would leave the claim")
 
 
 def _warnings(spec: PyTorchTrainingJobSpec) -> Iterator[str]:

@@ -9,6 +9,7 @@ into a count on a single object, as client-go's events recorder does.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from typing import Any, Literal
 import structlog
 from kubernetes_asyncio import client
 
-from torchjob.kube.errors import NotFound, translated
+from torchjob.kube.errors import Conflict, NotFound, translated
 
 log = structlog.get_logger("torchjob.kube.events")
 
@@ -31,6 +32,7 @@ MAX_SERIES = 4096
 # Limits the apiserver enforces on events.k8s.io/v1 Events.
 NOTE_LIMIT = 1024
 REASON_LIMIT = 128
+NAME_LIMIT = 253
 
 _SeriesKey = tuple[str, str, str, str, str, str]
 
@@ -98,6 +100,34 @@ class EventRecorder:
                 exc_info=True,
             )
 
+    async def record_once(
+        self, obj: dict[str, Any], event_type: EventType, reason: str, message: str, key: str
+    ) -> bool:
+        """Record the Event that reports one action on `obj`, named by `key`. Its name is derived
+        from the object's uid and the key, so a second record of the same action (by a restarted
+        process, or from a cache that lags behind) is refused by the apiserver as AlreadyExists:
+        the action is reported once. True when this call recorded it. Never raises."""
+        regarding = _reference(obj)
+        namespace = regarding.get("namespace") or "default"
+        digest = hashlib.sha256(f"{regarding.get('uid')}/{key}".encode()).hexdigest()[:16]
+        prefix = str(regarding.get("name", "unknown"))[: NAME_LIMIT - len(digest) - 1]
+        try:
+            await self._create(
+                namespace, regarding, event_type, reason, message[:NOTE_LIMIT], f"{prefix}.{digest}"
+            )
+            return True
+        except Conflict:
+            return False
+        except Exception:
+            log.warning(
+                "could not record an event",
+                regarding=regarding.get("name"),
+                reason=reason,
+                event_message=message,
+                exc_info=True,
+            )
+            return False
+
     async def _record(
         self, obj: dict[str, Any], event_type: EventType, reason: str, note: str
     ) -> None:
@@ -155,9 +185,10 @@ class EventRecorder:
         event_type: EventType,
         reason: str,
         note: str,
+        name: str | None = None,
     ) -> str:
         # client-go's naming: the object's name and the time in hex, unique per recorder.
-        name = f"{regarding.get('name', 'unknown')}.{time.time_ns():x}"
+        name = name or f"{regarding.get('name', 'unknown')}.{time.time_ns():x}"
         # The client sends a dict as it is, with our exact MicroTime strings.
         body: Any = {
             "apiVersion": "events.k8s.io/v1",

@@ -219,10 +219,12 @@ def _aggregate(state: _Round) -> dict[str, int]:
     counts = dict.fromkeys(
         ("creating", "pending", "running", "succeeded", "failed", "unknown", "deleted"), 0
     )
+    # A finished job's missing pods were cleaned up, not about to be created.
+    missing = "deleted" if is_terminal(state.observed.status) else "creating"
     for replica in state.desired:
         pod = state.pods.get((replica.type, replica.index))
         if pod is None:
-            counts["creating"] += 1
+            counts[missing] += 1
         elif pod.deleting:
             counts["deleted"] += 1
         else:

@@ -10,13 +10,14 @@ from typing import Any
 import structlog
 from kubernetes_asyncio import client
 
-from torchjob.api import constants, types
+from torchjob.api import constants
 from torchjob.api.model import ModelError
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.kube.controller import Result, TerminalError
 from torchjob.kube.events import EventRecorder
 from torchjob.kube.expectations import Expectations
-from torchjob.kube.informer import Informer, ResourceKind, controller_uid
+from torchjob.kube.informer import Informer, controller_uid
+from torchjob.kube.resources import JOBS, OWNER_INDEX, PODS, SERVICES, job_key
 from torchjob.kube.workqueue import WorkQueue
 from torchjob.lifecycle.observe import view_pod
 from torchjob.lifecycle.plan import Observed, plan
@@ -24,16 +25,6 @@ from torchjob.reconciler.executor import Executor
 from torchjob.reconciler.settings import Settings
 
 log = structlog.get_logger("torchjob.reconciler")
-
-JOBS = ResourceKind(types.GROUP, types.VERSION, types.PLURAL)
-PODS = ResourceKind("", "v1", "pods")
-SERVICES = ResourceKind("", "v1", "services")
-OWNER_INDEX = "owner"
-
-
-def job_key(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
 class Reconciler:

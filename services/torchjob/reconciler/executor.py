@@ -9,11 +9,12 @@ from typing import Any
 import structlog
 from kubernetes_asyncio import client
 
-from torchjob.api import constants, types
+from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.kube.errors import Conflict, Forbidden, Invalid, KubeError, NotFound, translated
 from torchjob.kube.events import EventRecorder
 from torchjob.kube.expectations import Expectations
+from torchjob.kube.jobs import patch_status
 from torchjob.lifecycle.failures import pod_creation_failed
 from torchjob.lifecycle.plan import Plan
 from torchjob.lifecycle.status import ours
@@ -50,20 +51,9 @@ class Executor:
         await self._create_pods(key, job, spec, plan)
 
     async def write_status(self, meta: dict[str, Any], status: dict[str, Any]) -> None:
-        # A merge patch of the whole status: lists (conditions, tasks) are replaced as a whole.
-        # The client's stubs omit _content_type, which the call accepts.
-        patch: Any = self.objects.patch_namespaced_custom_object_status
-        async with translated():
-            await patch(
-                types.GROUP,
-                types.VERSION,
-                meta["namespace"],
-                types.PLURAL,
-                meta["name"],
-                {"status": status},
-                field_manager=constants.FIELD_MANAGER,
-                _content_type="application/merge-patch+json",
-            )
+        # Lists (conditions, tasks) are replaced as a whole; status.tensorboard, which the
+        # housekeeper writes, is never in `status` (lifecycle.status.ours), so it is left alone.
+        await patch_status(self.objects, meta, status)
 
     async def _delete_pods(self, key: str, meta: dict[str, Any], plan: Plan) -> None:
         if not plan.delete_pods:

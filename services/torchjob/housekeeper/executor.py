@@ -1,0 +1,194 @@
+"""Carries out a housekeeping plan: the events first (each names its action, so it is recorded
+once however often the action is planned), then the TensorBoard, `status.tensorboard`, and the
+clean-up or the job's deletion. Every deletion is conditional on the uid that was observed, so
+an object replaced meanwhile under the same name is never deleted by mistake."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from kubernetes_asyncio import client
+from prometheus_client import Counter
+
+from torchjob.api import constants, types
+from torchjob.kube.errors import Conflict, Invalid, KubeError, NotFound, translated
+from torchjob.kube.events import EventRecorder
+from torchjob.kube.jobs import patch_status
+from torchjob.lifecycle.housekeeping import Plan
+from torchjob.lifecycle.tensorboard import failed_status, stored_form
+from torchjob.render.tensorboard import spec_hash
+
+log = structlog.get_logger("torchjob.housekeeper")
+
+ACTIONS = Counter(
+    "torchjob_housekeeper_actions_total",
+    "Writes the housekeeper made, by action (a deletion of something already gone is not one)",
+    ["action"],
+)
+
+Delete = Callable[..., Awaitable[Any]]
+
+
+class Executor:
+    def __init__(self, api: client.ApiClient, events: EventRecorder) -> None:
+        self.core = client.CoreV1Api(api)
+        self.apps = client.AppsV1Api(api)
+        self.objects = client.CustomObjectsApi(api)
+        self.events = events
+
+    async def execute(self, job: dict[str, Any], plan: Plan) -> None:
+        for event in plan.events:
+            if await self.events.record_once(
+                job, event.type, event.reason, event.message, event.key
+            ):
+                ACTIONS.labels("event").inc()
+        if plan.delete_job:
+            await self._delete_job(job["metadata"])
+            return
+        accepted = await self._tensorboard(job, plan)
+        if accepted and plan.write_tensorboard_status:
+            await self._write_tensorboard_status(job, plan.tensorboard_status)
+        namespace = job["metadata"]["namespace"]
+        for name, uid in plan.delete_pods:
+            await self._delete("pod", self.core.delete_namespaced_pod, namespace, name, uid)
+        for name, uid in plan.delete_services:
+            await self._delete("service", self.core.delete_namespaced_service, namespace, name, uid)
+
+    # -- TensorBoard -----------------------------------------------------------------------------
+
+    async def _tensorboard(self, job: dict[str, Any], plan: Plan) -> bool:
+        """False when the apiserver refused what was rendered: that is reported (event and
+        status) instead, and waits for the spec to change."""
+        try:
+            for obj in plan.create:
+                await self._create(job, obj)
+            for desired, current in plan.update:
+                await self._update(desired, current)
+        except Invalid as error:
+            await self._refused(job, error)
+            return False
+        namespace = job["metadata"]["namespace"]
+        for kind, name, uid in plan.delete_tensorboard:
+            delete = (
+                self.apps.delete_namespaced_deployment
+                if kind == "Deployment"
+                else self.core.delete_namespaced_service
+            )
+            await self._delete(f"tensorboard_{kind.lower()}", delete, namespace, name, uid)
+        return True
+
+    async def _create(self, job: dict[str, Any], obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        create: Any = (  # the client sends dicts as they are
+            self.apps.create_namespaced_deployment
+            if obj["kind"] == "Deployment"
+            else self.core.create_namespaced_service
+        )
+        try:
+            async with translated():
+                await create(meta["namespace"], obj, field_manager=constants.FIELD_MANAGER)
+            ACTIONS.labels(f"tensorboard_{obj['kind'].lower()}_created").inc()
+        except Conflict:
+            await self._check_ours(job, obj)
+
+    async def _check_ours(self, job: dict[str, Any], obj: dict[str, Any]) -> None:
+        """The name is taken: by our own object the cache has not shown yet (nothing to do), or
+        by someone else's, which is reported and retried with backoff until it is gone."""
+        meta = obj["metadata"]
+        read = (
+            self.apps.read_namespaced_deployment
+            if obj["kind"] == "Deployment"
+            else self.core.read_namespaced_service
+        )
+        try:
+            async with translated():
+                existing = await read(meta["name"], meta["namespace"])
+        except NotFound:
+            raise Conflict(409, "Conflict", f"{meta['name']} was deleted; creating again") from None
+        owners = existing.metadata.owner_references or []
+        if any(r.controller and r.uid == job["metadata"]["uid"] for r in owners):
+            return
+        message = (
+            f"a {obj['kind']} named {meta['name']} already exists and does not belong to the job"
+        )
+        await self.events.record(job, "Warning", constants.REASON_TENSORBOARD_FAILED, message)
+        await self._write_tensorboard_status(job, failed_status(message) | {"reason": "NameTaken"})
+        raise Conflict(409, "AlreadyExists", message)
+
+    async def _update(self, desired: dict[str, Any], current: dict[str, Any]) -> None:
+        """Replace every field we render under `spec` (a JSON Patch `add` replaces a member that
+        exists), on the condition that the object is still the one observed."""
+        meta = current["metadata"]
+        annotations = {
+            **(meta.get("annotations") or {}),
+            constants.ANNOTATION_SPEC_HASH: spec_hash(desired),
+        }
+        ops: Any = [
+            {"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
+            {"op": "add", "path": "/metadata/annotations", "value": annotations},
+            *({"op": "add", "path": f"/spec/{k}", "value": v} for k, v in desired["spec"].items()),
+        ]
+        patch: Any = (
+            self.apps.patch_namespaced_deployment
+            if desired["kind"] == "Deployment"
+            else self.core.patch_namespaced_service
+        )
+        async with translated():
+            await patch(
+                meta["name"],
+                meta["namespace"],
+                ops,
+                field_manager=constants.FIELD_MANAGER,
+                _content_type="application/json-patch+json",
+            )
+        ACTIONS.labels(f"tensorboard_{desired['kind'].lower()}_updated").inc()
+
+    async def _refused(self, job: dict[str, Any], error: KubeError) -> None:
+        """An invalid rendering (a bad resources field, say) waits for the spec to change."""
+        message = f"the TensorBoard was refused: {error.message}"
+        log.warning("tensorboard refused", error=error.message)
+        await self.events.record(job, "Warning", constants.REASON_TENSORBOARD_FAILED, message)
+        await self._write_tensorboard_status(job, failed_status(message))
+
+    async def _write_tensorboard_status(
+        self, job: dict[str, Any], status: dict[str, Any] | None
+    ) -> None:
+        if stored_form(status) == (job.get("status") or {}).get("tensorboard"):
+            return
+        await patch_status(self.objects, job["metadata"], {"tensorboard": status})
+        ACTIONS.labels("status_written").inc()
+
+    # -- deletions -------------------------------------------------------------------------------
+
+    async def _delete(self, what: str, delete: Delete, namespace: str, name: str, uid: str) -> None:
+        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
+        try:
+            async with translated():
+                await delete(name, namespace, body=body)
+        except (NotFound, Conflict):
+            return  # already gone, or replaced by another object of that name
+        ACTIONS.labels(f"{what}_deleted").inc()
+        log.info("deleted", kind=what, name=name)
+
+    async def _delete_job(self, meta: dict[str, Any]) -> None:
+        # Background: the job goes at once and the garbage collector removes what it owned.
+        body = client.V1DeleteOptions(
+            preconditions=client.V1Preconditions(uid=meta["uid"]),
+            propagation_policy="Background",
+        )
+        try:
+            async with translated():
+                await self.objects.delete_namespaced_custom_object(
+                    types.GROUP,
+                    types.VERSION,
+                    meta["namespace"],
+                    types.PLURAL,
+                    meta["name"],
+                    body=body,
+                )
+        except (NotFound, Conflict):
+            return
+        ACTIONS.labels("job_deleted").inc()
+        log.info("deleted the job after its TTL")

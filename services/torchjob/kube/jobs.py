@@ -1,0 +1,31 @@
+"""Writes to PyTorchTrainingJobs that more than one service makes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from torchjob.api import constants, types
+from torchjob.kube.errors import translated
+
+
+async def patch_status(
+    objects: client.CustomObjectsApi, meta: dict[str, Any], status: dict[str, Any]
+) -> None:
+    """A JSON merge patch of the job's status subresource: each key given replaces the stored one
+    (a list as a whole), None removes it, and the keys not given are left alone, so the
+    reconciler and the housekeeper each write only their own part of the status."""
+    # The client's stubs omit _content_type, which the call accepts.
+    patch: Any = objects.patch_namespaced_custom_object_status
+    async with translated():
+        await patch(
+            types.GROUP,
+            types.VERSION,
+            meta["namespace"],
+            types.PLURAL,
+            meta["name"],
+            {"status": status},
+            field_manager=constants.FIELD_MANAGER,
+            _content_type="application/merge-patch+json",
+        )

@@ -1,0 +1,21 @@
+"""The kinds the controllers list and watch, the index of what a job controls, and a job's
+work-queue key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchjob.api import types
+from torchjob.kube.informer import ResourceKind
+
+JOBS = ResourceKind(types.GROUP, types.VERSION, types.PLURAL)
+PODS = ResourceKind("", "v1", "pods")
+SERVICES = ResourceKind("", "v1", "services")
+DEPLOYMENTS = ResourceKind("apps", "v1", "deployments")
+# The index (over `informer.controller_uid`) of the objects a job controls, by the job's uid.
+OWNER_INDEX = "owner"
+
+
+def job_key(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"

@@ -1,0 +1,311 @@
+"""The housekeeper as a process, with the webhook and the reconciler, on the real control plane
+(kube-controller-manager turns the TensorBoard's Deployment into a ReplicaSet and a pod, and
+collects what a deleted job owned); the test plays the kubelet by patching pod status. The
+housekeeper runs with exactly the RBAC the chart grants it."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+from support import ControlPlane
+from support.operator import (
+    housekeeper_kubeconfig,
+    job_manifest,
+    start_housekeeper,
+)
+from support.processes import ServiceProcess
+
+from e2e.test_reconciler import Job, names
+from torchjob.api import constants, types
+
+TB_IMAGE = "t9kpublic/tensorboard:2.11.0"
+TIMEOUT = 30.0
+RESTRICTED_POD = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+@pytest.fixture(scope="module")
+def housekeeper(control_plane: ControlPlane, crd: None) -> Iterator[ServiceProcess]:
+    process = start_housekeeper(housekeeper_kubeconfig(control_plane))
+    yield process
+    process.close()
+
+
+def manifest(name: str, replicas: int = 3, restart: str = "Never", **spec: Any) -> dict[str, Any]:
+    """`replicas` workers (worker-0 is the master) whose pods pass the restricted standard."""
+    data = job_manifest("basic", name)
+    replica_spec = data["spec"]["replicaSpecs"][0]
+    replica_spec["replicas"] = replicas
+    replica_spec["restartPolicy"] = restart
+    pod_spec = replica_spec["template"]["spec"]
+    pod_spec["securityContext"] = RESTRICTED_POD
+    pod_spec["containers"][0]["securityContext"] = RESTRICTED_CONTAINER
+    data["spec"].update(spec)
+    return data
+
+
+class Cluster:
+    """What a test reads besides the job: TensorBoards, events, what is left in the namespace."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.apps = client.AppsV1Api(api)
+        self.core = client.CoreV1Api(api)
+        self.namespace = namespace
+
+    async def deployment(self, name: str) -> Any:
+        listed = await self.apps.list_namespaced_deployment(
+            self.namespace, field_selector=f"metadata.name={name}"
+        )
+        return listed.items[0] if listed.items else None
+
+    async def tensorboard_pods(self, job: str) -> list[Any]:
+        listed = await self.core.list_namespaced_pod(
+            self.namespace, label_selector=f"{constants.LABEL_TENSORBOARD}={job}"
+        )
+        return [p for p in listed.items if not p.metadata.deletion_timestamp]
+
+    async def service_names(self) -> set[str]:
+        listed = await self.core.list_namespaced_service(self.namespace)
+        return {s.metadata.name for s in listed.items}
+
+    async def events(self, job: str, reason: str) -> list[Any]:
+        """The job's events with `reason` (read as core/v1 Events: the controller-manager's
+        own have no eventTime, which the client's events.k8s.io model insists on)."""
+        listed = await self.core.list_namespaced_event(
+            self.namespace, field_selector=f"involvedObject.name={job},reason={reason}"
+        )
+        return list(listed.items)
+
+
+async def until(what: str, check: Any, timeout: float = TIMEOUT) -> Any:
+    """Poll `check()` until it returns something truthy, and return that."""
+    deadline = time.monotonic() + timeout
+    while not (found := await check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)
+    return found
+
+
+async def tensorboard_status(job: Job) -> dict[str, Any]:
+    return dict((await job.status()).get("tensorboard") or {})
+
+
+async def test_tensorboard_follows_the_job(
+    control_plane: ControlPlane,
+    kube_client: client.ApiClient,
+    admitted_namespace: str,
+    reconciler: ServiceProcess,
+    housekeeper: ServiceProcess,
+) -> None:
+    # The TensorBoard's pod must pass the restricted Pod Security Standard to exist at all.
+    control_plane.kubectl(
+        "label", "namespace", admitted_namespace, "pod-security.kubernetes.io/enforce=restricted"
+    )
+    tensorboard_spec = {
+        "image": TB_IMAGE,
+        "trainingLogFilesets": ["t9k://pvc/claim-a/log"],
+        "logDir": {"pvc": [{"name": "claim-b", "subPath": ["run1", "run2"]}]},
+        "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
+    }
+    job = await Job(
+        kube_client, admitted_namespace, manifest("tb", tensorboardSpec=tensorboard_spec)
+    ).create()
+    cluster = Cluster(kube_client, admitted_namespace)
+    tb_name = f"{job.name}-tensorboard"
+    uid = (await job.get())["metadata"]["uid"]
+
+    deployment = await until("the Deployment", lambda: cluster.deployment(tb_name))
+    [owner] = deployment.metadata.owner_references
+    assert (owner.uid, owner.controller, owner.block_owner_deletion) == (uid, True, True)
+    container = deployment.spec.template.spec.containers[0]
+    assert container.image == TB_IMAGE
+    assert container.args[:2] == [
+        "--logdir_spec",
+        "claim-a/log:/logs/claim-a/log,claim-b/run1:/logs/claim-b/run1,"
+        "claim-b/run2:/logs/claim-b/run2",
+    ]
+    assert container.resources.limits == {"cpu": "1", "memory": "1Gi"}
+    claims = {
+        v.persistent_volume_claim.claim_name: v.persistent_volume_claim.read_only
+        for v in deployment.spec.template.spec.volumes
+        if v.persistent_volume_claim
+    }
+    assert claims == {"claim-a": True, "claim-b": True}
+    await until("the Service", lambda: _has(cluster.service_names(), tb_name))
+    service = await cluster.core.read_namespaced_service(tb_name, admitted_namespace)
+    assert service.spec.type == "ClusterIP" and service.spec.cluster_ip
+
+    [pod] = await until("the TensorBoard's pod", lambda: cluster.tensorboard_pods(job.name))
+    assert constants.LABEL_JOB_NAME not in pod.metadata.labels
+    pending = await until("a reason", lambda: _reason_is(job, "PodPending"))
+    assert pending["ready"] is False and pending["message"]
+    url = f"http://{tb_name}.{admitted_namespace}.svc:6006/"
+    await job.kubelet.run(pod.metadata.name, ready=True)
+    assert await until("ready", lambda: _tensorboard_is(job, {"ready": True, "url": url}))
+
+    # A changed image rolls the Deployment: a new pod, ready again once the kubelet says so.
+    await job.patch_spec({"tensorboardSpec": {**tensorboard_spec, "image": "tensorboard:2.16"}})
+    new_pod = await until("the rolled pod", lambda: _new_pod(cluster, job.name, pod))
+    assert new_pod.spec.containers[0].image == "tensorboard:2.16"
+    assert (await tensorboard_status(job))["ready"] is False
+    await job.kubelet.run(new_pod.metadata.name, ready=True)
+    await until("ready again", lambda: _tensorboard_is(job, {"ready": True, "url": url}))
+    assert len(await cluster.events(job.name, constants.REASON_TENSORBOARD_CREATED)) == 1
+    assert len(await cluster.events(job.name, constants.REASON_TENSORBOARD_UPDATED)) == 1
+
+    # Kept after the job ends, its status untouched by the reconciler's final status.
+    await job.wait_pods(names(job.name, "worker", 3))
+    await job.run_all()
+    await job.kubelet.finish(f"{job.name}-worker-0", 0)
+    await job.wait_phase("Succeeded")
+    await asyncio.sleep(1)
+    assert await cluster.deployment(tb_name) is not None
+    assert await tensorboard_status(job) == {"ready": True, "url": url}
+
+    # ... and removed with the job.
+    await job.objects.delete_namespaced_custom_object(
+        types.GROUP, types.VERSION, admitted_namespace, types.PLURAL, job.name
+    )
+    await until("the Deployment gone", lambda: _none(cluster.deployment(tb_name)), 60)
+    await until("the Service gone", lambda: _lacks(cluster.service_names(), tb_name), 60)
+
+
+async def _has(names_: Any, name: str) -> bool:
+    return name in await names_
+
+
+async def _lacks(names_: Any, name: str) -> bool:
+    return name not in await names_
+
+
+async def _none(value: Any) -> bool:
+    return await value is None
+
+
+async def _reason_is(job: Job, reason: str) -> dict[str, Any] | None:
+    status = await tensorboard_status(job)
+    return status if status.get("reason") == reason else None
+
+
+async def _tensorboard_is(job: Job, expected: dict[str, Any]) -> bool:
+    return await tensorboard_status(job) == expected
+
+
+async def _new_pod(cluster: Cluster, job: str, old: Any) -> Any:
+    pods = [p for p in await cluster.tensorboard_pods(job) if p.metadata.uid != old.metadata.uid]
+    return pods[0] if pods else None
+
+
+# What each policy leaves of worker-0 (the master, finished), worker-1 (succeeded) and worker-2
+# (still running) and of their three Services.
+LEFT = {
+    "None": ({0, 1, 2}, True),
+    "All": (set(), False),
+    "Unfinished": ({0, 1}, True),
+}
+
+
+@pytest.mark.parametrize("exit_code", [0, 1], ids=["after-success", "after-failure"])
+async def test_clean_up_policies(
+    kube_client: client.ApiClient,
+    admitted_namespace: str,
+    reconciler: ServiceProcess,
+    housekeeper: ServiceProcess,
+    exit_code: int,
+) -> None:
+    cluster = Cluster(kube_client, admitted_namespace)
+    jobs = {
+        policy: await Job(
+            kube_client,
+            admitted_namespace,
+            manifest(policy.lower(), runPolicy={"cleanUpPolicy": policy}),
+        ).create()
+        for policy in LEFT
+    }
+    for job in jobs.values():
+        await job.wait_pods(names(job.name, "worker", 3))
+        await job.run_all()
+        await job.kubelet.finish(f"{job.name}-worker-1", 0)
+        await job.kubelet.finish(f"{job.name}-worker-0", exit_code)
+    phase = "Succeeded" if exit_code == 0 else "Failed"
+    for job in jobs.values():
+        await job.wait_phase(phase)
+    for policy in ("All", "Unfinished"):
+        job = jobs[policy]
+        pods, services = LEFT[policy]
+        await job.wait_pods({f"{job.name}-worker-{i}" for i in pods})
+        expected = names(job.name, "worker", 3) if services else set()
+        await until(f"{policy}: services", functools.partial(_services_are, job, expected))
+        [event] = await cluster.events(job.name, constants.REASON_CLEAN_UP)
+        assert event.message.startswith(f"cleanUpPolicy {policy}: deleting")
+    # The reconciler counts cleaned-up replicas as deleted; the job's phase stays as it was.
+    await until("aggregate", functools.partial(_deleted_counted, jobs["All"], 3))
+    assert (await jobs["All"].status())["phase"] == phase
+    # None acts by doing nothing: after the others were cleaned up, nothing of it has gone.
+    await asyncio.sleep(1)
+    kept = jobs["None"]
+    assert set(await kept.pods()) == names(kept.name, "worker", 3)
+    assert await kept.services() == names(kept.name, "worker", 3)
+    assert await cluster.events(kept.name, constants.REASON_CLEAN_UP) == []
+
+
+async def _deleted_counted(job: Job, count: int) -> bool:
+    aggregate = (await job.status()).get("aggregate") or {}
+    return bool(aggregate.get("deleted") == count and aggregate.get("creating") == 0)
+
+
+async def _services_are(job: Job, expected: set[str]) -> bool:
+    return await job.services() == expected
+
+
+async def test_ttl_deletes_the_job_and_everything_it_owns(
+    kube_client: client.ApiClient,
+    admitted_namespace: str,
+    reconciler: ServiceProcess,
+    housekeeper: ServiceProcess,
+) -> None:
+    cluster = Cluster(kube_client, admitted_namespace)
+    spec: dict[str, Any] = {
+        "runPolicy": {"ttlSecondsAfterFinished": 2},
+        "tensorboardSpec": {"image": TB_IMAGE},
+    }
+    job = await Job(kube_client, admitted_namespace, manifest("ttl", **spec)).create()
+    await job.wait_pods(names(job.name, "worker", 3))
+    await until("the TensorBoard's pod", lambda: cluster.tensorboard_pods(job.name))
+    await job.run_all()
+    await job.kubelet.finish(f"{job.name}-worker-0", 0)
+    finished = await job.wait_phase("Succeeded")
+    assert finished["completionTime"]
+    jobs = await job.objects.list_namespaced_custom_object(
+        types.GROUP, types.VERSION, admitted_namespace, types.PLURAL
+    )
+    assert [j["metadata"]["name"] for j in jobs["items"]] == [job.name]
+
+    async def job_gone() -> bool:
+        listed = await job.objects.list_namespaced_custom_object(
+            types.GROUP, types.VERSION, admitted_namespace, types.PLURAL
+        )
+        return not listed["items"]
+
+    await until("the job deleted", job_gone)
+    await until("its pods gone", lambda: _none_left(job.pods()), 60)
+    await until("its Services gone", lambda: _none_left(cluster.service_names()), 60)
+    await until(
+        "its TensorBoard gone", lambda: _none(cluster.deployment(f"{job.name}-tensorboard")), 60
+    )
+    await until(
+        "its TensorBoard's pod gone", lambda: _none_left(cluster.tensorboard_pods(job.name)), 60
+    )
+    [event] = await cluster.events(job.name, constants.REASON_TTL_EXPIRED)
+    assert "ttlSecondsAfterFinished (2s)" in event.message
+
+
+async def _none_left(items: Any) -> bool:
+    return not await items

@@ -1,0 +1,121 @@
+"""The housekeeper killed with SIGKILL half-way through a clean-up and started again finishes it
+and repeats nothing: no second deletion, event, TensorBoard or status write. Its own module: it
+starts and kills its own housekeeper processes.
+
+The first housekeeper may not delete Services, so it is caught for certain between deleting the
+pods and deleting the Services, and is killed there."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from kubernetes_asyncio import client
+from support import ControlPlane
+from support.operator import (
+    HOUSEKEEPER_RULES,
+    housekeeper_kubeconfig,
+    reconciler_kubeconfig,
+    start_housekeeper,
+    start_reconciler,
+)
+from support.processes import ServiceProcess
+
+from e2e.test_housekeeper import TB_IMAGE, Cluster, manifest, until
+from e2e.test_reconciler import Job, names
+from torchjob.api import constants
+
+LIMITED = "system:serviceaccount:torchjob-system:housekeeper-limited"
+
+
+def without_service_deletion() -> list[dict[str, object]]:
+    rules = []
+    for rule in HOUSEKEEPER_RULES:
+        if rule["apiGroups"] == [""] and rule["resources"] == ["services"]:
+            rule = {**rule, "verbs": [v for v in rule["verbs"] if v != "delete"]}
+        rules.append(rule)
+    return rules
+
+
+def actions(process: ServiceProcess) -> dict[str, float]:
+    found = re.findall(
+        r'^torchjob_housekeeper_actions_total\{action="([a-z_]+)"\} ([0-9.e+]+)$',
+        process.metrics(),
+        re.MULTILINE,
+    )
+    return {action: float(value) for action, value in found}
+
+
+async def test_killed_mid_clean_up_then_restarted_does_nothing_twice(
+    control_plane: ControlPlane,
+    kube_client: client.ApiClient,
+    admitted_namespace: str,
+    webhook_server: ServiceProcess,
+) -> None:
+    reconciler = start_reconciler(control_plane, reconciler_kubeconfig(control_plane))
+    try:
+        await _scenario(control_plane, kube_client, admitted_namespace)
+    finally:
+        reconciler.close()
+
+
+async def _scenario(control_plane: ControlPlane, api: client.ApiClient, namespace: str) -> None:
+    cluster = Cluster(api, namespace)
+    spec: dict[str, Any] = {
+        "runPolicy": {"cleanUpPolicy": "All"},
+        "tensorboardSpec": {"image": TB_IMAGE},
+    }
+    job = Job(api, namespace, manifest("restart", **spec))
+    tb_name = f"{job.name}-tensorboard"
+    first = start_housekeeper(
+        housekeeper_kubeconfig(control_plane, LIMITED, without_service_deletion())
+    )
+    try:
+        await job.create()
+        replicas = names(job.name, "worker", 3)
+        await job.wait_pods(replicas)
+        [tb_pod] = await until("the TensorBoard's pod", lambda: cluster.tensorboard_pods(job.name))
+        await job.kubelet.run(tb_pod.metadata.name, ready=True)
+        await until("the TensorBoard ready", lambda: _tensorboard_ready(job))
+        await job.run_all()
+        await job.kubelet.finish(f"{job.name}-worker-0", 0)
+        await job.wait_phase("Succeeded")
+        await job.wait_pods(set())
+        await until("the clean-up event", lambda: cluster.events(job.name, "CleanUp"))
+        assert await job.services() == replicas, "Services may not be deleted by this one"
+        first.kill()
+    finally:
+        first.close()
+    deployment = await cluster.deployment(tb_name)
+
+    second = start_housekeeper(housekeeper_kubeconfig(control_plane))
+    try:
+        await until("the Services deleted", lambda: _no_services(job))
+        await until("the count", lambda: _counted(second, "service_deleted", 3))
+        done = actions(second)
+        assert done == {"service_deleted": 3}, f"only the rest of the clean-up: {done}"
+    finally:
+        second.close()
+    [event] = await cluster.events(job.name, constants.REASON_CLEAN_UP)
+    assert event.message == "cleanUpPolicy All: deleting 3 pods and 3 Services of the finished job"
+    assert (event.count or 1) == 1 and event.series is None
+    assert len(await cluster.events(job.name, constants.REASON_TENSORBOARD_CREATED)) == 1
+    after = await cluster.deployment(tb_name)
+    assert (after.metadata.uid, after.metadata.generation) == (
+        deployment.metadata.uid,
+        deployment.metadata.generation,
+    )
+    assert tb_name in await cluster.service_names(), "the TensorBoard outlives the clean-up"
+    assert (await job.status())["tensorboard"]["ready"] is True
+
+
+async def _tensorboard_ready(job: Job) -> bool:
+    return bool(((await job.status()).get("tensorboard") or {}).get("ready"))
+
+
+async def _no_services(job: Job) -> bool:
+    return not await job.services()
+
+
+async def _counted(process: ServiceProcess, action: str, count: float) -> bool:
+    return actions(process).get(action) == count
