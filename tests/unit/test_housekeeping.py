@@ -45,7 +45,7 @@ RUNNING = {"phase": "Running", "conditions": [{"type": "Running", "status": "Tru
 
 
 def pods_in(*phases: str) -> list[Owned]:
-    return [Owned(f"j-worker-{i}", f"uid-{i}", False, p) for i, p in enumerate(phases)]
+    return [Owned(f"j-worker-{i}", f"uid-{i}", False, p, f"rv-{i}") for i, p in enumerate(phases)]
 
 
 SERVICES = [Owned("j-worker-0", "s0", False), Owned("j-worker-1", "s1", False)]
@@ -101,7 +101,7 @@ def test_pods_already_being_deleted_are_left_alone(policy: str) -> None:
 def test_clean_up_after_success_and_failure(outcome: str) -> None:
     job = spec(runPolicy={"cleanUpPolicy": "Unfinished"})
     result = observe(job, terminal(outcome), pods_in("Succeeded", "Running", "Failed", "Pending"))
-    assert result.delete_pods == [("j-worker-1", "uid-1"), ("j-worker-3", "uid-3")]
+    assert result.delete_pods == [("j-worker-1", "uid-1", "rv-1"), ("j-worker-3", "uid-3", "rv-3")]
     assert result.delete_services == []
     [event] = result.events
     assert event.reason == constants.REASON_CLEAN_UP
@@ -110,7 +110,7 @@ def test_clean_up_after_success_and_failure(outcome: str) -> None:
 
 def test_all_deletes_pods_and_services_with_one_event() -> None:
     result = observe(spec(runPolicy={"cleanUpPolicy": "All"}), terminal())
-    assert result.delete_pods == [("j-worker-0", "uid-0"), ("j-worker-1", "uid-1")]
+    assert result.delete_pods == [("j-worker-0", "uid-0", "rv-0"), ("j-worker-1", "uid-1", "rv-1")]
     assert result.delete_services == [("j-worker-0", "s0"), ("j-worker-1", "s1")]
     assert [e.message for e in result.events] == [
         "cleanUpPolicy All: deleting 2 pods and 2 Services of the finished job"
@@ -138,8 +138,11 @@ def test_a_half_done_clean_up_finishes_under_the_same_event_key() -> None:
 
 
 def test_view_owned_reads_pods_and_services() -> None:
-    pod = {"metadata": {"name": "p", "uid": "u", "deletionTimestamp": "t"}, "status": {}}
-    assert view_owned(pod, pod=True) == Owned("p", "u", True, "Pending")
+    pod = {
+        "metadata": {"name": "p", "uid": "u", "deletionTimestamp": "t", "resourceVersion": "7"},
+        "status": {},
+    }
+    assert view_owned(pod, pod=True) == Owned("p", "u", True, "Pending", "7")
     service = {"metadata": {"name": "s", "uid": "v"}}
     assert view_owned(service, pod=False) == Owned("s", "v", False, None)
 

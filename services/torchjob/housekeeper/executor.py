@@ -1,6 +1,6 @@
 """Carries out a housekeeping plan: the events first (each names its action, so it is recorded
-once however often the action is planned), then the TensorBoard, `status.tensorboard`, and the
-clean-up or the job's deletion. Every deletion is conditional on the uid that was observed, so
+once however often the action is planned), then the clean-up or the job's deletion, then the
+TensorBoard and `status.tensorboard`. Every deletion is conditional on the uid that was observed, so
 an object replaced meanwhile under the same name is never deleted by mistake."""
 
 from __future__ import annotations
@@ -47,14 +47,16 @@ class Executor:
         if plan.delete_job:
             await self._delete_job(job["metadata"])
             return
+        # Clean-up first: a TensorBoard that cannot be made must not keep a job's pods alive.
+        namespace = job["metadata"]["namespace"]
+        for name, uid, version in plan.delete_pods:
+            delete_pod = self.core.delete_namespaced_pod
+            await self._delete("pod", delete_pod, namespace, name, uid, version)
+        for name, uid in plan.delete_services:
+            await self._delete("service", self.core.delete_namespaced_service, namespace, name, uid)
         accepted = await self._tensorboard(job, plan)
         if accepted and plan.write_tensorboard_status:
             await self._write_tensorboard_status(job, plan.tensorboard_status)
-        namespace = job["metadata"]["namespace"]
-        for name, uid in plan.delete_pods:
-            await self._delete("pod", self.core.delete_namespaced_pod, namespace, name, uid)
-        for name, uid in plan.delete_services:
-            await self._delete("service", self.core.delete_namespaced_service, namespace, name, uid)
 
     # -- TensorBoard -----------------------------------------------------------------------------
 
@@ -162,13 +164,24 @@ class Executor:
 
     # -- deletions -------------------------------------------------------------------------------
 
-    async def _delete(self, what: str, delete: Delete, namespace: str, name: str, uid: str) -> None:
-        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
+    async def _delete(
+        self,
+        what: str,
+        delete: Delete,
+        namespace: str,
+        name: str,
+        uid: str,
+        resource_version: str | None = None,
+    ) -> None:
+        preconditions = client.V1Preconditions(uid=uid, resource_version=resource_version or None)
+        body = client.V1DeleteOptions(preconditions=preconditions)
         try:
             async with translated():
                 await delete(name, namespace, body=body)
         except (NotFound, Conflict):
-            return  # already gone, or replaced by another object of that name
+            # Already gone, replaced under the same name, or changed since it was seen (its
+            # update brings the job back to be decided again).
+            return
         ACTIONS.labels(f"{what}_deleted").inc()
         log.info("deleted", kind=what, name=name)
 

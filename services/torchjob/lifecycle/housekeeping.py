@@ -33,6 +33,7 @@ class Owned:
     uid: str
     deleting: bool
     phase: str | None = None  # a pod's phase; None for a Service
+    resource_version: str = ""
 
     @property
     def finished(self) -> bool:
@@ -46,6 +47,7 @@ def view_owned(obj: dict[str, Any], *, pod: bool) -> Owned:
         uid=str(meta.get("uid", "")),
         deleting=bool(meta.get("deletionTimestamp")),
         phase=str((obj.get("status") or {}).get("phase") or "Pending") if pod else None,
+        resource_version=str(meta.get("resourceVersion", "")),
     )
 
 
@@ -85,7 +87,9 @@ class Plan:
     delete_tensorboard: list[tuple[str, str, str]] = field(default_factory=list)  # kind, name, uid
     tensorboard_status: dict[str, Any] | None = None
     write_tensorboard_status: bool = False
-    delete_pods: list[tuple[str, str]] = field(default_factory=list)  # (name, uid)
+    # (name, uid, resourceVersion): a pod is deleted only as it was seen, since the job's cache
+    # may show the job finished before the pod cache shows that pod finished too.
+    delete_pods: list[tuple[str, str, str]] = field(default_factory=list)
     delete_services: list[tuple[str, str]] = field(default_factory=list)  # (name, uid)
     delete_job: bool = False
     events: list[Event] = field(default_factory=list)
@@ -127,7 +131,7 @@ def _clean_up(observed: Observed, out: Plan) -> None:
     pods, services = clean_up(policy, observed.pods, observed.services)
     if not pods and not services:
         return
-    out.delete_pods = [(p.name, p.uid) for p in pods]
+    out.delete_pods = [(p.name, p.uid, p.resource_version) for p in pods]
     out.delete_services = [(s.name, s.uid) for s in services]
     what = _count(len(pods), "pod") + (
         f" and {_count(len(services), 'Service')}" if services else ""
@@ -137,7 +141,8 @@ def _clean_up(observed: Observed, out: Plan) -> None:
             "Normal",
             constants.REASON_CLEAN_UP,
             f"cleanUpPolicy {policy}: deleting {what} of the finished job",
-            "clean-up",
+            # Per policy: the policy may be changed after the job ends, and that is a new action.
+            f"clean-up-{policy}",
         )
     )
 
@@ -201,7 +206,8 @@ def _tensorboard(observed: Observed, out: Plan) -> None:
                 constants.REASON_TENSORBOARD_UPDATED,
                 f"rolling out TensorBoard {deployment['metadata']['name']} for the changed "
                 "tensorboardSpec",
-                f"tensorboard-updated-{digest}",
+                # Per generation: rolling back to an earlier spec is a new action.
+                f"tensorboard-updated-{meta.get('generation', 0)}",
             )
         )
     status = tensorboard_status(meta, digest, seen.deployment, seen.service, seen.pods)

@@ -186,6 +186,7 @@ def render_deployment(job_meta: dict[str, Any], spec: TensorBoardSpec) -> dict[s
             "replicas": 1,
             "selector": {"matchLabels": tensorboard_labels(job_meta["name"])},
             "strategy": {"type": "Recreate"},
+            "revisionHistoryLimit": 1,  # a roll leaves one old ReplicaSet, not ten
             "template": _pod_template(job_meta["name"], spec),
         },
     }
