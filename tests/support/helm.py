@@ -13,7 +13,8 @@ from typing import Any
 
 import yaml
 
-from .controlplane import REPO_ROOT
+from .controlplane import REPO_ROOT, ControlPlane
+from .processes import ServiceProcess
 
 CHART = REPO_ROOT / "charts" / "torchjob"
 INSTALL_SCRIPT = REPO_ROOT / "hack" / "install-helm.sh"
@@ -172,3 +173,23 @@ def grants(
         if not names or name in names:
             return True
     return False
+
+
+def run_as_deployed(
+    control_plane: ControlPlane, deployment: Manifest, pod_name: str | None = None
+) -> ServiceProcess:
+    """Start the Deployment's container as a local process, with exactly its arguments and
+    environment, authenticated with a token of its own ServiceAccount; ready when /readyz is."""
+    namespace = deployment["metadata"]["namespace"]
+    command = container_command(deployment, pod_name or f"{deployment['metadata']['name']}-local")
+    kubeconfig = control_plane.issue_service_account_kubeconfig(namespace, command.service_account)
+    # In the cluster the token would be mounted where the in-cluster configuration finds it;
+    # here the kubeconfig carries it.
+    env = {**command.env, "KUBECONFIG": str(kubeconfig)}
+    process = ServiceProcess(command.module, command.args, command.probe_port, env=env)
+    try:
+        process.start().wait_ready()
+    except BaseException:
+        process.close()
+        raise
+    return process
