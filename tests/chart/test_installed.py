@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e.test_reconciler import Job, condition, names
+from e2e.test_reconciler import happy_path, master_failure
 from kubernetes_asyncio import client
 from support import ControlPlane
 from support.controlplane import free_port
@@ -139,24 +139,9 @@ def test_webhook_keeps_its_certificate_with_the_chart_rbac(
 
 
 async def test_happy_path_as_installed(
-    control_plane: ControlPlane,
-    kube_client: client.ApiClient,
-    chart_namespace: str,
-    installed: Installation,
+    control_plane: ControlPlane, kube_client: client.ApiClient, chart_namespace: str
 ) -> None:
-    job = await Job(kube_client, chart_namespace, job_manifest("torchrun")).create()
-    expected = names(job.name, "worker", 4)
-    pods = await job.wait_pods(expected)
-    master = pods[f"{job.name}-worker-0"]
-    assert master.spec.containers[0].command[0] == "torchrun", (
-        "the chart's pod webhook rewrote the pod the chart's reconciler created"
-    )
-    await job.wait("services", lambda: _services_are(job, expected))
-    await job.run_all()
-    await job.wait_phase("Running")
-    await job.kubelet.finish(f"{job.name}-worker-0", 0)
-    status = await job.wait_phase("Succeeded")
-    assert condition(status, "Completed")["reason"] == "MasterSucceeded"
+    await happy_path(control_plane, kube_client, chart_namespace)
     events = json.loads(
         control_plane.kubectl(
             "get", "events.events.k8s.io", "-n", chart_namespace, "-o", "json"
@@ -167,22 +152,10 @@ async def test_happy_path_as_installed(
     )
 
 
-async def _services_are(job: Job, expected: set[str]) -> bool:
-    return await job.services() == expected
-
-
 async def test_failure_path_as_installed(
     control_plane: ControlPlane, kube_client: client.ApiClient, chart_namespace: str
 ) -> None:
-    manifest = job_manifest("basic")
-    manifest["spec"]["replicaSpecs"][0]["replicas"] = 2
-    manifest["spec"]["replicaSpecs"][0]["restartPolicy"] = "Never"
-    job = await Job(kube_client, chart_namespace, manifest).create()
-    await job.wait_pods(names(job.name, "worker", 2))
-    await job.run_all()
-    await job.kubelet.finish(f"{job.name}-worker-0", 1)
-    status = await job.wait_phase("Failed")
-    assert condition(status, "Failed")["reason"] == "MasterFailed"
+    await master_failure(control_plane, kube_client, chart_namespace)
 
 
 async def test_a_labelled_pod_from_anyone_else_is_refused(
