@@ -29,7 +29,7 @@ cluster: ## build kube-apiserver, kube-controller-manager, kubectl and etcd from
 	hack/build-control-plane.sh build
 
 .PHONY: helm
-helm: ## install helm from the Go module proxy into $(CACHE) (cached)
+helm: ## install helm from the Go module proxy into ~/.cache/torchjob (cached)
 	hack/install-helm.sh install
 
 .PHONY: generate
