@@ -27,7 +27,7 @@ ENV PATH=/opt/torchjob/bin:$PATH \
     PYTHONUNBUFFERED=1
 COPY --from=build /opt/torchjob /opt/torchjob
 # The image's own pip and setuptools are not needed at run time either.
-RUN python -m pip uninstall --yes pip setuptools wheel 2>/dev/null || true
+RUN python -m pip uninstall --yes pip setuptools wheel
 # A numeric user, so that runAsNonRoot can verify it; the chart runs as the same uid.
 USER 65532:65532
 WORKDIR /tmp
