@@ -28,6 +28,10 @@ setup: $(STAMP) ## create .venv and install the package with its dev tools
 cluster: ## build kube-apiserver, kube-controller-manager, kubectl and etcd from the Go module proxy (cached)
 	hack/build-control-plane.sh build
 
+.PHONY: helm
+helm: ## install helm from the Go module proxy into ~/.cache/torchjob (cached)
+	hack/install-helm.sh install
+
 .PHONY: generate
 generate: $(STAMP) ## regenerate the CRD, the Python API model and docs/api.md from proto/
 	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=tools/codegen proto/schema_options.proto
@@ -50,8 +54,12 @@ unit: $(STAMP) ## unit tests only (no cluster)
 e2e: $(STAMP) cluster ## end-to-end tests on the real control plane
 	$(BIN)/pytest tests/e2e $(PYTEST_FLAGS)
 
+.PHONY: chart
+chart: $(STAMP) cluster helm ## the Helm chart: lint, render, schema, and installed on the real control plane
+	$(BIN)/pytest tests/chart $(PYTEST_FLAGS)
+
 .PHONY: test
-test: $(STAMP) cluster ## install what is needed, then lint and run every test
+test: $(STAMP) cluster helm ## install what is needed, then lint and run every test
 	$(MAKE) --no-print-directory lint
 	$(BIN)/pytest tests $(PYTEST_FLAGS)
 

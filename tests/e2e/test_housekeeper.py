@@ -271,6 +271,12 @@ async def test_ttl_deletes_the_job_and_everything_it_owns(
     reconciler: ServiceProcess,
     housekeeper: ServiceProcess,
 ) -> None:
+    await ttl_deletes_everything(kube_client, admitted_namespace)
+
+
+async def ttl_deletes_everything(kube_client: client.ApiClient, namespace: str) -> None:
+    """A job with a TensorBoard and a TTL runs, succeeds, and is deleted with all it owns."""
+    admitted_namespace = namespace
     cluster = Cluster(kube_client, admitted_namespace)
     spec: dict[str, Any] = {
         "runPolicy": {"ttlSecondsAfterFinished": 2},

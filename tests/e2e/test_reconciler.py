@@ -120,6 +120,14 @@ async def test_happy_path(
     admitted_namespace: str,
     reconciler: ServiceProcess,
 ) -> None:
+    await happy_path(control_plane, kube_client, admitted_namespace)
+
+
+async def happy_path(
+    control_plane: ControlPlane, kube_client: client.ApiClient, admitted_namespace: str
+) -> None:
+    """A torchrun job through the webhook and the reconciler, to success (also run on the
+    chart as installed)."""
     job = await Job(kube_client, admitted_namespace, job_manifest("torchrun")).create()
     expected = names(job.name, "worker", 4)
     pods = await job.wait_pods(expected)
@@ -177,6 +185,13 @@ async def test_master_failure_fails_the_job(
     admitted_namespace: str,
     reconciler: ServiceProcess,
 ) -> None:
+    await master_failure(control_plane, kube_client, admitted_namespace)
+
+
+async def master_failure(
+    control_plane: ControlPlane, kube_client: client.ApiClient, admitted_namespace: str
+) -> None:
+    """The master exits with 1: the job fails (also run on the chart as installed)."""
     job = await Job(kube_client, admitted_namespace, with_policy("basic", "Never")).create()
     await job.wait_pods(names(job.name, "worker", 2))
     await job.run_all()

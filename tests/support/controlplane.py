@@ -190,8 +190,10 @@ def _stop_all(processes: Sequence[_Process], grace: float = STOP_GRACE) -> None:
 
 
 def _write_kubeconfig(
-    path: Path, *, server: str, ca_file: Path, user: str, cert_file: Path, key_file: Path
+    path: Path, *, server: str, ca_file: Path, user: str, credentials: dict[str, str]
 ) -> Path:
+    """A kubeconfig for `user`, who authenticates with `credentials` (a client certificate and
+    key, or a token)."""
     cluster, context = "torchjob-test", f"{user}@torchjob-test"
     config = {
         "apiVersion": "v1",
@@ -199,12 +201,7 @@ def _write_kubeconfig(
         "clusters": [
             {"name": cluster, "cluster": {"server": server, "certificate-authority": str(ca_file)}}
         ],
-        "users": [
-            {
-                "name": user,
-                "user": {"client-certificate": str(cert_file), "client-key": str(key_file)},
-            }
-        ],
+        "users": [{"name": user, "user": credentials}],
         "contexts": [{"name": context, "context": {"cluster": cluster, "user": user}}],
         "current-context": context,
     }
@@ -361,9 +358,33 @@ class ControlPlane:
     def issue_kubeconfig(self, user: str, groups: Sequence[str] = ()) -> Path:
         """A kubeconfig authenticating as `user` in `groups` with a client certificate from the
         cluster CA. It grants nothing by itself: authorization is up to RBAC."""
+        directory = self._user_dir(user)
+        return self._write_client_kubeconfig("client", user, groups, directory)
+
+    def issue_service_account_kubeconfig(
+        self, namespace: str, service_account: str, expiration_seconds: int = 3600
+    ) -> Path:
+        """A kubeconfig carrying a token of the ServiceAccount (TokenRequest, as a kubelet gets one
+        for a pod), so a process outside the cluster authenticates exactly as the pod would."""
+        token = self.kubectl(
+            "create",
+            "token",
+            service_account,
+            "--namespace",
+            namespace,
+            f"--duration={expiration_seconds}s",
+        ).stdout.strip()
+        user = f"system:serviceaccount:{namespace}:{service_account}"
+        path = self._user_dir(user) / "token.kubeconfig"
+        path.touch(mode=0o600)
+        return _write_kubeconfig(
+            path, server=self.server, ca_file=self.ca_file, user=user, credentials={"token": token}
+        )
+
+    def _user_dir(self, user: str) -> Path:
         directory = self.dir / "users" / f"{next(self._user_serial)}-{_file_safe(user)}"
         directory.mkdir(parents=True)
-        return self._write_client_kubeconfig("client", user, groups, directory)
+        return directory
 
     # -- set-up ----------------------------------------------------------------------------------
 
@@ -395,8 +416,7 @@ class ControlPlane:
             server=self.server,
             ca_file=self.ca_file,
             user=user,
-            cert_file=cert_file,
-            key_file=key_file,
+            credentials={"client-certificate": str(cert_file), "client-key": str(key_file)},
         )
 
     def _admin_https_opener(self) -> urllib.request.OpenerDirector:

@@ -1,0 +1,454 @@
+"""The chart without a cluster: `helm lint --strict`, `helm template` with every values variant in
+charts/torchjob/ci/, the schema refusing wrong values, and what the rendered objects must say."""
+
+from __future__ import annotations
+
+import re
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from support.controlplane import REPO_ROOT
+from support.helm import (
+    CHART,
+    KUBE_VERSION,
+    Manifest,
+    component,
+    container_command,
+    find,
+    grants,
+    helm,
+    one,
+    rules_of,
+    template,
+)
+
+from torchjob.api import constants
+from torchjob.housekeeper import settings as housekeeper_settings
+from torchjob.reconciler import settings as reconciler_settings
+from torchjob.webhook import settings as webhook_settings
+
+CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
+CRD = REPO_ROOT / "crds" / "batch.tensorstack.dev_pytorchtrainingjobs.yaml"
+NAMESPACE = "ml-system"
+COMPONENTS = ("webhook", "reconciler", "housekeeper")
+# The services whose command-line parser exists in this tree; add "torchjob.housekeeper" here
+# once it does.
+PARSERS = {
+    "torchjob.webhook": webhook_settings.parse,
+    "torchjob.reconciler": reconciler_settings.parse,
+    "torchjob.housekeeper": housekeeper_settings.parse,
+}
+
+
+def variant(path: Path) -> str:
+    return path.name.removesuffix("-values.yaml")
+
+
+@pytest.fixture(scope="module", params=CI_VALUES, ids=variant)
+def rendered(request: pytest.FixtureRequest) -> tuple[str, list[Manifest]]:
+    path: Path = request.param
+    return variant(path), template(namespace=NAMESPACE, values_files=[path])
+
+
+def values_of(name: str) -> dict[str, Any]:
+    data = yaml.safe_load((CHART / "ci" / f"{name}-values.yaml").read_text())
+    return data or {}
+
+
+# -- lint and the CRD --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", CI_VALUES, ids=variant)
+def test_lint_strict(values: Path) -> None:
+    result = helm(
+        "lint", "--strict", str(CHART), "--values", str(values), "--kube-version", KUBE_VERSION
+    )
+    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+
+
+def test_the_chart_crd_is_the_generated_file(tmp_path: Path) -> None:
+    link = CHART / "crds" / CRD.name
+    assert link.is_symlink() and link.resolve() == CRD.resolve()
+    assert [p.name for p in (CHART / "crds").iterdir()] == [CRD.name]
+    # helm follows the link when rendering...
+    (crd,) = find(template(), "CustomResourceDefinition")
+    assert crd == yaml.safe_load(CRD.read_text())
+    # ...and packs the file's content, byte for byte, into the chart archive.
+    helm("package", str(CHART), "--destination", str(tmp_path))
+    (archive,) = tmp_path.glob("torchjob-*.tgz")
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile(f"torchjob/crds/{CRD.name}")
+        assert member is not None
+        assert member.read() == CRD.read_bytes()
+        names = tar.getnames()
+    assert not [n for n in names if "/ci/" in n], "ci/ values are for tests, not the package"
+
+
+# -- what every variant must render ---------------------------------------------------------------
+
+
+def test_every_service_has_its_objects(rendered: tuple[str, list[Manifest]]) -> None:
+    name, manifests = rendered
+    values = values_of(name)
+    for part in COMPONENTS:
+        deployment = component(manifests, "Deployment", part)
+        account = component(manifests, "ServiceAccount", part)
+        assert (
+            deployment["spec"]["template"]["spec"]["serviceAccountName"]
+            == (account["metadata"]["name"])
+        )
+        component(manifests, "Service", part)
+        component(manifests, "ClusterRole", part)
+        component(manifests, "ClusterRoleBinding", part)
+        pdb = find(component_objects(manifests, part), "PodDisruptionBudget")
+        assert len(pdb) == (0 if name == "minimal" else 1)
+        assert len(find(component_objects(manifests, part), "ServiceMonitor")) == (
+            1 if values.get("metrics") else 0
+        )
+        assert len(find(component_objects(manifests, part), "NetworkPolicy")) == (
+            1 if values.get("networkPolicy") else 0
+        )
+    for m in manifests:
+        if m["kind"] not in ("CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding") and (
+            not m["kind"].endswith("WebhookConfiguration")
+        ):
+            assert m["metadata"]["namespace"] == NAMESPACE, m["metadata"]["name"]
+
+
+def component_objects(manifests: list[Manifest], part: str) -> list[Manifest]:
+    return [
+        m
+        for m in manifests
+        if (m["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == part
+    ]
+
+
+def test_pods_are_restricted_and_probed(rendered: tuple[str, list[Manifest]]) -> None:
+    _, manifests = rendered
+    for deployment in find(manifests, "Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        (container,) = pod["containers"]
+        security = container["securityContext"]
+        assert security["allowPrivilegeEscalation"] is False
+        assert security["readOnlyRootFilesystem"] is True
+        assert security["capabilities"] == {"drop": ["ALL"]}
+        assert {"cpu", "memory"} <= set(container["resources"]["requests"])
+        assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "probes"}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probes"}
+        assert "probes" in {p["name"] for p in container["ports"]}
+        assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+
+
+def test_webhook_configurations(rendered: tuple[str, list[Manifest]]) -> None:
+    name, manifests = rendered
+    values = values_of(name).get("webhook", {})
+    service = component(manifests, "Service", "webhook")
+    service_port = next(p for p in service["spec"]["ports"] if p["targetPort"] == "https")
+    hooks = {
+        hook["name"]: hook
+        for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+        for hook in one(manifests, kind)["webhooks"]
+    }
+    assert set(hooks) == {
+        "jobs.mutate.torchjob.dev",
+        "pods.mutate.torchjob.dev",
+        "jobs.validate.torchjob.dev",
+    }
+    for hook_name, hook in hooks.items():
+        assert hook["sideEffects"] == "None"
+        assert hook["failurePolicy"] == "Fail"
+        assert hook["timeoutSeconds"] == values.get("timeoutSeconds", 5) <= 30
+        assert hook["admissionReviewVersions"] == ["v1"]
+        excluded = next(
+            e
+            for e in hook["namespaceSelector"]["matchExpressions"]
+            if e["key"] == "kubernetes.io/metadata.name"
+        )
+        assert excluded["operator"] == "NotIn"
+        assert {"kube-system", NAMESPACE} <= set(excluded["values"])
+        client_config = hook["clientConfig"]
+        assert "caBundle" not in client_config, "the webhook or cert-manager fills it in"
+        path = (
+            "/"
+            + hook_name.split(".")[1]
+            + "/"
+            + hook_name.split(".")[0].replace("jobs", "pytorchtrainingjobs")
+        )
+        if values.get("externalURL"):
+            assert client_config == {"url": values["externalURL"] + path}
+        else:
+            assert client_config["service"] == {
+                "name": service["metadata"]["name"],
+                "namespace": NAMESPACE,
+                "path": path,
+                "port": service_port["port"],
+            }
+    # Pods are sent to the webhook (and refused when it is down) only when they carry the job
+    # label: no other pod in the cluster depends on it.
+    pods = hooks["pods.mutate.torchjob.dev"]
+    assert pods["rules"][0]["resources"] == ["pods"]
+    assert pods["objectSelector"] == {
+        "matchExpressions": [{"key": constants.LABEL_JOB_NAME, "operator": "Exists"}]
+    }
+    for job_hook in ("jobs.mutate.torchjob.dev", "jobs.validate.torchjob.dev"):
+        assert hooks[job_hook]["rules"][0]["resources"] == ["pytorchtrainingjobs"]
+
+
+def test_rendered_arguments_are_what_the_services_accept(
+    rendered: tuple[str, list[Manifest]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each Deployment's flags parse with the service's own parser, and name the chart's objects."""
+    name, manifests = rendered
+    commands = {
+        part: container_command(component(manifests, "Deployment", part), f"{part}-pod")
+        for part in COMPONENTS
+    }
+    parsed: dict[str, Any] = {}
+    for part, command in commands.items():
+        assert command.module == f"torchjob.{part}"
+        parse = PARSERS.get(command.module)
+        if parse is None:
+            continue
+        for key, value in command.env.items():
+            monkeypatch.setenv(key, value)
+        parsed[part] = parse(command.args)
+        assert parsed[part].namespace == NAMESPACE
+        assert parsed[part].probe_port == command.probe_port
+
+    webhook = parsed["webhook"]
+    reconciler_account = component(manifests, "ServiceAccount", "reconciler")["metadata"]["name"]
+    assert f"system:serviceaccount:{NAMESPACE}:{reconciler_account}" in webhook.pod_creators
+    assert webhook.service_name == component(manifests, "Service", "webhook")["metadata"]["name"]
+    mutating = one(manifests, "MutatingWebhookConfiguration")["metadata"]["name"]
+    validating = one(manifests, "ValidatingWebhookConfiguration")["metadata"]["name"]
+    assert (webhook.mutating_config, webhook.validating_config) == (mutating, validating)
+    https = component(manifests, "Deployment", "webhook")["spec"]["template"]["spec"]
+    assert {"name": "https", "containerPort": webhook.port, "protocol": "TCP"} in (
+        https["containers"][0]["ports"]
+    )
+    if values_of(name).get("certManager", {}).get("enabled"):
+        certificate = one(manifests, "Certificate")
+        volume = next(v for v in https["volumes"] if v["name"] == "tls")
+        assert volume["secret"]["secretName"] == certificate["spec"]["secretName"]
+        assert webhook.certificates_from_files
+        service = component(manifests, "Service", "webhook")["metadata"]["name"]
+        assert f"{service}.{NAMESPACE}.svc" in certificate["spec"]["dnsNames"]
+    else:
+        role = component(manifests, "Role", "webhook")
+        assert grants(rules_of(role), "", "secrets", "update", webhook.secret_name)
+        assert not webhook.certificates_from_files
+
+    reconciler = parsed["reconciler"]
+    assert reconciler.identity == "reconciler-pod"
+    lease_rules = rules_of(component(manifests, "Role", "reconciler"))
+    assert grants(lease_rules, "coordination.k8s.io", "leases", "patch", reconciler.lease_name)
+    env = commands["reconciler"].env
+    assert {"TORCHJOB_KUBE_QPS", "TORCHJOB_KUBE_BURST"} <= set(env)
+    housekeeper = commands["housekeeper"]
+    lease = housekeeper.arg("--lease-name")
+    assert grants(
+        rules_of(component(manifests, "Role", "housekeeper")),
+        "coordination.k8s.io",
+        "leases",
+        "update",
+        lease,
+    )
+
+
+def test_rbac_is_least_privilege(rendered: tuple[str, list[Manifest]]) -> None:
+    name, manifests = rendered
+    roles = find(manifests, "ClusterRole") + find(manifests, "Role")
+    for role in roles:
+        for rule in rules_of(role):
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"], role["metadata"]
+    # Each binding gives one component's role to that component's ServiceAccount only.
+    for kind in ("ClusterRoleBinding", "RoleBinding"):
+        for binding in find(manifests, kind):
+            part = binding["metadata"]["labels"]["app.kubernetes.io/component"]
+            account = component(manifests, "ServiceAccount", part)["metadata"]
+            assert binding["subjects"] == [
+                {"kind": "ServiceAccount", "name": account["name"], "namespace": NAMESPACE}
+            ]
+            assert binding["roleRef"]["name"] == binding["metadata"]["name"]
+    webhook_cluster = rules_of(component(manifests, "ClusterRole", "webhook"))
+    # Secrets are never readable cluster-wide by any component.
+    for part in COMPONENTS:
+        cluster_rules = rules_of(component(manifests, "ClusterRole", part))
+        assert not any("secrets" in rule["resources"] for rule in cluster_rules), part
+    hooks = [r for r in webhook_cluster if r["apiGroups"] == ["admissionregistration.k8s.io"]]
+    if values_of(name).get("certManager", {}).get("enabled"):
+        assert hooks == []
+        assert not find(component_objects(manifests, "webhook"), "Role")
+    else:
+        mutating = one(manifests, "MutatingWebhookConfiguration")["metadata"]["name"]
+        validating = one(manifests, "ValidatingWebhookConfiguration")["metadata"]["name"]
+        assert sorted(n for rule in hooks for n in rule["resourceNames"]) == sorted(
+            [mutating, validating]
+        )
+        for rule in hooks:
+            assert rule["verbs"] == ["get", "patch"]
+
+
+def test_aggregated_roles_extend_the_built_in_ones(rendered: tuple[str, list[Manifest]]) -> None:
+    name, manifests = rendered
+    aggregated = [
+        role
+        for role in find(manifests, "ClusterRole")
+        if any(k.startswith("rbac.authorization.k8s.io/aggregate-to-") for k in labels(role))
+    ]
+    if name == "minimal":
+        assert aggregated == []
+        return
+    by_target = {
+        key.rsplit("-", 1)[1]: role
+        for role in aggregated
+        for key, value in labels(role).items()
+        if key.startswith("rbac.authorization.k8s.io/aggregate-to-") and value == "true"
+    }
+    assert set(by_target) == {"admin", "edit", "view"}
+    group, plural = "batch.tensorstack.dev", "pytorchtrainingjobs"
+    for verb in ("create", "delete", "list", "patch", "update", "watch"):
+        assert grants(rules_of(by_target["edit"]), group, plural, verb)
+    assert grants(rules_of(by_target["view"]), group, plural, "list")
+    assert not grants(rules_of(by_target["view"]), group, plural, "create")
+
+
+def labels(manifest: Manifest) -> dict[str, str]:
+    return dict(manifest["metadata"].get("labels") or {})
+
+
+def test_monitors_and_policies_select_what_exists(rendered: tuple[str, list[Manifest]]) -> None:
+    _, manifests = rendered
+    for monitor in find(manifests, "ServiceMonitor"):
+        selector = monitor["spec"]["selector"]["matchLabels"]
+        services = [s for s in find(manifests, "Service") if selector.items() <= labels(s).items()]
+        assert len(services) == 1, monitor["metadata"]["name"]
+        ports = {p["name"] for p in services[0]["spec"]["ports"]}
+        assert {e["port"] for e in monitor["spec"]["endpoints"]} <= ports
+    for policy in find(manifests, "NetworkPolicy"):
+        selector = policy["spec"]["podSelector"]["matchLabels"]
+        (deployment,) = [
+            d
+            for d in find(manifests, "Deployment")
+            if selector.items() <= d["spec"]["template"]["metadata"]["labels"].items()
+        ]
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        names = {p["name"] for p in container["ports"]}
+        for rule in policy["spec"]["ingress"]:
+            assert {p["port"] for p in rule["ports"]} <= names
+    for pdb in find(manifests, "PodDisruptionBudget"):
+        selector = pdb["spec"]["selector"]["matchLabels"]
+        assert any(
+            selector.items() <= d["spec"]["template"]["metadata"]["labels"].items()
+            for d in find(manifests, "Deployment")
+        )
+
+
+def test_image_is_one_for_all_services() -> None:
+    manifests = template()
+    images = {
+        d["spec"]["template"]["spec"]["containers"][0]["image"]
+        for d in find(manifests, "Deployment")
+    }
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert images == {f"torchjob:{chart['appVersion']}"}
+    digest = "sha256:" + "ab" * 32
+    pinned = template(settings={"image.repository": "r.example/tj", "image.digest": digest})
+    assert {
+        d["spec"]["template"]["spec"]["containers"][0]["image"] for d in find(pinned, "Deployment")
+    } == {f"r.example/tj@{digest}"}
+
+
+# -- the schema -----------------------------------------------------------------------------------
+
+BAD_VALUES = [
+    ("webhook.timeoutSeconds", 60, "at '/webhook/timeoutSeconds': maximum: got 60, want 30"),
+    (
+        "webhook.timeoutSecond",
+        6,
+        "at '/webhook': additional properties 'timeoutSecond' not allowed",
+    ),
+    ("reconciler.logLevel", "debug", "at '/reconciler/logLevel': value must be one of"),
+    ("reconciler.workers", 0, "at '/reconciler/workers': minimum: got 0, want 1"),
+    ("webhook.replicas", "two", "at '/webhook/replicas': got string, want integer"),
+    ("webhook.externalURL", "http://192.0.2.1:9443", "at '/webhook/externalURL'"),
+    ("image.pullPolicy", "Sometimes", "at '/image/pullPolicy': value must be one of"),
+    ("webhook.certificate.ipAddresses", ["localhost"], "at '/webhook/certificate/ipAddresses/0'"),
+    ("certManager.issuerRef", {"name": "ca", "kind": "Vault"}, "at '/certManager/issuerRef/kind'"),
+    ("networkPolicy.apiServerPorts", [0], "at '/networkPolicy/apiServerPorts/0': minimum"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "message"), BAD_VALUES, ids=[b[0] for b in BAD_VALUES])
+def test_schema_rejects_a_wrong_value(key: str, value: object, message: str) -> None:
+    from support.helm import values_args
+
+    result = helm(
+        "template", "torchjob", str(CHART), *values_args(settings={key: value}), check=False
+    )
+    assert result.returncode != 0
+    assert "values don't meet the specifications of the schema" in result.stderr
+    assert message in result.stderr, result.stderr
+
+
+def test_values_are_documented_and_the_schema_knows_every_key() -> None:
+    text = (CHART / "values.yaml").read_text()
+    schema = yaml.safe_load((CHART / "values.schema.json").read_text())
+    assert_closed(yaml.safe_load(text), schema, schema, ())
+    # Every value is preceded by a comment ("# -- ...") saying what it is. A block whose key has
+    # one is a value as a whole; the keys of any other block are documented one by one.
+    lines = text.splitlines()
+    blocks: list[tuple[int, bool]] = []  # (indent, documented as a whole) of enclosing blocks
+    for number, line in enumerate(lines):
+        match = re.match(r"^(\s*)[A-Za-z0-9]+:(.*)$", line)
+        if not match:
+            continue
+        indent, rest = len(match.group(1)), match.group(2).strip()
+        blocks = [(i, whole) for i, whole in blocks if i < indent]
+        if any(whole for _, whole in blocks):
+            continue
+        comment = first_comment_line_above(lines, number)
+        if rest:
+            assert comment.startswith("# "), (
+                f"values.yaml:{number + 1}: {line.strip()} undocumented"
+            )
+        else:
+            blocks.append((indent, comment.startswith("# --")))
+
+
+def first_comment_line_above(lines: list[str], number: int) -> str:
+    """The first line of the comment right above line `number` ("" when there is none)."""
+    start = number
+    while start > 0 and lines[start - 1].strip().startswith("#"):
+        start -= 1
+    return lines[start].strip() if start < number else ""
+
+
+def assert_closed(
+    values: Any, node: dict[str, Any], root: dict[str, Any], path: tuple[str, ...]
+) -> None:
+    """Every mapping of the chart's own keys in values.yaml is a schema object that refuses keys
+    it does not know, so a misspelt value fails instead of being ignored."""
+    if "$ref" in node:
+        node = root["$defs"][node["$ref"].rsplit("/", 1)[1]]
+    if path in FREE_FORM or not isinstance(values, dict) or not values:
+        return
+    assert node.get("additionalProperties") is False, (
+        f"{'.'.join(path) or 'the top level'} accepts any key"
+    )
+    for key, value in values.items():
+        assert key in node["properties"], f"{'.'.join((*path, key))} is not in the schema"
+        assert_closed(value, node["properties"][key], root, (*path, key))
+
+
+# Values whose keys are Kubernetes', not the chart's.
+FREE_FORM = {
+    ("podSecurityContext",),
+    ("containerSecurityContext",),
+    *((part, "resources") for part in COMPONENTS),
+}
