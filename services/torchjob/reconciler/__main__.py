@@ -40,7 +40,9 @@ async def lead(reconciler: Reconciler, settings: Settings) -> None:
 
 
 async def serve(settings: Settings) -> int:
-    api = await new_api_client(settings.kubeconfig, settings.max_connections)
+    api = await new_api_client(
+        settings.kubeconfig, settings.max_connections, qps=settings.qps, burst=settings.burst
+    )
     reconciler = Reconciler(api, settings)
     runner = web.AppRunner(probe_app(lambda: None), access_log=None)
     await runner.setup()
