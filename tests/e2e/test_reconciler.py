@@ -103,12 +103,12 @@ class Job:
         await self.wait(f"phase {phase}", reached, timeout)
         return await self.status()
 
-    async def wait_new_pod(self, name: str, old_uid: str) -> Any:
+    async def wait_new_pod(self, name: str, old_uid: str, timeout: float = TIMEOUT) -> Any:
         async def replaced() -> bool:
             pod = (await self.pods()).get(name)
             return pod is not None and pod.metadata.uid != old_uid
 
-        await self.wait(f"a new {name}", replaced)
+        await self.wait(f"a new {name}", replaced, timeout)
         return (await self.pods())[name]
 
     async def run_all(self) -> None:

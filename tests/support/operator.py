@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from support.controlplane import ControlPlane, free_port
-from support.processes import ServiceProcess
+from support.processes import READY_TIMEOUT, ServiceProcess
 from torchjob.api import constants
 
 DATA = Path(__file__).parents[1] / "data" / "t9k"
@@ -163,17 +163,45 @@ def reconciler_kubeconfig(control_plane: ControlPlane) -> Path:
 
 
 def start_reconciler(
-    control_plane: ControlPlane, kubeconfig: Path, identity: str = "r1"
+    control_plane: ControlPlane,
+    kubeconfig: Path,
+    identity: str = "r1",
+    *extra_args: str,
+    leading: bool = True,
 ) -> ServiceProcess:
+    """The reconciler as a process; returned once it leads and its caches have synced, or with
+    `leading=False` once it is ready (a standby is ready at once)."""
     probe_port = free_port()
     args = [
         *("--namespace", SYSTEM_NAMESPACE, "--identity", identity, "--probe-host", "127.0.0.1"),
         *("--probe-port", str(probe_port), "--kubeconfig", str(kubeconfig), "--log-level", "DEBUG"),
+        *extra_args,
     ]
     reconciler = ServiceProcess("torchjob.reconciler", args, probe_port)
     try:
         reconciler.start().wait_ready()
+        if leading:
+            wait_leading(reconciler)
     except BaseException:
         reconciler.close()
         raise
     return reconciler
+
+
+def is_leading(reconciler: ServiceProcess) -> bool:
+    """Whether the process holds its Lease (its leader-election gauge says 1)."""
+    return any(
+        line.startswith("torchjob_leader_election_is_leader{") and line.endswith(" 1.0")
+        for line in reconciler.metrics().splitlines()
+    )
+
+
+def wait_leading(reconciler: ServiceProcess, timeout: float = READY_TIMEOUT) -> None:
+    """Until the process leads and is ready (the leader is ready once its caches synced)."""
+    deadline = time.monotonic() + timeout
+    while not (is_leading(reconciler) and reconciler.probe("/readyz") == 200):
+        if reconciler.process is None or reconciler.process.poll() is not None:
+            raise RuntimeError(f"the reconciler exited:\n{reconciler.log_tail()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the reconciler never led:\n{reconciler.log_tail()}")
+        time.sleep(0.1)

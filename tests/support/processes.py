@@ -46,12 +46,12 @@ class ServiceProcess:
         while time.monotonic() < deadline:
             if self.process is None or self.process.poll() is not None:
                 raise RuntimeError(f"{self.module} exited early:\n{self.log_tail()}")
-            if self._probe("/readyz") == 200:
+            if self.probe("/readyz") == 200:
                 return self
             time.sleep(0.1)
         raise RuntimeError(f"{self.module} not ready after {timeout}s:\n{self.log_tail()}")
 
-    def _probe(self, path: str) -> int | None:
+    def probe(self, path: str) -> int | None:
         try:
             with urllib.request.urlopen(
                 f"http://127.0.0.1:{self.probe_port}{path}", timeout=1

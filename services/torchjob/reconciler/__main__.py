@@ -12,8 +12,9 @@ from aiohttp import web
 
 from torchjob.kube.client import new_api_client
 from torchjob.kube.controller import run_workers
-from torchjob.kube.leader import run_as_leader
+from torchjob.kube.leader import LeaderElector
 from torchjob.reconciler.controller import Reconciler
+from torchjob.reconciler.health import Health
 from torchjob.reconciler.settings import Settings, parse
 from torchjob.runtime import logging as runtime_logging
 from torchjob.runtime.probes import probe_app
@@ -21,22 +22,17 @@ from torchjob.runtime.probes import probe_app
 log = structlog.get_logger("torchjob.reconciler")
 
 
-async def lead(reconciler: Reconciler, settings: Settings) -> None:
-    """What the leader does: fill the caches, then reconcile until cancelled."""
-    informers = [
-        asyncio.create_task(i.run(), name=f"informer-{n}")
-        for n, i in enumerate(reconciler.informers)
-    ]
-    try:
+async def lead(reconciler: Reconciler, settings: Settings, health: Health) -> None:
+    """What the leader does: fill the caches, then reconcile until cancelled. An informer that
+    stops ends leading (and the process) with an error."""
+    async with asyncio.TaskGroup() as group:
+        for n, informer in enumerate(reconciler.informers):
+            group.create_task(health.run_informer(informer), name=f"informer-{n}")
         await asyncio.gather(*(i.synced.wait() for i in reconciler.informers))
         log.info("caches synced; reconciling", workers=settings.workers)
         await run_workers(
             reconciler.queue, reconciler.reconcile, settings.workers, "pytorchtrainingjob"
         )
-    finally:
-        for task in informers:
-            task.cancel()
-        await asyncio.gather(*informers, return_exceptions=True)
 
 
 async def serve(settings: Settings) -> int:
@@ -44,17 +40,21 @@ async def serve(settings: Settings) -> int:
         settings.kubeconfig, settings.max_connections, qps=settings.qps, burst=settings.burst
     )
     reconciler = Reconciler(api, settings)
-    runner = web.AppRunner(probe_app(lambda: None), access_log=None)
+    elector = LeaderElector(
+        api,
+        settings.namespace,
+        settings.lease_name,
+        settings.identity,
+        lease_seconds=settings.lease_duration,
+        renew_deadline=settings.renew_deadline,
+        retry_seconds=settings.retry_period,
+    )
+    health = Health(lambda: elector.is_leader, reconciler.informers)
+    runner = web.AppRunner(probe_app(health.ready, health.healthy), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, settings.probe_host, settings.probe_port).start()
     try:
-        await run_as_leader(
-            api,
-            settings.namespace,
-            settings.lease_name,
-            settings.identity,
-            lambda: lead(reconciler, settings),
-        )
+        await elector.run(lambda: lead(reconciler, settings, health))
         log.warning("leadership lost; exiting so that a single leader acts")
         return 1
     finally:

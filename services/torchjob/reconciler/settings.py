@@ -20,6 +20,9 @@ class Settings:
     namespace: str
     lease_name: str
     identity: str
+    lease_duration: float
+    renew_deadline: float
+    retry_period: float
     workers: int
     max_connections: int
     qps: float
@@ -46,6 +49,27 @@ def parse(argv: list[str] | None = None) -> Settings:
     )
     p.add_argument("--lease-name", default=_env("RECONCILER_LEASE", "torchjob-reconciler"))
     p.add_argument("--identity", default=_env("POD_NAME", socket.gethostname()))
+    # kube-controller-manager's flags and defaults: a standby takes over at most about
+    # lease-duration + retry-period after the leader vanishes; the leader stops acting once it
+    # has failed to renew for renew-deadline (an apiserver outage longer than that restarts it).
+    p.add_argument(
+        "--leader-elect-lease-duration",
+        type=float,
+        default=float(_env("LEADER_ELECT_LEASE_DURATION", "15")),
+        help="seconds a standby waits after the last renewal before taking the lease",
+    )
+    p.add_argument(
+        "--leader-elect-renew-deadline",
+        type=float,
+        default=float(_env("LEADER_ELECT_RENEW_DEADLINE", "10")),
+        help="seconds the leader keeps trying to renew before it gives up leading",
+    )
+    p.add_argument(
+        "--leader-elect-retry-period",
+        type=float,
+        default=float(_env("LEADER_ELECT_RETRY_PERIOD", "2")),
+        help="seconds between attempts to acquire or renew the lease",
+    )
     p.add_argument("--workers", type=int, default=int(_env("RECONCILER_WORKERS", "4")))
     p.add_argument(
         "--max-connections",
@@ -75,6 +99,9 @@ def parse(argv: list[str] | None = None) -> Settings:
         namespace=a.namespace,
         lease_name=a.lease_name,
         identity=a.identity,
+        lease_duration=a.leader_elect_lease_duration,
+        renew_deadline=a.leader_elect_renew_deadline,
+        retry_period=a.leader_elect_retry_period,
         workers=a.workers,
         max_connections=a.max_connections,
         qps=a.qps,
