@@ -11,17 +11,15 @@ import contextlib
 import json
 import re
 import time
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes_asyncio import client
 from support import ControlPlane
 from support.history import PodHistory
-from support.operator import (
-    is_leading,
-    job_manifest,
-    reconciler_kubeconfig,
-    start_reconciler,
-)
+from support.operator import is_leading, job_manifest, reconciler_kubeconfig, start_reconciler
 from support.processes import ServiceProcess
 
 from e2e.test_reconciler import Job, condition, names
@@ -35,26 +33,50 @@ INFORMED = {
 }
 
 
-def exit_code_job() -> dict[str, Any]:
-    manifest = job_manifest("basic")
-    manifest["spec"]["replicaSpecs"][0]["restartPolicy"] = "ExitCode"
-    return manifest
+class Scenario:
+    """A four-replica ExitCode job brought to Running while a watch of the test's own records
+    every pod; then its last worker is killed (exit 137) and must come back exactly once."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        manifest = job_manifest("basic")
+        manifest["spec"]["replicaSpecs"][0]["restartPolicy"] = "ExitCode"
+        self.job = Job(api, namespace, manifest)
+        self.history = PodHistory(api, namespace)
+        self.worker = f"{self.job.name}-worker-3"
+        self.worker_uid = ""
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Scenario]:
+        async with self.history.watching():
+            await self.job.create()
+            pods = await self.job.wait_pods(names(self.job.name, "worker", 4))
+            self.worker_uid = pods[self.worker].metadata.uid
+            await self.job.run_all()
+            await self.job.wait_phase("Running")
+            yield self
+
+    async def kill_worker(self) -> None:
+        await self.job.kubelet.finish(self.worker, 137)
+
+    async def finishes_after_one_restart(self) -> None:
+        """The killed worker comes back counted once; the job then succeeds; no other pod was
+        ever created twice."""
+        job = self.job
+        replacement = await job.wait_new_pod(self.worker, self.worker_uid, RECOVERY_TIMEOUT)
+        assert replacement.metadata.annotations[constants.ANNOTATION_BACKOFF_COUNT] == "1"
+        await job.kubelet.run(self.worker)
+        await job.kubelet.finish(f"{job.name}-worker-0", 0)
+        status = await job.wait_phase("Succeeded")
+        assert condition(status, "Completed")["reason"] == "MasterSucceeded"
+        assert status["backoffCount"] == 1
+        every_pod = sorted(names(job.name, "worker", 4))
+        expected = {name: 2 if name == self.worker else 1 for name in every_pod}
+        assert self.history.created() == expected
 
 
-async def finish_after_one_restart(job: Job, worker: str, old_uid: str) -> dict[str, Any]:
-    """The killed worker comes back counted once; the job then succeeds."""
-    replacement = await job.wait_new_pod(worker, old_uid, timeout=RECOVERY_TIMEOUT)
-    assert replacement.metadata.annotations[constants.ANNOTATION_BACKOFF_COUNT] == "1"
-    await job.kubelet.run(worker)
-    await job.kubelet.finish(f"{job.name}-worker-0", 0)
-    status = await job.wait_phase("Succeeded")
-    assert condition(status, "Completed")["reason"] == "MasterSucceeded"
-    assert status["backoffCount"] == 1
-    return status
-
-
-def created_once_but(job: Job, restarted: str) -> dict[str, int]:
-    return {name: 2 if name == restarted else 1 for name in sorted(names(job.name, "worker", 4))}
+@pytest.fixture(scope="module")
+def kubeconfig(control_plane: ControlPlane) -> Path:
+    return reconciler_kubeconfig(control_plane)
 
 
 def log_entries(process: ServiceProcess) -> list[dict[str, Any]]:
@@ -80,80 +102,63 @@ def counter(process: ServiceProcess, metric: str) -> dict[str, float]:
 
 async def test_sigkill_mid_job_then_restart(
     control_plane: ControlPlane,
+    kubeconfig: Path,
     kube_client: client.ApiClient,
     admitted_namespace: str,
-    webhook_server: ServiceProcess,
 ) -> None:
-    kubeconfig = reconciler_kubeconfig(control_plane)
     lease = ("--lease-name", f"sigkill-{admitted_namespace}")
-    job = Job(kube_client, admitted_namespace, exit_code_job())
-    worker = f"{job.name}-worker-3"
+    scenario = Scenario(kube_client, admitted_namespace)
     first = start_reconciler(control_plane, kubeconfig, "r1", *lease)
-    async with PodHistory(kube_client, admitted_namespace).watching() as history:
-        try:
-            await job.create()
-            pods = await job.wait_pods(names(job.name, "worker", 4))
-            await job.run_all()
-            await job.wait_phase("Running")
+    try:
+        async with scenario.running():
             first.kill()
             # While no reconciler runs: a replica is killed and another pod runs on.
-            await job.kubelet.finish(worker, 137)
+            await scenario.kill_worker()
             await asyncio.sleep(0.5)
-        finally:
             first.close()
-        # The same identity: it takes its own Lease at once.
-        second = start_reconciler(control_plane, kubeconfig, "r1", *lease)
-        try:
-            await finish_after_one_restart(job, worker, pods[worker].metadata.uid)
-            assert history.created() == created_once_but(job, worker)
-        finally:
-            second.close()
+            # The same identity: it takes its own Lease at once.
+            second = start_reconciler(control_plane, kubeconfig, "r1", *lease)
+            try:
+                await scenario.finishes_after_one_restart()
+            finally:
+                second.close()
+    finally:
+        first.close()
 
 
 async def test_two_replicas_only_the_leader_acts_and_the_standby_takes_over(
     control_plane: ControlPlane,
+    kubeconfig: Path,
     kube_client: client.ApiClient,
     admitted_namespace: str,
-    webhook_server: ServiceProcess,
 ) -> None:
-    kubeconfig = reconciler_kubeconfig(control_plane)
     election = (
         *("--lease-name", f"two-{admitted_namespace}", "--leader-elect-lease-duration", "4"),
         *("--leader-elect-renew-deadline", "3", "--leader-elect-retry-period", "0.5"),
     )
-    job = Job(kube_client, admitted_namespace, exit_code_job())
-    worker = f"{job.name}-worker-3"
+    scenario = Scenario(kube_client, admitted_namespace)
     leader = start_reconciler(control_plane, kubeconfig, "r1", *election)
     standby = start_reconciler(control_plane, kubeconfig, "r2", *election, leading=False)
     try:
-        async with PodHistory(kube_client, admitted_namespace).watching() as history:
-            await job.create()
-            pods = await job.wait_pods(names(job.name, "worker", 4))
-            await job.run_all()
-            await job.wait_phase("Running")
-
+        async with scenario.running():
             assert not is_leading(standby)
             assert standby.probe("/readyz") == 200, "a standby must be ready"
             standby_log = log_entries(standby)
-            assert {
-                "event": "standing by; another candidate holds the lease",
-                "holder": "r1",
-            }.items() <= next(
-                e for e in standby_log if e["event"].startswith("standing by")
-            ).items()
+            standing_by = [e for e in standby_log if e["event"].startswith("standing by")]
+            assert standing_by[0]["event"] == "standing by; another candidate holds the lease"
+            assert standing_by[0]["holder"] == "r1"
             assert not [e for e in standby_log if "reconcile_id" in e], "the standby reconciled"
             # It has only read the Lease: not one write of any kind.
             requests = counter(standby, "torchjob_kube_client_requests_total")
             assert requests.keys() == {'{method="GET"}'}, requests
-            assert await reporting_instances(kube_client, job) == {"r1"}
+            assert await reporting_instances(kube_client, scenario.job) == {"r1"}
 
             leader.kill()
-            await job.kubelet.finish(worker, 137)
-            await finish_after_one_restart(job, worker, pods[worker].metadata.uid)
+            await scenario.kill_worker()
+            await scenario.finishes_after_one_restart()
             assert is_leading(standby)
             assert any(e["event"] == "became leader" for e in log_entries(standby))
-            assert await reporting_instances(kube_client, job) == {"r1", "r2"}
-            assert history.created() == created_once_but(job, worker)
+            assert await reporting_instances(kube_client, scenario.job) == {"r1", "r2"}
     finally:
         leader.close()
         standby.close()
@@ -171,38 +176,29 @@ async def reporting_instances(api: client.ApiClient, job: Job) -> set[str]:
 
 async def test_apiserver_restart_mid_job_recovers_the_watches_by_listing_again(
     control_plane: ControlPlane,
+    kubeconfig: Path,
     kube_client: client.ApiClient,
     admitted_namespace: str,
-    webhook_server: ServiceProcess,
 ) -> None:
-    kubeconfig = reconciler_kubeconfig(control_plane)
     # Renewal outlasts the outage, so this process keeps leading and its own watches must
     # recover (with the defaults it would exit after 10 s and be started afresh).
     election = (
         *("--lease-name", f"restart-{admitted_namespace}", "--leader-elect-lease-duration", "180"),
         *("--leader-elect-renew-deadline", "150"),
     )
-    job = Job(kube_client, admitted_namespace, exit_code_job())
-    worker = f"{job.name}-worker-3"
+    scenario = Scenario(kube_client, admitted_namespace)
     reconciler = start_reconciler(control_plane, kubeconfig, "r1", *election)
     try:
-        async with PodHistory(kube_client, admitted_namespace).watching() as history:
-            await job.create()
-            pods = await job.wait_pods(names(job.name, "worker", 4))
-            await job.run_all()
-            await job.wait_phase("Running")
+        async with scenario.running():
             expired_before = expired_lists(reconciler)
-
             await asyncio.to_thread(control_plane.stop_apiserver)
             try:
                 # Every resourceVersion the reconciler holds is now too old to watch from.
                 await asyncio.to_thread(control_plane.compact_etcd)
             finally:
                 await asyncio.to_thread(control_plane.start_apiserver)
-
-            await job.kubelet.finish(worker, 137)
-            await finish_after_one_restart(job, worker, pods[worker].metadata.uid)
-            assert history.created() == created_once_but(job, worker)
+            await scenario.kill_worker()
+            await scenario.finishes_after_one_restart()
 
         # Each informer lists again after its 410 Gone. One the restarted apiserver refused for a
         # moment (its RBAC caches still empty) retries with backoff and may get there only after
@@ -216,9 +212,8 @@ async def test_apiserver_restart_mid_job_recovers_the_watches_by_listing_again(
             informer_log = [e for e in log_entries(reconciler) if "resource" in e]
             assert time.monotonic() < deadline, informer_log
             await asyncio.sleep(0.2)
-        assert any(
-            e["event"] == "resource version expired; listing again" for e in log_entries(reconciler)
-        )
+        events = [e["event"] for e in log_entries(reconciler)]
+        assert "resource version expired; listing again" in events
         assert reconciler.process is not None and reconciler.process.poll() is None
     finally:
         reconciler.close()
@@ -226,9 +221,8 @@ async def test_apiserver_restart_mid_job_recovers_the_watches_by_listing_again(
 
 def expired_lists(reconciler: ServiceProcess) -> dict[str, float]:
     """Lists each informer made after a 410 Gone, by resource."""
-    samples = counter(reconciler, "torchjob_informer_lists_total")
     found = {}
-    for labels, value in samples.items():
+    for labels, value in counter(reconciler, "torchjob_informer_lists_total").items():
         if 'reason="expired"' in labels:
             resource = re.search(r'resource="([^"]+)"', labels)
             assert resource is not None

@@ -38,6 +38,12 @@ def _env(name: str, default: str) -> str:
     return os.environ.get(f"TORCHJOB_{name}", default)
 
 
+def number(parser: argparse.ArgumentParser, flag: str, env: str, default: float, help: str) -> None:
+    """A numeric flag whose default comes from TORCHJOB_<env>, of the default's own type."""
+    kind = type(default)
+    parser.add_argument(flag, type=kind, default=kind(_env(env, str(default))), help=help)
+
+
 def parse(argv: list[str] | None = None) -> Settings:
     p = argparse.ArgumentParser(
         prog="python -m torchjob.reconciler", description="torchjob reconciler"
@@ -52,43 +58,37 @@ def parse(argv: list[str] | None = None) -> Settings:
     # kube-controller-manager's flags and defaults: a standby takes over at most about
     # lease-duration + retry-period after the leader vanishes; the leader stops acting once it
     # has failed to renew for renew-deadline (an apiserver outage longer than that restarts it).
-    p.add_argument(
+    number(
+        p,
         "--leader-elect-lease-duration",
-        type=float,
-        default=float(_env("LEADER_ELECT_LEASE_DURATION", "15")),
-        help="seconds a standby waits after the last renewal before taking the lease",
+        "LEADER_ELECT_LEASE_DURATION",
+        15.0,
+        "seconds a standby waits after the last renewal before taking the lease",
     )
-    p.add_argument(
+    number(
+        p,
         "--leader-elect-renew-deadline",
-        type=float,
-        default=float(_env("LEADER_ELECT_RENEW_DEADLINE", "10")),
-        help="seconds the leader keeps trying to renew before it gives up leading",
+        "LEADER_ELECT_RENEW_DEADLINE",
+        10.0,
+        "seconds the leader keeps trying to renew before it gives up leading",
     )
-    p.add_argument(
+    number(
+        p,
         "--leader-elect-retry-period",
-        type=float,
-        default=float(_env("LEADER_ELECT_RETRY_PERIOD", "2")),
-        help="seconds between attempts to acquire or renew the lease",
+        "LEADER_ELECT_RETRY_PERIOD",
+        2.0,
+        "seconds between attempts to acquire or renew the lease",
     )
     p.add_argument("--workers", type=int, default=int(_env("RECONCILER_WORKERS", "4")))
-    p.add_argument(
-        "--max-connections",
-        type=int,
-        default=int(_env("MAX_CONNECTIONS", "100")),
-        help="concurrent requests to the apiserver",
-    )
-    p.add_argument(
+    number(p, "--max-connections", "MAX_CONNECTIONS", 100, "concurrent requests to the apiserver")
+    number(
+        p,
         "--qps",
-        type=float,
-        default=float(_env("KUBE_QPS", str(DEFAULT_QPS))),
-        help="requests a second to the apiserver, watches aside (0 or less: no client-side limit)",
+        "KUBE_QPS",
+        DEFAULT_QPS,
+        "requests a second to the apiserver, watches aside (0 or less: no client-side limit)",
     )
-    p.add_argument(
-        "--burst",
-        type=int,
-        default=int(_env("KUBE_BURST", str(DEFAULT_BURST))),
-        help="requests the client may send at once before --qps applies",
-    )
+    number(p, "--burst", "KUBE_BURST", DEFAULT_BURST, "requests sent at once before --qps applies")
     p.add_argument("--scheduler-name", default=_env("T9K_SCHEDULER_NAME", "t9k-scheduler"))
     p.add_argument("--probe-host", default=_env("PROBE_HOST", "0.0.0.0"))
     p.add_argument("--probe-port", type=int, default=int(_env("PROBE_PORT", "8080")))
