@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 from support import ControlPlane
+from support.controlplane import free_port
 from support.kubelet import TestKubelet
-from support.operator import job_manifest, reconciler_kubeconfig, start_reconciler
+from support.operator import job_manifest, reconciler_kubeconfig, start_reconciler, webhook
 from support.processes import ServiceProcess
 
 from torchjob.api import constants, types
@@ -333,3 +334,47 @@ async def test_job_deletion_removes_pods_and_services(
     )
     await job.wait_pods(set(), timeout=60)
     await job.wait("services gone", lambda: _eq(job.services(), set()), timeout=60)
+
+
+async def test_pods_refused_for_a_while_come_once_admission_works_again(
+    control_plane: ControlPlane,
+    kube_client: client.ApiClient,
+    admitted_namespace: str,
+    reconciler: ServiceProcess,
+) -> None:
+    """A webhook nobody serves fails every pod creation in the namespace (500). The job shows
+    its status meanwhile, and its pods come as soon as the webhook is gone: the creations that
+    failed are not waited for."""
+    name = f"broken-{admitted_namespace}"
+    broken: dict[str, Any] = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [
+            webhook(
+                "pods.broken.torchjob.dev",
+                f"https://127.0.0.1:{free_port()}/nobody",
+                "pods",
+                ["CREATE"],
+                namespaceSelector={
+                    "matchLabels": {"kubernetes.io/metadata.name": admitted_namespace}
+                },
+            )
+        ],
+    }
+    await asyncio.to_thread(control_plane.kubectl, "apply", "-f", "-", input=json.dumps(broken))
+    try:
+        job = await Job(kube_client, admitted_namespace, with_policy("basic", "OnFailure")).create()
+        expected = names(job.name, "worker", 2)
+        await job.wait("services", lambda: _eq(job.services(), expected))
+        status = await job.wait_phase("Pending")
+        assert condition(status, "Initialized")["status"] == "False"
+        await asyncio.sleep(2)  # several failed rounds, with growing backoff
+        assert await job.pods() == {}
+    finally:
+        await asyncio.to_thread(
+            control_plane.kubectl, "delete", "mutatingwebhookconfiguration", name
+        )
+    await job.wait_pods(expected)
+    await job.run_all()
+    await job.wait_phase("Running")

@@ -90,16 +90,6 @@ def log_entries(process: ServiceProcess) -> list[dict[str, Any]]:
     return entries
 
 
-def counter(process: ServiceProcess, metric: str) -> dict[str, float]:
-    """The samples of one counter, by their label set as written."""
-    pattern = re.compile(rf"^{metric}(\{{.*\}})? (\S+)$")
-    samples = {}
-    for line in process.metrics().splitlines():
-        if match := pattern.match(line):
-            samples[match.group(1) or ""] = float(match.group(2))
-    return samples
-
-
 async def test_sigkill_mid_job_then_restart(
     control_plane: ControlPlane,
     kubeconfig: Path,
@@ -149,7 +139,7 @@ async def test_two_replicas_only_the_leader_acts_and_the_standby_takes_over(
             assert standing_by[0]["holder"] == "r1"
             assert not [e for e in standby_log if "reconcile_id" in e], "the standby reconciled"
             # It has only read the Lease: not one write of any kind.
-            requests = counter(standby, "torchjob_kube_client_requests_total")
+            requests = standby.samples("torchjob_kube_client_requests_total")
             assert requests.keys() == {'{method="GET"}'}, requests
             assert await reporting_instances(kube_client, scenario.job) == {"r1"}
 
@@ -222,7 +212,7 @@ async def test_apiserver_restart_mid_job_recovers_the_watches_by_listing_again(
 def expired_lists(reconciler: ServiceProcess) -> dict[str, float]:
     """Lists each informer made after a 410 Gone, by resource."""
     found = {}
-    for labels, value in counter(reconciler, "torchjob_informer_lists_total").items():
+    for labels, value in reconciler.samples("torchjob_informer_lists_total").items():
         if 'reason="expired"' in labels:
             resource = re.search(r'resource="([^"]+)"', labels)
             assert resource is not None

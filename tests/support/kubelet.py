@@ -31,6 +31,10 @@ class TestKubelet:
 
     async def run(self, name: str) -> None:
         pod = await self.core.read_namespaced_pod(name, self.namespace)
+        await self.run_containers(name, _container_names(pod))
+
+    async def run_containers(self, name: str, containers: list[str]) -> None:
+        """The pod is Running with these containers running (no read of the pod first)."""
         running = [
             {
                 "name": n,
@@ -40,7 +44,7 @@ class TestKubelet:
                 "imageID": "",
                 "state": {"running": {"startedAt": _now()}},
             }
-            for n in _container_names(pod)
+            for n in containers
         ]
         await self._patch(
             name,

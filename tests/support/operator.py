@@ -190,10 +190,7 @@ def start_reconciler(
 
 def is_leading(reconciler: ServiceProcess) -> bool:
     """Whether the process holds its Lease (its leader-election gauge says 1)."""
-    return any(
-        line.startswith("torchjob_leader_election_is_leader{") and line.endswith(" 1.0")
-        for line in reconciler.metrics().splitlines()
-    )
+    return 1.0 in reconciler.samples("torchjob_leader_election_is_leader").values()
 
 
 def wait_leading(reconciler: ServiceProcess, timeout: float = READY_TIMEOUT) -> None:

@@ -59,7 +59,12 @@ class Plan:
     delete_pods: list[tuple[str, str]] = field(default_factory=list)  # (name, uid)
     status: dict[str, Any] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
+    # Events about the change of status itself (a new phase): recorded once it is written.
+    status_events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None
+    # The status only describes creations in flight and records no restart: it may be written
+    # after them, by the reconcile that observing them triggers (one write a job, not two).
+    status_can_wait: bool = False
 
 
 @dataclass(slots=True)
@@ -298,17 +303,24 @@ def _replica_spec(state: _Round, replica: Replica) -> ReplicaSpec:
 
 def _finish(state: _Round) -> Plan:
     state.plan.status = build_status(state, state.outcome)
-    state.plan.events += _transition_events(state.observed.status, state.plan.status)
     if state.outcome is not None:
         state.plan.create_pods.clear()
         state.plan.requeue_after = None
+    state.plan.status_can_wait = _status_can_wait(state)
+    state.plan.status_events = _transition_events(state.observed.status, state.plan.status)
     return state.plan
 
 
+def _status_can_wait(state: _Round) -> bool:
+    plan, recorded = state.plan, int(state.observed.status.get("backoffCount") or 0)
+    creates = bool(plan.create_pods or plan.create_services)
+    return creates and not plan.delete_pods and state.outcome is None and state.backoff == recorded
+
+
 def _transition_events(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:
-    if old.get("phase") == new.get("phase"):
-        return []
     phase = new.get("phase")
+    if old.get("phase") == phase or (phase == "Pending" and not old.get("phase")):
+        return []  # a new job is pending by the user's own act: no news
     conditions = {c["type"]: c for c in new.get("conditions") or []}
     if phase == "Failed":
         failed = conditions["Failed"]
