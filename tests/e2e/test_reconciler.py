@@ -18,6 +18,7 @@ from support.operator import job_manifest, reconciler_kubeconfig, start_reconcil
 from support.processes import ServiceProcess
 
 from torchjob.api import constants, types
+from torchjob.reconciler.controller import JOBS
 
 TIMEOUT = 30.0
 
@@ -166,6 +167,24 @@ async def test_happy_path(
         control_plane.kubectl, "get", "ptj", job.name, "-n", admitted_namespace
     )
     assert "Succeeded" in table.stdout
+    assert_probes_and_metrics(reconciler)
+
+
+def assert_probes_and_metrics(reconciler: ServiceProcess) -> None:
+    assert reconciler.probe("/healthz") == 200
+    assert reconciler.probe("/readyz") == 200
+    controller = 'controller="pytorchtrainingjob"'
+    success = "{" + controller + ',result="success"}'
+    assert reconciler.samples("torchjob_reconcile_total")[success] > 0
+    assert reconciler.samples("torchjob_reconcile_duration_seconds_count")["{" + controller + "}"]
+    assert "{" + controller + "}" in reconciler.samples("torchjob_workqueue_depth")
+    assert reconciler.samples("torchjob_kube_client_requests_total")['{method="POST"}'] > 0
+    assert list(reconciler.samples("torchjob_leader_election_is_leader").values()) == [1.0]
+    lists = reconciler.samples("torchjob_informer_lists_total")
+    assert {k for k in lists if 'reason="initial"' in k} == {
+        f'{{reason="initial",resource="{resource}"}}'
+        for resource in ("/api/v1/pods", "/api/v1/services", JOBS.path(None))
+    }
 
 
 async def _eq(value: Awaitable[Any], expected: Any) -> bool:
@@ -378,3 +397,41 @@ async def test_pods_refused_for_a_while_come_once_admission_works_again(
     await job.wait_pods(expected)
     await job.run_all()
     await job.wait_phase("Running")
+
+
+async def test_elastic_scale_up_then_down_from_the_highest_index(
+    kube_client: client.ApiClient, admitted_namespace: str, reconciler: ServiceProcess
+) -> None:
+    manifest = job_manifest("newer-spelling-elastic")  # elastic between 2 and 4, 3 replicas
+    job = await Job(kube_client, admitted_namespace, manifest).create()
+    before = await job.wait_pods(names(job.name, "node", 3))
+    await job.run_all()
+    await job.wait_phase("Running")
+
+    async def scale(replicas: int) -> None:
+        replica_specs = manifest["spec"]["replicaSpecs"]
+        replica_specs[0]["replicas"] = replicas
+        await job.patch_spec({"replicaSpecs": replica_specs})
+
+    await scale(4)
+    grown = await job.wait_pods(names(job.name, "node", 4))
+    await job.wait("4 services", lambda: _eq(job.services(), names(job.name, "node", 4)))
+    assert {n: p.metadata.uid for n, p in grown.items() if n in before} == {
+        n: p.metadata.uid for n, p in before.items()
+    }, "scaling up touched the running replicas"
+    await job.kubelet.run(f"{job.name}-node-3")
+    await job.wait_phase("Running")
+
+    await scale(2)
+    shrunk = await job.wait_pods(names(job.name, "node", 2))
+    await job.wait("2 services", lambda: _eq(job.services(), names(job.name, "node", 2)))
+    assert {n: p.metadata.uid for n, p in shrunk.items()} == {
+        n: p.metadata.uid for n, p in before.items() if n in shrunk
+    }, "scaling down removes the highest indexes, and only them"
+    status = await job.status()
+    assert status["phase"] == "Running"
+    assert status["backoffCount"] == 0, "replicas scaled away are not restarts"
+    assert [len(t["replicas"]) for t in status["tasks"]] == [2]
+    events = await client.EventsV1Api(kube_client).list_namespaced_event(admitted_namespace)
+    scaled = sorted(e.note for e in events.items if e.reason == constants.REASON_SCALED)
+    assert scaled == ["node: from 3 to 4 replicas", "node: from 4 to 2 replicas"]

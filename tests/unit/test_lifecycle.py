@@ -404,12 +404,25 @@ def test_elastic_scale_up_and_down() -> None:
         ("worker", 3),
     ]
     assert len(up.create_services) == 2
-    down = observe(elastic(1), all_pods(elastic(4)), status)
+    assert up.delete_services == []
+    assert [(e.reason, e.message) for e in up.status_events] == [
+        ("ReplicasScaled", "worker: from 2 to 4 replicas")
+    ]
+    scaled_up = observe(elastic(4), all_pods(elastic(4)), status).status
+    down = observe(elastic(1), all_pods(elastic(4)), scaled_up, svcs=services(elastic(4)))
     assert down.delete_pods == [
         ("j-worker-3", "uid-worker-3"),
         ("j-worker-2", "uid-worker-2"),
         ("j-worker-1", "uid-worker-1"),
     ]
+    assert down.delete_services == ["j-worker-3", "j-worker-2", "j-worker-1"]
+    assert not down.status_can_wait
+    assert [len(t["replicas"]) for t in down.status["tasks"]] == [1]
+    assert [(e.reason, e.message) for e in down.status_events] == [
+        ("ReplicasScaled", "worker: from 4 to 1 replicas")
+    ]
+    # Once the status says so, the same observation raises no second event.
+    assert observe(elastic(1), all_pods(elastic(1)), down.status).status_events == []
 
 
 def test_elastic_job_survives_a_permanent_worker_failure_above_min() -> None:

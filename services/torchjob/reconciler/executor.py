@@ -5,6 +5,7 @@ write is made with our field manager."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -61,6 +62,7 @@ class Executor:
             await self.events.record(job, event.type, event.reason, event.message)
         try:
             await self._delete_pods(key, meta, plan)
+            await self._delete_services(meta, plan)
             await self._create_services(key, meta, plan)
             await self._create_pods(key, job, spec, plan)
         except CreationRefused as refused:
@@ -111,6 +113,13 @@ class Executor:
                 for unsent in names[sent:]:
                     self.expectations.observed_deletion(key, unsent)
                 raise
+
+    async def _delete_services(self, meta: dict[str, Any], plan: Plan) -> None:
+        # Not expected: a Service the cache still shows is only deleted again (NotFound).
+        for name in plan.delete_services:
+            with contextlib.suppress(NotFound):
+                async with translated():
+                    await self.core.delete_namespaced_service(name, meta["namespace"])
 
     async def _create_services(self, key: str, meta: dict[str, Any], plan: Plan) -> None:
         async def create(body: Any) -> None:
