@@ -435,3 +435,21 @@ async def test_elastic_scale_up_then_down_from_the_highest_index(
     events = await client.EventsV1Api(kube_client).list_namespaced_event(admitted_namespace)
     scaled = sorted(e.note for e in events.items if e.reason == constants.REASON_SCALED)
     assert scaled == ["node: from 3 to 4 replicas", "node: from 4 to 2 replicas"]
+
+
+async def test_t9k_scheduler_pods_name_the_scheduler_and_queue(
+    kube_client: client.ApiClient, admitted_namespace: str, reconciler: ServiceProcess
+) -> None:
+    job = await Job(kube_client, admitted_namespace, job_manifest("scheduler-tensorboard")).create()
+    pods = await job.wait_pods(names(job.name, "worker", 2))
+    for pod in pods.values():
+        assert pod.spec.scheduler_name == "t9k-scheduler"
+        assert pod.metadata.labels[constants.LABEL_T9K_QUEUE] == "default"
+        assert pod.metadata.labels[constants.LABEL_T9K_PRIORITY] == "50"
+    services = await job.core.list_namespaced_service(
+        admitted_namespace, label_selector=f"{constants.LABEL_JOB_NAME}={job.name}"
+    )
+    assert len(services.items) == 2, "each replica's Service is created before its pod"
+    for service in services.items:
+        assert service.spec.cluster_ip == "None"
+        assert service.spec.publish_not_ready_addresses is True
