@@ -32,7 +32,7 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ TESTS_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS_DIR))
 
 from support import ControlPlane  # noqa: E402
+from support.informers import running  # noqa: E402
 from support.kubelet import TestKubelet  # noqa: E402
 from support.operator import (  # noqa: E402
     OPT_IN_LABEL,
@@ -90,34 +91,14 @@ def parse() -> argparse.Namespace:
 # -- watching ------------------------------------------------------------------------------------
 
 
-class Watch:
-    """The bench's own informer on one namespace; calls `changed` after every add and update."""
-
-    def __init__(
-        self,
-        api: client.ApiClient,
-        kind: ResourceKind,
-        namespace: str,
-        changed: Callable[[KubeObject], None],
-    ) -> None:
-        self.informer = Informer(
-            api,
-            kind,
-            namespace=namespace,
-            on_add=changed,
-            on_update=lambda _, new: changed(new),
-        )
-
-    @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[Informer]:
-        task = asyncio.create_task(self.informer.run())
-        try:
-            await asyncio.wait_for(self.informer.synced.wait(), timeout=60)
-            yield self.informer
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+def watch(
+    api: client.ApiClient, kind: ResourceKind, namespace: str, changed: Callable[[KubeObject], None]
+) -> contextlib.AbstractAsyncContextManager[Informer]:
+    """The bench's own informer on one namespace, calling `changed` after every add and update."""
+    informer = Informer(
+        api, kind, namespace=namespace, on_add=changed, on_update=lambda _, new: changed(new)
+    )
+    return running(informer, sync_timeout=60)
 
 
 class PodsSeen:
@@ -196,7 +177,7 @@ async def floor_run(
     seen = PodsSeen(args.jobs * args.replicas)
     created: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
     sent_before = requests_sent()
-    async with plain, Watch(user, PODS, namespace, seen.changed).running():
+    async with plain, watch(user, PODS, namespace, seen.changed):
         started = time.perf_counter()
         workers = [asyncio.create_task(floor_worker(plain, created)) for _ in range(WORKERS)]
         await create_jobs(user, namespace, manifests(args.jobs, args.replicas), created)
@@ -219,7 +200,7 @@ def requests_sent() -> float:
 
 async def reconciler_run(user: client.ApiClient, namespace: str, args: argparse.Namespace) -> float:
     seen = PodsSeen(args.jobs * args.replicas)
-    async with Watch(user, PODS, namespace, seen.changed).running():
+    async with watch(user, PODS, namespace, seen.changed):
         started = time.perf_counter()
         await create_jobs(user, namespace, manifests(args.jobs, args.replicas))
         await asyncio.wait_for(seen.all_seen.wait(), SETTLE_TIMEOUT)
@@ -272,7 +253,7 @@ async def status_latencies(
     kubelet = TestKubelet(user, namespace)
     latencies: list[float] = []
     missed = 0
-    async with Watch(user, JOBS, namespace, statuses.changed).running():
+    async with watch(user, JOBS, namespace, statuses.changed):
         await until(lambda: len(statuses.jobs) == args.jobs and statuses.settled(args.replicas))
         targets = [(j, r) for r in range(args.replicas) for j in range(args.jobs)]
         for job_index, index in targets[: args.samples]:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 from support import ControlPlane
-from support.history import PodHistory
+from support.informers import PodHistory
 from support.operator import is_leading, job_manifest, reconciler_kubeconfig, start_reconciler
 from support.processes import ServiceProcess
 
@@ -38,6 +38,7 @@ class Scenario:
     every pod; then its last worker is killed (exit 137) and must come back exactly once."""
 
     def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.api = api
         manifest = job_manifest("basic")
         manifest["spec"]["replicaSpecs"][0]["restartPolicy"] = "ExitCode"
         self.job = Job(api, namespace, manifest)
@@ -74,6 +75,11 @@ class Scenario:
         assert self.history.created() == expected
 
 
+@pytest.fixture
+def scenario(kube_client: client.ApiClient, admitted_namespace: str) -> Scenario:
+    return Scenario(kube_client, admitted_namespace)
+
+
 @pytest.fixture(scope="module")
 def kubeconfig(control_plane: ControlPlane) -> Path:
     return reconciler_kubeconfig(control_plane)
@@ -91,13 +97,9 @@ def log_entries(process: ServiceProcess) -> list[dict[str, Any]]:
 
 
 async def test_sigkill_mid_job_then_restart(
-    control_plane: ControlPlane,
-    kubeconfig: Path,
-    kube_client: client.ApiClient,
-    admitted_namespace: str,
+    control_plane: ControlPlane, kubeconfig: Path, scenario: Scenario
 ) -> None:
-    lease = ("--lease-name", f"sigkill-{admitted_namespace}")
-    scenario = Scenario(kube_client, admitted_namespace)
+    lease = ("--lease-name", f"sigkill-{scenario.job.namespace}")
     first = start_reconciler(control_plane, kubeconfig, "r1", *lease)
     try:
         async with scenario.running():
@@ -117,16 +119,12 @@ async def test_sigkill_mid_job_then_restart(
 
 
 async def test_two_replicas_only_the_leader_acts_and_the_standby_takes_over(
-    control_plane: ControlPlane,
-    kubeconfig: Path,
-    kube_client: client.ApiClient,
-    admitted_namespace: str,
+    control_plane: ControlPlane, kubeconfig: Path, scenario: Scenario
 ) -> None:
     election = (
-        *("--lease-name", f"two-{admitted_namespace}", "--leader-elect-lease-duration", "4"),
+        *("--lease-name", f"two-{scenario.job.namespace}", "--leader-elect-lease-duration", "4"),
         *("--leader-elect-renew-deadline", "3", "--leader-elect-retry-period", "0.5"),
     )
-    scenario = Scenario(kube_client, admitted_namespace)
     leader = start_reconciler(control_plane, kubeconfig, "r1", *election)
     standby = start_reconciler(control_plane, kubeconfig, "r2", *election, leading=False)
     try:
@@ -141,22 +139,23 @@ async def test_two_replicas_only_the_leader_acts_and_the_standby_takes_over(
             # It has only read the Lease: not one write of any kind.
             requests = standby.samples("torchjob_kube_client_requests_total")
             assert requests.keys() == {'{method="GET"}'}, requests
-            assert await reporting_instances(kube_client, scenario.job) == {"r1"}
+            assert await reporting_instances(scenario) == {"r1"}
 
             leader.kill()
             await scenario.kill_worker()
             await scenario.finishes_after_one_restart()
             assert is_leading(standby)
             assert any(e["event"] == "became leader" for e in log_entries(standby))
-            assert await reporting_instances(kube_client, scenario.job) == {"r1", "r2"}
+            assert await reporting_instances(scenario) == {"r1", "r2"}
     finally:
         leader.close()
         standby.close()
 
 
-async def reporting_instances(api: client.ApiClient, job: Job) -> set[str]:
+async def reporting_instances(scenario: Scenario) -> set[str]:
     """Which reconciler processes recorded Events about the job."""
-    events = await client.EventsV1Api(api).list_namespaced_event(job.namespace)
+    job = scenario.job
+    events = await client.EventsV1Api(scenario.api).list_namespaced_event(job.namespace)
     return {
         event.reporting_instance
         for event in events.items
@@ -165,18 +164,19 @@ async def reporting_instances(api: client.ApiClient, job: Job) -> set[str]:
 
 
 async def test_apiserver_restart_mid_job_recovers_the_watches_by_listing_again(
-    control_plane: ControlPlane,
-    kubeconfig: Path,
-    kube_client: client.ApiClient,
-    admitted_namespace: str,
+    control_plane: ControlPlane, kubeconfig: Path, scenario: Scenario
 ) -> None:
     # Renewal outlasts the outage, so this process keeps leading and its own watches must
     # recover (with the defaults it would exit after 10 s and be started afresh).
     election = (
-        *("--lease-name", f"restart-{admitted_namespace}", "--leader-elect-lease-duration", "180"),
+        *(
+            "--lease-name",
+            f"restart-{scenario.job.namespace}",
+            "--leader-elect-lease-duration",
+            "180",
+        ),
         *("--leader-elect-renew-deadline", "150"),
     )
-    scenario = Scenario(kube_client, admitted_namespace)
     reconciler = start_reconciler(control_plane, kubeconfig, "r1", *election)
     try:
         async with scenario.running():

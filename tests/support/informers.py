@@ -1,5 +1,5 @@
-"""Every pod a namespace has had, from a watch of its own: a test can tell a replica's pod
-created twice from one created once, whatever happened to the reconciler meanwhile."""
+"""Informers as tests and benchmarks run them: for the length of a `with` block, and a history
+of every pod a namespace has had."""
 
 from __future__ import annotations
 
@@ -14,7 +14,23 @@ from torchjob.kube.informer import Informer, KubeObject, ResourceKind
 PODS = ResourceKind("", "v1", "pods")
 
 
+@contextlib.asynccontextmanager
+async def running(informer: Informer, sync_timeout: float = 30) -> AsyncIterator[Informer]:
+    """The informer runs, its cache filled, until the block ends."""
+    task = asyncio.create_task(informer.run(), name=f"informer {informer.resource}")
+    try:
+        await asyncio.wait_for(informer.synced.wait(), timeout=sync_timeout)
+        yield informer
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 class PodHistory:
+    """Every pod uid a namespace has had, from a watch of its own: a test can tell a replica's
+    pod created twice from one created once, whatever happened to the reconciler meanwhile."""
+
     def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
         self.uids: dict[str, set[str]] = {}
         self.informer = Informer(
@@ -36,11 +52,5 @@ class PodHistory:
 
     @contextlib.asynccontextmanager
     async def watching(self) -> AsyncIterator[PodHistory]:
-        task = asyncio.create_task(self.informer.run(), name="pod-history")
-        try:
-            await asyncio.wait_for(self.informer.synced.wait(), timeout=30)
+        async with running(self.informer):
             yield self
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
