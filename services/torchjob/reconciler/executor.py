@@ -95,6 +95,8 @@ class Executor:
             )
 
     async def _delete_pods(self, key: str, meta: dict[str, Any], plan: Plan) -> None:
+        if not plan.delete_pods:
+            return
         names = [name for name, _ in plan.delete_pods]
         self.expectations.expect_deletions(key, names)
         for sent, (name, uid) in enumerate(plan.delete_pods):
@@ -163,6 +165,8 @@ class Executor:
         failure neither the failed object nor those not sent will ever be reported, so they are
         no longer expected; a refusal of one of the `refusals` kinds is raised as
         CreationRefused."""
+        if not objects:
+            return
         expected = [name for name, _ in objects]
         self.expectations.expect_creations(key, expected)
         for sent, (name, body) in enumerate(objects):
