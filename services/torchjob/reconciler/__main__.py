@@ -40,8 +40,11 @@ async def serve(settings: Settings) -> int:
         settings.kubeconfig, settings.max_connections, qps=settings.qps, burst=settings.burst
     )
     reconciler = Reconciler(api, settings)
+    # The Lease has a client of its own, as in controller-runtime: renewals never queue behind
+    # the reconciler's own requests for the rate limiter.
+    lease_api = await new_api_client(settings.kubeconfig, max_connections=2)
     elector = LeaderElector(
-        api,
+        lease_api,
         settings.namespace,
         settings.lease_name,
         settings.identity,
@@ -60,6 +63,7 @@ async def serve(settings: Settings) -> int:
     finally:
         await runner.cleanup()
         await api.close()
+        await lease_api.close()
 
 
 async def main_async(settings: Settings) -> int:
