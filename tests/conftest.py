@@ -171,8 +171,24 @@ async def namespace(
     name = unique_namespace_name(request.node.name)
     core = client.CoreV1Api(kube_client)
     await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    await _default_service_account(core, name)
     yield name
     await core.delete_namespace(name)
+
+
+async def _default_service_account(core: client.CoreV1Api, namespace: str) -> None:
+    """Until the controller manager has made the namespace's `default` ServiceAccount: the
+    apiserver refuses pods in the namespace before that (and it can lag, after an apiserver
+    restart for one)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            await core.read_namespaced_service_account("default", namespace)
+            return
+        except client.ApiException as error:
+            if error.status != 404 or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.1)
 
 
 def unique_namespace_name(test_name: str) -> str:

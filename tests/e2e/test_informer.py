@@ -17,6 +17,7 @@ import pytest
 from kubernetes_asyncio import client, config
 from structlog.testing import capture_logs
 from support import ControlPlane
+from support.informers import running
 
 from torchjob.kube.informer import Informer, KubeObject, ResourceKind, controller_uid
 
@@ -75,18 +76,6 @@ class Seen:
     def _updated(self, old: KubeObject, new: KubeObject) -> None:
         self.events.append(("update", name_of(new)))
         self.updates.append((old, new))
-
-
-@contextlib.asynccontextmanager
-async def running(informer: Informer) -> AsyncIterator[Informer]:
-    task = asyncio.create_task(informer.run())
-    try:
-        await asyncio.wait_for(informer.synced.wait(), timeout=30)
-        yield informer
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def eventually(condition: Callable[[], bool], within: float = 30.0) -> None:

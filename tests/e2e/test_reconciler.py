@@ -11,11 +11,13 @@ from typing import Any
 
 from kubernetes_asyncio import client
 from support import ControlPlane
+from support.controlplane import free_port
 from support.kubelet import TestKubelet
-from support.operator import job_manifest
+from support.operator import job_manifest, webhook
 from support.processes import ServiceProcess
 
 from torchjob.api import constants, types
+from torchjob.kube.resources import JOBS
 
 TIMEOUT = 30.0
 
@@ -93,12 +95,12 @@ class Job:
         await self.wait(f"phase {phase}", reached, timeout)
         return await self.status()
 
-    async def wait_new_pod(self, name: str, old_uid: str) -> Any:
+    async def wait_new_pod(self, name: str, old_uid: str, timeout: float = TIMEOUT) -> Any:
         async def replaced() -> bool:
             pod = (await self.pods()).get(name)
             return pod is not None and pod.metadata.uid != old_uid
 
-        await self.wait(f"a new {name}", replaced)
+        await self.wait(f"a new {name}", replaced, timeout)
         return (await self.pods())[name]
 
     async def run_all(self) -> None:
@@ -121,6 +123,7 @@ async def test_happy_path(
     reconciler: ServiceProcess,
 ) -> None:
     await happy_path(control_plane, kube_client, admitted_namespace)
+    assert_probes_and_metrics(reconciler)
 
 
 async def happy_path(
@@ -163,6 +166,23 @@ async def happy_path(
         control_plane.kubectl, "get", "ptj", job.name, "-n", admitted_namespace
     )
     assert "Succeeded" in table.stdout
+
+
+def assert_probes_and_metrics(reconciler: ServiceProcess) -> None:
+    assert reconciler.probe("/healthz") == 200
+    assert reconciler.probe("/readyz") == 200
+    controller = 'controller="pytorchtrainingjob"'
+    success = "{" + controller + ',result="success"}'
+    assert reconciler.samples("torchjob_reconcile_total")[success] > 0
+    assert reconciler.samples("torchjob_reconcile_duration_seconds_count")["{" + controller + "}"]
+    assert "{" + controller + "}" in reconciler.samples("torchjob_workqueue_depth")
+    assert reconciler.samples("torchjob_kube_client_requests_total")['{method="POST"}'] > 0
+    assert list(reconciler.samples("torchjob_leader_election_is_leader").values()) == [1.0]
+    lists = reconciler.samples("torchjob_informer_lists_total")
+    assert {k for k in lists if 'reason="initial"' in k} == {
+        f'{{reason="initial",resource="{resource}"}}'
+        for resource in ("/api/v1/pods", "/api/v1/services", JOBS.path(None))
+    }
 
 
 async def _eq(value: Awaitable[Any], expected: Any) -> bool:
@@ -338,3 +358,103 @@ async def test_job_deletion_removes_pods_and_services(
     )
     await job.wait_pods(set(), timeout=60)
     await job.wait("services gone", lambda: _eq(job.services(), set()), timeout=60)
+
+
+async def test_pods_refused_for_a_while_come_once_admission_works_again(
+    control_plane: ControlPlane,
+    kube_client: client.ApiClient,
+    admitted_namespace: str,
+    reconciler: ServiceProcess,
+) -> None:
+    """A webhook nobody serves fails every pod creation in the namespace (500). The job shows
+    its status meanwhile, and its pods come as soon as the webhook is gone: the creations that
+    failed are not waited for."""
+    name = f"broken-{admitted_namespace}"
+    broken: dict[str, Any] = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [
+            webhook(
+                "pods.broken.torchjob.dev",
+                f"https://127.0.0.1:{free_port()}/nobody",
+                "pods",
+                ["CREATE"],
+                namespaceSelector={
+                    "matchLabels": {"kubernetes.io/metadata.name": admitted_namespace}
+                },
+            )
+        ],
+    }
+    await asyncio.to_thread(control_plane.kubectl, "apply", "-f", "-", input=json.dumps(broken))
+    try:
+        job = await Job(kube_client, admitted_namespace, with_policy("basic", "OnFailure")).create()
+        expected = names(job.name, "worker", 2)
+        await job.wait("services", lambda: _eq(job.services(), expected))
+        status = await job.wait_phase("Pending")
+        assert condition(status, "Initialized")["status"] == "False"
+        await asyncio.sleep(2)  # several failed rounds, with growing backoff
+        assert await job.pods() == {}
+    finally:
+        await asyncio.to_thread(
+            control_plane.kubectl, "delete", "mutatingwebhookconfiguration", name
+        )
+    await job.wait_pods(expected)
+    await job.run_all()
+    await job.wait_phase("Running")
+
+
+async def test_elastic_scale_up_then_down_from_the_highest_index(
+    kube_client: client.ApiClient, admitted_namespace: str, reconciler: ServiceProcess
+) -> None:
+    manifest = job_manifest("newer-spelling-elastic")  # elastic between 2 and 4, 3 replicas
+    job = await Job(kube_client, admitted_namespace, manifest).create()
+    before = await job.wait_pods(names(job.name, "node", 3))
+    await job.run_all()
+    await job.wait_phase("Running")
+
+    async def scale(replicas: int) -> None:
+        replica_specs = manifest["spec"]["replicaSpecs"]
+        replica_specs[0]["replicas"] = replicas
+        await job.patch_spec({"replicaSpecs": replica_specs})
+
+    await scale(4)
+    grown = await job.wait_pods(names(job.name, "node", 4))
+    await job.wait("4 services", lambda: _eq(job.services(), names(job.name, "node", 4)))
+    assert {n: p.metadata.uid for n, p in grown.items() if n in before} == {
+        n: p.metadata.uid for n, p in before.items()
+    }, "scaling up touched the running replicas"
+    await job.kubelet.run(f"{job.name}-node-3")
+    await job.wait_phase("Running")
+
+    await scale(2)
+    shrunk = await job.wait_pods(names(job.name, "node", 2))
+    await job.wait("2 services", lambda: _eq(job.services(), names(job.name, "node", 2)))
+    assert {n: p.metadata.uid for n, p in shrunk.items()} == {
+        n: p.metadata.uid for n, p in before.items() if n in shrunk
+    }, "scaling down removes the highest indexes, and only them"
+    status = await job.status()
+    assert status["phase"] == "Running"
+    assert status["backoffCount"] == 0, "replicas scaled away are not restarts"
+    assert [len(t["replicas"]) for t in status["tasks"]] == [2]
+    events = await client.EventsV1Api(kube_client).list_namespaced_event(admitted_namespace)
+    scaled = sorted(e.note for e in events.items if e.reason == constants.REASON_SCALED)
+    assert scaled == ["node: from 3 to 4 replicas", "node: from 4 to 2 replicas"]
+
+
+async def test_t9k_scheduler_pods_name_the_scheduler_and_queue(
+    kube_client: client.ApiClient, admitted_namespace: str, reconciler: ServiceProcess
+) -> None:
+    job = await Job(kube_client, admitted_namespace, job_manifest("scheduler-tensorboard")).create()
+    pods = await job.wait_pods(names(job.name, "worker", 2))
+    for pod in pods.values():
+        assert pod.spec.scheduler_name == "t9k-scheduler"
+        assert pod.metadata.labels[constants.LABEL_T9K_QUEUE] == "default"
+        assert pod.metadata.labels[constants.LABEL_T9K_PRIORITY] == "50"
+    services = await job.core.list_namespaced_service(
+        admitted_namespace, label_selector=f"{constants.LABEL_JOB_NAME}={job.name}"
+    )
+    assert len(services.items) == 2, "each replica's Service is created before its pod"
+    for service in services.items:
+        assert service.spec.cluster_ip == "None"
+        assert service.spec.publish_not_ready_addresses is True

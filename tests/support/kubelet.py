@@ -33,6 +33,10 @@ class TestKubelet:
         """Every container runs; with `ready`, the pod also passes its readiness probe (the
         Ready condition, which ReplicaSets and Deployments count)."""
         pod = await self.core.read_namespaced_pod(name, self.namespace)
+        await self.run_containers(name, _container_names(pod), ready=ready)
+
+    async def run_containers(self, name: str, containers: list[str], ready: bool = False) -> None:
+        """The pod is Running with these containers running (no read of the pod first)."""
         running = [
             {
                 "name": n,
@@ -42,7 +46,7 @@ class TestKubelet:
                 "imageID": "",
                 "state": {"running": {"startedAt": _now()}},
             }
-            for n in _container_names(pod)
+            for n in containers
         ]
         status: dict[str, Any] = {
             "phase": "Running",

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from support.controlplane import ControlPlane, free_port
-from support.processes import ServiceProcess
+from support.processes import READY_TIMEOUT, ServiceProcess
 from torchjob.api import constants
 
 DATA = Path(__file__).parents[1] / "data" / "t9k"
@@ -163,25 +163,52 @@ def reconciler_kubeconfig(control_plane: ControlPlane) -> Path:
 
 
 def start_reconciler(
-    control_plane: ControlPlane, kubeconfig: Path, identity: str = "r1"
+    control_plane: ControlPlane,
+    kubeconfig: Path,
+    identity: str = "r1",
+    *extra_args: str,
+    leading: bool = True,
 ) -> ServiceProcess:
-    return _start_controller("torchjob.reconciler", kubeconfig, identity)
+    """The reconciler as a process; returned once it leads and its caches have synced, or with
+    `leading=False` once it is ready (a standby is ready at once)."""
+    return _start_controller("torchjob.reconciler", kubeconfig, identity, extra_args, leading)
 
 
-def _start_controller(module: str, kubeconfig: Path, identity: str) -> ServiceProcess:
+def _start_controller(
+    module: str, kubeconfig: Path, identity: str, extra_args: tuple[str, ...], leading: bool
+) -> ServiceProcess:
     """A leader-elected service as a process, its Lease in the operator's namespace."""
     probe_port = free_port()
     args = [
         *("--namespace", SYSTEM_NAMESPACE, "--identity", identity, "--probe-host", "127.0.0.1"),
         *("--probe-port", str(probe_port), "--kubeconfig", str(kubeconfig), "--log-level", "DEBUG"),
+        *extra_args,
     ]
     process = ServiceProcess(module, args, probe_port)
     try:
         process.start().wait_ready()
+        if leading:
+            wait_leading(process)
     except BaseException:
         process.close()
         raise
     return process
+
+
+def is_leading(process: ServiceProcess) -> bool:
+    """Whether the process holds its Lease (its leader-election gauge says 1)."""
+    return 1.0 in process.samples("torchjob_leader_election_is_leader").values()
+
+
+def wait_leading(process: ServiceProcess, timeout: float = READY_TIMEOUT) -> None:
+    """Until the process leads and is ready (the leader is ready once its caches synced)."""
+    deadline = time.monotonic() + timeout
+    while not (is_leading(process) and process.probe("/readyz") == 200):
+        if process.process is None or process.process.poll() is not None:
+            raise RuntimeError(f"{process.module} exited:\n{process.log_tail()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{process.module} never led:\n{process.log_tail()}")
+        time.sleep(0.1)
 
 
 HOUSEKEEPER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:torchjob-housekeeper"
@@ -242,5 +269,7 @@ def housekeeper_kubeconfig(
     return control_plane.issue_kubeconfig(user)
 
 
-def start_housekeeper(kubeconfig: Path, identity: str = "h1") -> ServiceProcess:
-    return _start_controller("torchjob.housekeeper", kubeconfig, identity)
+def start_housekeeper(
+    kubeconfig: Path, identity: str = "h1", *extra_args: str, leading: bool = True
+) -> ServiceProcess:
+    return _start_controller("torchjob.housekeeper", kubeconfig, identity, extra_args, leading)

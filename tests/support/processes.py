@@ -4,6 +4,7 @@ for on their readiness probe, stopped with SIGTERM (SIGKILL after a grace period
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -46,12 +47,12 @@ class ServiceProcess:
         while time.monotonic() < deadline:
             if self.process is None or self.process.poll() is not None:
                 raise RuntimeError(f"{self.module} exited early:\n{self.log_tail()}")
-            if self._probe("/readyz") == 200:
+            if self.probe("/readyz") == 200:
                 return self
             time.sleep(0.1)
         raise RuntimeError(f"{self.module} not ready after {timeout}s:\n{self.log_tail()}")
 
-    def _probe(self, path: str) -> int | None:
+    def probe(self, path: str) -> int | None:
         try:
             with urllib.request.urlopen(
                 f"http://127.0.0.1:{self.probe_port}{path}", timeout=1
@@ -66,6 +67,16 @@ class ServiceProcess:
         url = f"http://127.0.0.1:{self.probe_port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as response:
             return str(response.read().decode())
+
+    def samples(self, metric: str) -> dict[str, float]:
+        """The samples of one metric from /metrics, by their label set as written
+        (`{method="GET"}`; "" for none)."""
+        pattern = re.compile(rf"^{re.escape(metric)}(\{{.*\}})? (\S+)$")
+        found = {}
+        for line in self.metrics().splitlines():
+            if match := pattern.match(line):
+                found[match.group(1) or ""] = float(match.group(2))
+        return found
 
     def kill(self) -> None:
         """SIGKILL, as a crash would."""

@@ -20,6 +20,11 @@ ENV = {
     "TORCHJOB_PROBE_PORT": "9090",
     "KUBECONFIG": "/k",
     "TORCHJOB_LOG_LEVEL": "DEBUG",
+    "TORCHJOB_KUBE_QPS": "20",
+    "TORCHJOB_KUBE_BURST": "30",
+    "TORCHJOB_LEADER_ELECT_LEASE_DURATION": "30",
+    "TORCHJOB_LEADER_ELECT_RENEW_DEADLINE": "20",
+    "TORCHJOB_LEADER_ELECT_RETRY_PERIOD": "4",
 }
 
 
@@ -35,8 +40,13 @@ def test_defaults(clean_env: pytest.MonkeyPatch) -> None:
         namespace="torchjob-system",
         lease_name="torchjob-housekeeper",
         identity=socket.gethostname(),
+        lease_duration=15.0,
+        renew_deadline=10.0,
+        retry_period=2.0,
         workers=2,
         max_connections=100,
+        qps=50.0,
+        burst=100,
         probe_host="0.0.0.0",
         probe_port=8080,
         kubeconfig=None,
@@ -47,11 +57,16 @@ def test_defaults(clean_env: pytest.MonkeyPatch) -> None:
 def test_environment_then_flags(clean_env: pytest.MonkeyPatch) -> None:
     for name, value in ENV.items():
         clean_env.setenv(name, value)
-    from_env = Settings("ops", "hk-lease", "hk-0", 5, 7, "127.0.0.1", 9090, "/k", "DEBUG")
+    from_env = Settings(
+        "ops", "hk-lease", "hk-0", 30.0, 20.0, 4.0, 5, 7, 20.0, 30, "127.0.0.1", 9090, "/k", "DEBUG"
+    )
     assert parse([]) == from_env
     flags = [
         *("--namespace", "a", "--lease-name", "b", "--identity", "c", "--workers", "1"),
         *("--max-connections", "3", "--probe-host", "::", "--probe-port", "1"),
-        *("--kubeconfig", "/x", "--log-level", "WARNING"),
+        *("--kubeconfig", "/x", "--log-level", "WARNING", "--qps", "0", "--burst", "1"),
+        *("--leader-elect-lease-duration", "6", "--leader-elect-renew-deadline", "5"),
+        *("--leader-elect-retry-period", "1"),
     ]
-    assert parse(flags) == Settings("a", "b", "c", 1, 3, "::", 1, "/x", "WARNING")
+    expected = Settings("a", "b", "c", 6.0, 5.0, 1.0, 1, 3, 0.0, 1, "::", 1, "/x", "WARNING")
+    assert parse(flags) == expected

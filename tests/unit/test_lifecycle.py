@@ -124,6 +124,44 @@ def test_new_job_creates_every_service_and_pod() -> None:
     assert conditions(result.status)["Initialized"] == ("False", "CreatingReplicas")
 
 
+def test_the_status_of_fresh_creations_waits_for_them() -> None:
+    """One status write a new job, made once its creations are observed; no event for a job
+    that is merely pending."""
+    job = spec()
+    first = observe(job, [], svcs=frozenset())
+    assert first.status_can_wait
+    assert first.status_events == []
+    created = [
+        pod("master", 0, "Pending"),
+        pod("worker", 0, "Pending"),
+        pod("worker", 1, "Pending"),
+    ]
+    observed = observe(job, created)
+    assert observed.create_pods == [] and observed.create_services == []
+    assert not observed.status_can_wait
+    assert observed.status["phase"] == "Pending"
+    assert observed.status_events == []
+    running = observe(job, all_pods(job), observed.status)
+    assert [(e.type, e.reason) for e in running.status_events] == [("Normal", "JobRunning")]
+
+
+def test_a_counted_restart_is_written_before_its_creation() -> None:
+    job = spec()
+    running = settle(job, all_pods(job))
+    gone = [pod("master", 0), pod("worker", 1)]
+    recreate = observe(job, gone, running)
+    assert len(recreate.create_pods) == 1
+    assert recreate.status["backoffCount"] == 1
+    assert not recreate.status_can_wait
+    # A count only a pod carries (the status was lost) is written before any creation too.
+    carried = observe(job, [pod("master", 0, backoff=2)], {})
+    assert [p.annotations[constants.ANNOTATION_BACKOFF_COUNT] for p in carried.create_pods] == [
+        "2",
+        "2",
+    ]
+    assert not carried.status_can_wait
+
+
 def test_all_running_is_running() -> None:
     job = spec()
     status = observe(job, all_pods(job)).status
@@ -172,7 +210,8 @@ def test_failed_replica(policy: str, code: int | None, role: str) -> None:
         assert result.status["phase"] == "Failed"
         reason = "MasterFailed" if role == "master" else "ReplicaFailed"
         assert conditions(result.status)["Failed"] == ("True", reason)
-        assert any(e.type == "Warning" and e.reason == reason for e in result.events)
+        assert any(e.type == "Warning" and e.reason == reason for e in result.status_events)
+        assert not result.status_can_wait
 
 
 def test_restart_is_counted_when_the_pod_is_recreated() -> None:
@@ -343,6 +382,7 @@ def test_pause_deletes_pods_and_resume_recreates_them_uncounted() -> None:
     paused = spec(runMode={"pause": {"enabled": True}})
     pausing = observe(paused, all_pods(paused), status)
     assert len(pausing.delete_pods) == 3
+    assert not pausing.status_can_wait
     assert pausing.status["phase"] == "Paused"
     assert pausing.status["startTime"] == status["startTime"]
     empty = observe(paused, [], pausing.status)
@@ -350,6 +390,8 @@ def test_pause_deletes_pods_and_resume_recreates_them_uncounted() -> None:
     resumed = spec(runMode={"pause": {"enabled": False}})
     resuming = observe(resumed, [], empty.status)
     assert len(resuming.create_pods) == 3
+    assert resuming.status_can_wait
+    assert [e.reason for e in resuming.status_events] == ["JobResuming"]
     assert all(p.annotations[constants.ANNOTATION_RESUMING] == "true" for p in resuming.create_pods)
     assert resuming.status["phase"] == "Resuming"
     assert resuming.status["backoffCount"] == 0
@@ -374,12 +416,25 @@ def test_elastic_scale_up_and_down() -> None:
         ("worker", 3),
     ]
     assert len(up.create_services) == 2
-    down = observe(elastic(1), all_pods(elastic(4)), status)
+    assert up.delete_services == []
+    assert [(e.reason, e.message) for e in up.status_events] == [
+        ("ReplicasScaled", "worker: from 2 to 4 replicas")
+    ]
+    scaled_up = observe(elastic(4), all_pods(elastic(4)), status).status
+    down = observe(elastic(1), all_pods(elastic(4)), scaled_up, svcs=services(elastic(4)))
     assert down.delete_pods == [
         ("j-worker-3", "uid-worker-3"),
         ("j-worker-2", "uid-worker-2"),
         ("j-worker-1", "uid-worker-1"),
     ]
+    assert down.delete_services == ["j-worker-3", "j-worker-2", "j-worker-1"]
+    assert not down.status_can_wait
+    assert [len(t["replicas"]) for t in down.status["tasks"]] == [1]
+    assert [(e.reason, e.message) for e in down.status_events] == [
+        ("ReplicasScaled", "worker: from 4 to 1 replicas")
+    ]
+    # Once the status says so, the same observation raises no second event.
+    assert observe(elastic(1), all_pods(elastic(1)), down.status).status_events == []
 
 
 def test_elastic_job_survives_a_permanent_worker_failure_above_min() -> None:

@@ -47,6 +47,8 @@ REASON_BACKOFF_LIMIT_EXCEEDED: Final = "BackoffLimitExceeded"
 REASON_DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
 REASON_POD_CREATION_FAILED: Final = "PodCreationFailed"
 REASON_REPLICA_RESTARTING: Final = "ReplicaRestarting"
+# Event reason: an elastic job's replica count changed.
+REASON_SCALED: Final = "ReplicasScaled"
 REASON_NO_FAILURE: Final = "NoReplicaFailure"
 
 # Event reasons of the housekeeper.

@@ -14,7 +14,6 @@ from typing import TypeVar
 import structlog
 from prometheus_client import Counter, Gauge, Histogram
 
-from torchjob.kube.informer import Informer
 from torchjob.kube.workqueue import QueueShutDown, WorkQueue
 
 K = TypeVar("K", bound=Hashable)
@@ -61,28 +60,6 @@ async def run_workers(
                 group.create_task(_work(queue, reconcile, name), name=f"{name}-worker-{index}")
     finally:
         QUEUE_DEPTH.remove(name)
-
-
-async def run_controller(
-    informers: list[Informer],
-    queue: WorkQueue[K],
-    reconcile: Reconcile[K],
-    workers: int,
-    name: str,
-) -> None:
-    """Fill the caches, then reconcile until cancelled: a controller never acts on a cache that
-    has not been listed yet. The informers stop with it."""
-    tasks = [
-        asyncio.create_task(i.run(), name=f"{name}-informer-{n}") for n, i in enumerate(informers)
-    ]
-    try:
-        await asyncio.gather(*(i.synced.wait() for i in informers))
-        log.info("caches synced; reconciling", controller=name, workers=workers)
-        await run_workers(queue, reconcile, workers, name)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _work(queue: WorkQueue[K], reconcile: Reconcile[K], name: str) -> None:

@@ -22,6 +22,7 @@ import orjson
 import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+from prometheus_client import Counter
 
 from torchjob.kube.errors import Gone, KubeError, from_api_exception
 
@@ -39,6 +40,12 @@ READ_TIMEOUT_MARGIN = 60.0
 CONNECT_TIMEOUT = 10.0
 LIST_READ_TIMEOUT = 60.0
 DEFAULT_PAGE_SIZE = 500
+
+LISTS = Counter(
+    "torchjob_informer_lists_total",
+    "Full lists an informer made: the first one, and each after a 410 Gone (expired)",
+    ["resource", "reason"],
+)
 
 # Failures after which the informer resumes the watch (after a backoff) instead of re-listing.
 RETRYABLE = (KubeError, aiohttp.ClientError, asyncio.TimeoutError, OSError, orjson.JSONDecodeError)
@@ -180,6 +187,11 @@ class Informer:
         )
         self.synced = asyncio.Event()
 
+    @property
+    def resource(self) -> str:
+        """The collection this informer lists and watches, as a URL path."""
+        return self._path
+
     # -- the cache -------------------------------------------------------------------------------
 
     def get(self, namespace: str, name: str) -> KubeObject | None:
@@ -201,10 +213,11 @@ class Informer:
 
     async def run(self) -> None:
         """Keep the cache current until cancelled."""
+        reason = "initial"
         while True:
             try:
                 if self._resource_version is None:
-                    await self._relist()
+                    await self._relist(reason)
                 await self._watch()
                 # The apiserver ended the watch at its timeout: a healthy stream, so only the
                 # shortest pause. Resuming from the resourceVersion loses nothing meanwhile.
@@ -212,6 +225,7 @@ class Informer:
             except Gone:
                 self._log.info("resource version expired; listing again")
                 self._resource_version = None
+                reason = "expired"
                 continue
             except RETRYABLE as error:
                 self._log.warning(
@@ -221,11 +235,14 @@ class Informer:
                 )
             await asyncio.sleep(self._backoff.next())
 
-    async def _relist(self) -> None:
+    async def _relist(self, reason: str) -> None:
         objects, resource_version = await self._list_all()
         self._replace(objects)
         self._resource_version = resource_version
-        self._log.info("listed", objects=len(objects), resource_version=resource_version)
+        LISTS.labels(self._path, reason).inc()
+        self._log.info(
+            "listed", objects=len(objects), resource_version=resource_version, reason=reason
+        )
         self.synced.set()
 
     async def _list_all(self) -> tuple[builtins.list[KubeObject], str]:

@@ -22,6 +22,7 @@ from typing import Any
 import aiohttp
 import structlog
 from kubernetes_asyncio import client
+from prometheus_client import Gauge
 
 from torchjob.kube.errors import Conflict, KubeError, NotFound, translated
 
@@ -31,6 +32,12 @@ log = structlog.get_logger(LOGGER_NAME)
 # How much later than `retry_seconds` a candidate may poll, so candidates spread out.
 JITTER = 0.2
 RETRYABLE = (KubeError, aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+IS_LEADER = Gauge(
+    "torchjob_leader_election_is_leader",
+    "1 while this process holds the Lease and may act, else 0",
+    ["lease"],
+)
 
 
 def _micro_time() -> str:
@@ -67,6 +74,9 @@ class LeaderElector:
         self._is_leader = False
         self._observed_version: str | None = None
         self._observed_at = 0.0
+        self._holder: str | None = None
+        self._gauge = IS_LEADER.labels(f"{namespace}/{lease_name}")
+        self._gauge.set(0)
         # A lazy logger, so that logging configured after construction still applies.
         self._log = structlog.get_logger(
             LOGGER_NAME, lease=f"{namespace}/{lease_name}", identity=identity
@@ -85,6 +95,7 @@ class LeaderElector:
         """
         await self._acquire()
         self._is_leader = True
+        self._gauge.set(1)
         self._log.info("became leader")
         leading = asyncio.create_task(_call(lead), name=f"lead-{self._name}")
         renewing = asyncio.create_task(self._renew_until_lost(), name=f"renew-{self._name}")
@@ -102,6 +113,7 @@ class LeaderElector:
 
     async def _step_down(self, ending: str, *tasks: asyncio.Task[None]) -> None:
         self._is_leader = False
+        self._gauge.set(0)
         for task in tasks:
             task.cancel()
         await asyncio.wait(tasks)
@@ -110,9 +122,15 @@ class LeaderElector:
             await self._release()
 
     async def _acquire(self) -> None:
+        standing_by_for: str | None = None
         while True:
             if await self._try_acquire_or_renew():
                 return
+            if self._holder and self._holder != standing_by_for:
+                standing_by_for = self._holder
+                self._log.info(
+                    "standing by; another candidate holds the lease", holder=self._holder
+                )
             await asyncio.sleep(self._retry_seconds * random.uniform(1, 1 + JITTER))
 
     async def _renew_until_lost(self) -> None:
@@ -152,6 +170,7 @@ class LeaderElector:
 
     def _may_take(self, lease: client.V1Lease) -> bool:
         holder = lease.spec.holder_identity if lease.spec else None
+        self._holder = holder
         if not holder or holder == self._identity:
             return True
         version = lease.metadata.resource_version

@@ -57,9 +57,15 @@ class Plan:
     create_services: list[Replica] = field(default_factory=list)
     create_pods: list[PodToCreate] = field(default_factory=list)
     delete_pods: list[tuple[str, str]] = field(default_factory=list)  # (name, uid)
+    delete_services: list[str] = field(default_factory=list)  # of replicas scaled away
     status: dict[str, Any] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
+    # Events about the change of status itself (a new phase): recorded once it is written.
+    status_events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None
+    # The status only describes creations in flight and records no restart: it may be written
+    # after them, by the reconcile that observing them triggers (one write a job, not two).
+    status_can_wait: bool = False
 
 
 @dataclass(slots=True)
@@ -181,11 +187,20 @@ def _ensure_services(state: _Round) -> None:
 
 
 def _delete_surplus(state: _Round) -> None:
-    """Pods beyond the desired replicas (an elastic job scaled down), highest index first."""
+    """Pods and Services beyond the desired replicas (an elastic job scaled down), highest
+    index first."""
     wanted = {(r.type, r.index) for r in state.desired}
     surplus = [p for key, p in state.pods.items() if key not in wanted and not p.deleting]
     for pod in sorted(surplus, key=lambda p: (p.replica_type, -p.index)):
         state.plan.delete_pods.append((pod.name, pod.uid))
+    name = state.observed.job_meta["name"]
+    wanted_names = {replica_name(name, r.type, r.index) for r in state.desired}
+    state.plan.delete_services = sorted(state.observed.services - wanted_names, key=_by_index_down)
+
+
+def _by_index_down(name: str) -> tuple[str, int]:
+    kind, _, index = name.rpartition("-")
+    return kind, -int(index) if index.isdigit() else 0
 
 
 def _recorded_uid(state: _Round, name: str) -> str | None:
@@ -298,17 +313,40 @@ def _replica_spec(state: _Round, replica: Replica) -> ReplicaSpec:
 
 def _finish(state: _Round) -> Plan:
     state.plan.status = build_status(state, state.outcome)
-    state.plan.events += _transition_events(state.observed.status, state.plan.status)
     if state.outcome is not None:
         state.plan.create_pods.clear()
         state.plan.requeue_after = None
+    state.plan.status_can_wait = _status_can_wait(state)
+    state.plan.status_events = _transition_events(state.observed.status, state.plan.status)
     return state.plan
 
 
+def _status_can_wait(state: _Round) -> bool:
+    plan, recorded = state.plan, int(state.observed.status.get("backoffCount") or 0)
+    creates = bool(plan.create_pods or plan.create_services)
+    deletes = bool(plan.delete_pods or plan.delete_services)
+    return creates and not deletes and state.outcome is None and state.backoff == recorded
+
+
 def _transition_events(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:
-    if old.get("phase") == new.get("phase"):
-        return []
+    return _scale_events(old, new) + _phase_events(old, new)
+
+
+def _scale_events(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:
+    before = {t.get("type"): len(t.get("replicas") or []) for t in old.get("tasks") or []}
+    events = []
+    for task in new.get("tasks") or []:
+        kind, count = task.get("type"), len(task.get("replicas") or [])
+        if before.get(kind, count) != count:
+            message = f"{kind}: from {before[kind]} to {count} replicas"
+            events.append(Event("Normal", constants.REASON_SCALED, message))
+    return events
+
+
+def _phase_events(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:
     phase = new.get("phase")
+    if old.get("phase") == phase or (phase == "Pending" and not old.get("phase")):
+        return []  # a new job is pending by the user's own act: no news
     conditions = {c["type"]: c for c in new.get("conditions") or []}
     if phase == "Failed":
         failed = conditions["Failed"]

@@ -1,8 +1,12 @@
 """Carries out a lifecycle plan against the apiserver: status first (it is the restart ledger),
-then deletions, then creations. Every write is made with our field manager."""
+then deletions, then creations. A status the plan lets wait (it only describes creations in
+flight) is left to the reconcile that observing them triggers, unless a creation fails. Every
+write is made with our field manager."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,6 +28,15 @@ from torchjob.render.topology import replica_name
 log = structlog.get_logger("torchjob.reconciler")
 
 
+class CreationRefused(Exception):
+    """The apiserver refused to create a replica's pod (invalid, or forbidden)."""
+
+    def __init__(self, name: str, error: KubeError) -> None:
+        super().__init__(f"creating pod {name}: {error}")
+        self.name = name
+        self.error = error
+
+
 class Executor:
     def __init__(
         self,
@@ -42,13 +55,29 @@ class Executor:
         self, key: str, job: dict[str, Any], spec: PyTorchTrainingJobSpec, plan: Plan
     ) -> None:
         meta = job["metadata"]
-        if plan.status != ours(job.get("status") or {}):
-            await self.write_status(meta, plan.status)
+        unwritten = plan.status != ours(job.get("status") or {})
+        if unwritten and not plan.status_can_wait:
+            await self._write_planned_status(job, plan)
+            unwritten = False
         for event in plan.events:
             await self.events.record(job, event.type, event.reason, event.message)
-        await self._delete_pods(key, meta, plan)
-        await self._create_services(key, meta, plan)
-        await self._create_pods(key, job, spec, plan)
+        try:
+            await self._delete_pods(key, meta, plan)
+            await self._delete_services(meta, plan)
+            await self._create_services(key, meta, plan)
+            await self._create_pods(key, job, spec, plan)
+        except CreationRefused as refused:
+            await self._creation_refused(job, plan.status, refused)
+        except Exception:
+            if unwritten:
+                # No reconcile will come of observing these creations: show the status now.
+                await self._write_planned_status(job, plan)
+            raise
+
+    async def _write_planned_status(self, job: dict[str, Any], plan: Plan) -> None:
+        await self.write_status(job["metadata"], plan.status)
+        for event in plan.status_events:
+            await self.events.record(job, event.type, event.reason, event.message)
 
     async def write_status(self, meta: dict[str, Any], status: dict[str, Any]) -> None:
         # Lists (conditions, tasks) are replaced as a whole; status.tensorboard, which the
@@ -58,8 +87,9 @@ class Executor:
     async def _delete_pods(self, key: str, meta: dict[str, Any], plan: Plan) -> None:
         if not plan.delete_pods:
             return
-        self.expectations.expect_deletions(key, [name for name, _ in plan.delete_pods])
-        for name, uid in plan.delete_pods:
+        names = [name for name, _ in plan.delete_pods]
+        self.expectations.expect_deletions(key, names)
+        for sent, (name, uid) in enumerate(plan.delete_pods):
             try:
                 async with translated():
                     await self.core.delete_namespaced_pod(
@@ -70,57 +100,85 @@ class Executor:
             except (NotFound, Conflict):
                 # Already gone, or already replaced: the informer reports what is there now.
                 self.expectations.observed_deletion(key, name)
+            except BaseException:
+                # Neither this deletion nor those not sent will ever be observed.
+                for unsent in names[sent:]:
+                    self.expectations.observed_deletion(key, unsent)
+                raise
+
+    async def _delete_services(self, meta: dict[str, Any], plan: Plan) -> None:
+        # Not expected: a Service the cache still shows is only deleted again (NotFound).
+        for name in plan.delete_services:
+            with contextlib.suppress(NotFound):
+                async with translated():
+                    await self.core.delete_namespaced_service(name, meta["namespace"])
 
     async def _create_services(self, key: str, meta: dict[str, Any], plan: Plan) -> None:
-        if not plan.create_services:
-            return
-        names = [replica_name(meta["name"], r.type, r.index) for r in plan.create_services]
-        self.expectations.expect_creations(key, [f"service/{n}" for n in names])
-        for replica, name in zip(plan.create_services, names, strict=True):
-            try:
-                async with translated():
-                    body: Any = render_service(meta, replica)  # the client sends dicts as is
-                    await self.core.create_namespaced_service(
-                        meta["namespace"],
-                        body,
-                        field_manager=constants.FIELD_MANAGER,
-                    )
-            except Conflict:
-                self.expectations.observed_creation(key, f"service/{name}")
-            except KubeError:
-                self.expectations.observed_creation(key, f"service/{name}")
-                raise
+        async def create(body: Any) -> None:
+            await self.core.create_namespaced_service(
+                meta["namespace"], body, field_manager=constants.FIELD_MANAGER
+            )
+
+        services = [
+            (f"service/{replica_name(meta['name'], r.type, r.index)}", render_service(meta, r))
+            for r in plan.create_services
+        ]
+        await self._create_each(key, services, create)
 
     async def _create_pods(
         self, key: str, job: dict[str, Any], spec: PyTorchTrainingJobSpec, plan: Plan
     ) -> None:
         meta = job["metadata"]
-        if not plan.create_pods:
-            return
-        names = [
-            replica_name(meta["name"], p.replica.type, p.replica.index) for p in plan.create_pods
+
+        async def create(body: Any) -> None:
+            await self.core.create_namespaced_pod(
+                meta["namespace"], body, field_manager=constants.FIELD_MANAGER
+            )
+
+        pods = [
+            (
+                f"pod/{replica_name(meta['name'], p.replica.type, p.replica.index)}",
+                render_pod(meta, spec, p.replica, p.annotations, self.scheduler_name),
+            )
+            for p in plan.create_pods
         ]
-        self.expectations.expect_creations(key, [f"pod/{n}" for n in names])
-        for item, name in zip(plan.create_pods, names, strict=True):
-            pod: Any = render_pod(meta, spec, item.replica, item.annotations, self.scheduler_name)
+        await self._create_each(key, pods, create, refusals=(Invalid, Forbidden))
+
+    async def _create_each(
+        self,
+        key: str,
+        objects: list[tuple[str, dict[str, Any]]],
+        create: Callable[[Any], Awaitable[None]],
+        refusals: tuple[type[KubeError], ...] = (),
+    ) -> None:
+        """Create each `(kind/name, body)` in turn, expecting the informer to report it. After a
+        failure neither the failed object nor those not sent will ever be reported, so they are
+        no longer expected; a refusal of one of the `refusals` kinds is raised as
+        CreationRefused."""
+        if not objects:
+            return
+        expected = [name for name, _ in objects]
+        self.expectations.expect_creations(key, expected)
+        for sent, (name, body) in enumerate(objects):
             try:
                 async with translated():
-                    await self.core.create_namespaced_pod(
-                        meta["namespace"], pod, field_manager=constants.FIELD_MANAGER
-                    )
+                    await create(body)  # the client sends a dict as it is
             except Conflict:
-                self.expectations.observed_creation(key, f"pod/{name}")
-            except (Invalid, Forbidden) as error:
-                self.expectations.forget(key)
-                await self._creation_refused(job, plan.status, name, error)
-                return
+                self.expectations.observed_creation(key, name)  # it exists already
+            except BaseException as error:
+                for unsent in expected[sent:]:
+                    self.expectations.observed_creation(key, unsent)
+                if isinstance(error, refusals):
+                    raise CreationRefused(name.partition("/")[2], error) from error
+                raise
 
     async def _creation_refused(
-        self, job: dict[str, Any], status: dict[str, Any], name: str, error: KubeError
+        self, job: dict[str, Any], status: dict[str, Any], refused: CreationRefused
     ) -> None:
         """An invalid template fails the job; a refusal (quota, webhook) is retried with backoff."""
+        error = refused.error
         permanent = isinstance(error, Invalid)
-        message = f"creating pod {name}: {error.message}"
+        message = f"creating pod {refused.name}: {error.message}"
         meta = job["metadata"]
         await self.events.record(job, "Warning", constants.REASON_POD_CREATION_FAILED, message)
         new_status = pod_creation_failed(

@@ -1,64 +1,28 @@
-"""Reconciler settings: command-line flags, each with an environment variable as its default."""
+"""Reconciler settings: the flags every leader-elected service takes, and the scheduler name."""
 
 from __future__ import annotations
 
-import argparse
-import os
-import socket
 from dataclasses import dataclass
+
+from torchjob.runtime import service
+from torchjob.runtime.service import DEFAULT_BURST, DEFAULT_QPS, common_settings, settings_parser
+
+__all__ = ["DEFAULT_BURST", "DEFAULT_QPS", "Settings", "parse"]
+
+DEFAULT_WORKERS = 4
 
 
 @dataclass(frozen=True, slots=True)
-class Settings:
-    namespace: str
-    lease_name: str
-    identity: str
-    workers: int
-    max_connections: int
-    scheduler_name: str
-    probe_host: str
-    probe_port: int
-    kubeconfig: str | None
-    log_level: str
-
-
-def _env(name: str, default: str) -> str:
-    return os.environ.get(f"TORCHJOB_{name}", default)
+class Settings(service.Settings):
+    scheduler_name: str = "t9k-scheduler"
 
 
 def parse(argv: list[str] | None = None) -> Settings:
-    p = argparse.ArgumentParser(
-        prog="python -m torchjob.reconciler", description="torchjob reconciler"
-    )
+    p = settings_parser("python -m torchjob.reconciler", "reconciler", DEFAULT_WORKERS)
     p.add_argument(
-        "--namespace",
-        default=_env("NAMESPACE", "torchjob-system"),
-        help="where the leader Lease lives",
+        "--scheduler-name",
+        default=service.env("T9K_SCHEDULER_NAME", "t9k-scheduler"),
+        help="the scheduler of jobs that ask for the T9k scheduler",
     )
-    p.add_argument("--lease-name", default=_env("RECONCILER_LEASE", "torchjob-reconciler"))
-    p.add_argument("--identity", default=_env("POD_NAME", socket.gethostname()))
-    p.add_argument("--workers", type=int, default=int(_env("RECONCILER_WORKERS", "4")))
-    p.add_argument(
-        "--max-connections",
-        type=int,
-        default=int(_env("MAX_CONNECTIONS", "100")),
-        help="concurrent requests to the apiserver",
-    )
-    p.add_argument("--scheduler-name", default=_env("T9K_SCHEDULER_NAME", "t9k-scheduler"))
-    p.add_argument("--probe-host", default=_env("PROBE_HOST", "0.0.0.0"))
-    p.add_argument("--probe-port", type=int, default=int(_env("PROBE_PORT", "8080")))
-    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None)
-    p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
-    a = p.parse_args(argv)
-    return Settings(
-        namespace=a.namespace,
-        lease_name=a.lease_name,
-        identity=a.identity,
-        workers=a.workers,
-        max_connections=a.max_connections,
-        scheduler_name=a.scheduler_name,
-        probe_host=a.probe_host,
-        probe_port=a.probe_port,
-        kubeconfig=a.kubeconfig,
-        log_level=a.log_level,
-    )
+    parsed = p.parse_args(argv)
+    return Settings(**common_settings(parsed), scheduler_name=parsed.scheduler_name)

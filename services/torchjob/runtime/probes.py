@@ -8,18 +8,24 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-ReadinessCheck = Callable[[], str | None]  # None when ready, else why not
+ReadinessCheck = Callable[[], str | None]  # None when ready (or healthy), else why not
 
 
-def probe_app(ready: ReadinessCheck) -> web.Application:
-    async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok")
+def probe_app(ready: ReadinessCheck, healthy: ReadinessCheck | None = None) -> web.Application:
+    """`/readyz` answers 503 with `ready()`'s reason while it gives one; `/healthz` likewise with
+    `healthy()` (always 200 without it)."""
 
-    async def readyz(_: web.Request) -> web.Response:
-        problem = ready()
+    def answer(check: ReadinessCheck | None) -> web.Response:
+        problem = check() if check is not None else None
         if problem:
             return web.Response(status=503, text=problem)
         return web.Response(text="ok")
+
+    async def healthz(_: web.Request) -> web.Response:
+        return answer(healthy)
+
+    async def readyz(_: web.Request) -> web.Response:
+        return answer(ready)
 
     async def metrics(_: web.Request) -> web.Response:
         body = generate_latest()

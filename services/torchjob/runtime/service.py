@@ -15,44 +15,22 @@ import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 from aiohttp import web
 from kubernetes_asyncio import client
 
 from torchjob.kube.client import new_api_client
-from torchjob.kube.controller import Result, run_controller
+from torchjob.kube.controller import Result, run_workers
 from torchjob.kube.informer import Informer
-from torchjob.kube.leader import run_as_leader
+from torchjob.kube.leader import LeaderElector
 from torchjob.kube.workqueue import WorkQueue
 from torchjob.runtime import logging as runtime_logging
+from torchjob.runtime.health import Health
 from torchjob.runtime.probes import probe_app
 
 log = structlog.get_logger("torchjob.runtime.service")
-
-
-class ControllerSettings(Protocol):
-    """What the scaffold reads from a service's settings."""
-
-    @property
-    def namespace(self) -> str: ...
-    @property
-    def lease_name(self) -> str: ...
-    @property
-    def identity(self) -> str: ...
-    @property
-    def workers(self) -> int: ...
-    @property
-    def max_connections(self) -> int: ...
-    @property
-    def probe_host(self) -> str: ...
-    @property
-    def probe_port(self) -> int: ...
-    @property
-    def kubeconfig(self) -> str | None: ...
-    @property
-    def log_level(self) -> str: ...
 
 
 class Controller(Protocol):
@@ -66,6 +44,14 @@ class Controller(Protocol):
     async def reconcile(self, key: str) -> Result: ...
 
 
+# A job of N replicas asks for 2N creations at once (a pod and a Service each), then a status
+# write per change. controller-runtime's 20/30 would make a 50-replica job wait seconds for its
+# pods; 50/100 starts it in one burst and sustains 2.5x that, while the apiserver's own priority
+# and fairness still protects it from us.
+DEFAULT_QPS = 50.0
+DEFAULT_BURST = 100
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """The flags every leader-elected controller takes."""
@@ -73,64 +59,119 @@ class Settings:
     namespace: str
     lease_name: str
     identity: str
+    lease_duration: float
+    renew_deadline: float
+    retry_period: float
     workers: int
     max_connections: int
+    qps: float
+    burst: int
     probe_host: str
     probe_port: int
     kubeconfig: str | None
     log_level: str
 
 
-def _env(name: str, default: str) -> str:
+def env(name: str, default: str) -> str:
+    """TORCHJOB_<name> from the environment, else `default`."""
     return os.environ.get(f"TORCHJOB_{name}", default)
+
+
+def number(
+    parser: argparse.ArgumentParser, flag: str, variable: str, default: float, help: str
+) -> None:
+    """A numeric flag whose default comes from TORCHJOB_<variable>, of the default's own type."""
+    kind = type(default)
+    parser.add_argument(flag, type=kind, default=kind(env(variable, str(default))), help=help)
+
+
+def settings_parser(prog: str, service: str, default_workers: int) -> argparse.ArgumentParser:
+    """The shared flags, each with an environment variable as its default: TORCHJOB_<SERVICE>_
+    LEASE and TORCHJOB_<SERVICE>_WORKERS for the service's own, the shared ones unprefixed. A
+    service adds its own flags to the parser and reads them with `common_settings`."""
+    prefix = service.upper()
+    p = argparse.ArgumentParser(prog=prog, description=f"torchjob {service}")
+    p.add_argument(
+        "--namespace",
+        default=env("NAMESPACE", "torchjob-system"),
+        help="where the leader Lease lives",
+    )
+    p.add_argument("--lease-name", default=env(f"{prefix}_LEASE", f"torchjob-{service}"))
+    p.add_argument("--identity", default=env("POD_NAME", socket.gethostname()))
+    # kube-controller-manager's flags and defaults: a standby takes over at most about
+    # lease-duration + retry-period after the leader vanishes; the leader stops acting once it
+    # has failed to renew for renew-deadline (an apiserver outage longer than that restarts it).
+    number(
+        p,
+        "--leader-elect-lease-duration",
+        "LEADER_ELECT_LEASE_DURATION",
+        15.0,
+        "seconds a standby waits after the last renewal before taking the lease",
+    )
+    number(
+        p,
+        "--leader-elect-renew-deadline",
+        "LEADER_ELECT_RENEW_DEADLINE",
+        10.0,
+        "seconds the leader keeps trying to renew before it gives up leading",
+    )
+    number(
+        p,
+        "--leader-elect-retry-period",
+        "LEADER_ELECT_RETRY_PERIOD",
+        2.0,
+        "seconds between attempts to acquire or renew the lease",
+    )
+    number(p, "--workers", f"{prefix}_WORKERS", default_workers, "concurrent reconciles")
+    number(p, "--max-connections", "MAX_CONNECTIONS", 100, "concurrent requests to the apiserver")
+    number(
+        p,
+        "--qps",
+        "KUBE_QPS",
+        DEFAULT_QPS,
+        "requests a second to the apiserver, watches aside (0 or less: no client-side limit)",
+    )
+    number(p, "--burst", "KUBE_BURST", DEFAULT_BURST, "requests sent at once before --qps applies")
+    p.add_argument("--probe-host", default=env("PROBE_HOST", "0.0.0.0"))
+    p.add_argument("--probe-port", type=int, default=int(env("PROBE_PORT", "8080")))
+    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None)
+    p.add_argument("--log-level", default=env("LOG_LEVEL", "INFO"))
+    return p
+
+
+def common_settings(parsed: argparse.Namespace) -> dict[str, Any]:
+    """The shared settings out of what `settings_parser` parsed, as Settings' keyword arguments."""
+    return {
+        "namespace": parsed.namespace,
+        "lease_name": parsed.lease_name,
+        "identity": parsed.identity,
+        "lease_duration": parsed.leader_elect_lease_duration,
+        "renew_deadline": parsed.leader_elect_renew_deadline,
+        "retry_period": parsed.leader_elect_retry_period,
+        "workers": parsed.workers,
+        "max_connections": parsed.max_connections,
+        "qps": parsed.qps,
+        "burst": parsed.burst,
+        "probe_host": parsed.probe_host,
+        "probe_port": parsed.probe_port,
+        "kubeconfig": parsed.kubeconfig,
+        "log_level": parsed.log_level,
+    }
 
 
 def parse_settings(
     argv: list[str] | None, prog: str, service: str, default_workers: int
 ) -> Settings:
-    """Command-line flags, each with an environment variable as its default: TORCHJOB_<SERVICE>_
-    LEASE and TORCHJOB_<SERVICE>_WORKERS for the service's own, the shared ones unprefixed."""
-    prefix = service.upper()
-    p = argparse.ArgumentParser(prog=prog, description=f"torchjob {service}")
-    p.add_argument(
-        "--namespace",
-        default=_env("NAMESPACE", "torchjob-system"),
-        help="where the leader Lease lives",
-    )
-    p.add_argument("--lease-name", default=_env(f"{prefix}_LEASE", f"torchjob-{service}"))
-    p.add_argument("--identity", default=_env("POD_NAME", socket.gethostname()))
-    p.add_argument(
-        "--workers", type=int, default=int(_env(f"{prefix}_WORKERS", str(default_workers)))
-    )
-    p.add_argument(
-        "--max-connections",
-        type=int,
-        default=int(_env("MAX_CONNECTIONS", "100")),
-        help="concurrent requests to the apiserver",
-    )
-    p.add_argument("--probe-host", default=_env("PROBE_HOST", "0.0.0.0"))
-    p.add_argument("--probe-port", type=int, default=int(_env("PROBE_PORT", "8080")))
-    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None)
-    p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
-    a = p.parse_args(argv)
-    return Settings(
-        namespace=a.namespace,
-        lease_name=a.lease_name,
-        identity=a.identity,
-        workers=a.workers,
-        max_connections=a.max_connections,
-        probe_host=a.probe_host,
-        probe_port=a.probe_port,
-        kubeconfig=a.kubeconfig,
-        log_level=a.log_level,
-    )
+    """The shared flags only, for a service that has none of its own."""
+    parsed = settings_parser(prog, service, default_workers).parse_args(argv)
+    return Settings(**common_settings(parsed))
 
 
 Build = Callable[[client.ApiClient], Controller]
 
 
 def run_controller_service(
-    service: str, controller_name: str, settings: ControllerSettings, build: Build
+    service: str, controller_name: str, settings: Settings, build: Build
 ) -> None:
     """Run the service until SIGTERM or SIGINT (exit 0) or until leadership is lost (exit 1)."""
     runtime_logging.configure(service, settings.log_level)
@@ -138,7 +179,7 @@ def run_controller_service(
         sys.exit(asyncio.run(_main_async(controller_name, settings, build)))
 
 
-async def _main_async(controller_name: str, settings: ControllerSettings, build: Build) -> int:
+async def _main_async(controller_name: str, settings: Settings, build: Build) -> int:
     task = asyncio.current_task()
     assert task is not None
     loop = asyncio.get_running_loop()
@@ -151,28 +192,46 @@ async def _main_async(controller_name: str, settings: ControllerSettings, build:
         return 0
 
 
-async def _serve(controller_name: str, settings: ControllerSettings, build: Build) -> int:
-    api = await new_api_client(settings.kubeconfig, settings.max_connections)
+async def _serve(controller_name: str, settings: Settings, build: Build) -> int:
+    api = await new_api_client(
+        settings.kubeconfig, settings.max_connections, qps=settings.qps, burst=settings.burst
+    )
     controller = build(api)
-    runner = web.AppRunner(probe_app(lambda: None), access_log=None)
+    # The Lease has a client of its own, as in controller-runtime: renewals never queue behind
+    # the controller's own requests for the rate limiter.
+    lease_api = await new_api_client(settings.kubeconfig, max_connections=2)
+    elector = LeaderElector(
+        lease_api,
+        settings.namespace,
+        settings.lease_name,
+        settings.identity,
+        lease_seconds=settings.lease_duration,
+        renew_deadline=settings.renew_deadline,
+        retry_seconds=settings.retry_period,
+    )
+    health = Health(lambda: elector.is_leader, controller.informers)
+    runner = web.AppRunner(probe_app(health.ready, health.healthy), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, settings.probe_host, settings.probe_port).start()
     try:
-        await run_as_leader(
-            api,
-            settings.namespace,
-            settings.lease_name,
-            settings.identity,
-            lambda: run_controller(
-                controller.informers,
-                controller.queue,
-                controller.reconcile,
-                settings.workers,
-                controller_name,
-            ),
-        )
+        await elector.run(lambda: _lead(controller_name, controller, settings, health))
         log.warning("leadership lost; exiting so that a single leader acts")
         return 1
     finally:
         await runner.cleanup()
         await api.close()
+        await lease_api.close()
+
+
+async def _lead(
+    controller_name: str, controller: Controller, settings: Settings, health: Health
+) -> None:
+    """What the leader does: fill the caches, then reconcile until cancelled: a controller never
+    acts on a cache that has not been listed yet. An informer that stops ends leading (and the
+    process) with an error."""
+    async with asyncio.TaskGroup() as group:
+        for n, informer in enumerate(controller.informers):
+            group.create_task(health.run_informer(informer), name=f"informer-{n}")
+        await asyncio.gather(*(i.synced.wait() for i in controller.informers))
+        log.info("caches synced; reconciling", controller=controller_name, workers=settings.workers)
+        await run_workers(controller.queue, controller.reconcile, settings.workers, controller_name)

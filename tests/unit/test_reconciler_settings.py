@@ -1,0 +1,27 @@
+"""Reconciler settings: each flag's default comes from its environment variable, else from the
+documented default; a flag wins over both."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchjob.reconciler.settings import DEFAULT_BURST, DEFAULT_QPS, parse
+
+
+def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("KUBE_QPS", "KUBE_BURST", "LEADER_ELECT_LEASE_DURATION"):
+        monkeypatch.delenv(f"TORCHJOB_{name}", raising=False)
+    settings = parse([])
+    assert (settings.qps, settings.burst) == (DEFAULT_QPS, DEFAULT_BURST)
+    assert (settings.lease_duration, settings.renew_deadline, settings.retry_period) == (15, 10, 2)
+
+
+def test_environment_then_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCHJOB_KUBE_QPS", "7.5")
+    monkeypatch.setenv("TORCHJOB_KUBE_BURST", "9")
+    monkeypatch.setenv("TORCHJOB_LEADER_ELECT_RENEW_DEADLINE", "60")
+    settings = parse([])
+    assert (settings.qps, settings.burst, settings.renew_deadline) == (7.5, 9, 60)
+    assert isinstance(settings.burst, int)
+    settings = parse(["--qps", "0", "--burst", "1", "--leader-elect-renew-deadline", "3"])
+    assert (settings.qps, settings.burst, settings.renew_deadline) == (0, 1, 3)
