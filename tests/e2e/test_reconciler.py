@@ -9,6 +9,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 from kubernetes_asyncio import client
 from support import ControlPlane
 from support.controlplane import free_port
@@ -402,6 +403,78 @@ async def test_pods_refused_for_a_while_come_once_admission_works_again(
     await job.wait_pods(expected)
     await job.run_all()
     await job.wait_phase("Running")
+
+
+@pytest.mark.parametrize(
+    ("resource", "reason"),
+    [("pods", "PodCreationFailed"), ("services", "ServiceCreationFailed")],
+)
+async def test_a_quota_refusal_is_shown_and_retried_until_the_quota_allows_it(
+    control_plane: ControlPlane,
+    kube_client: client.ApiClient,
+    admitted_namespace: str,
+    reconciler: ServiceProcess,
+    resource: str,
+    reason: str,
+) -> None:
+    """A ResourceQuota that admits one of a job's two pods (or Services): the job reports the
+    apiserver's refusal in a ReplicaFailure condition and a Warning Event, stays Pending, and
+    gets its replicas once the quota is raised."""
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "one", "namespace": admitted_namespace},
+        "spec": {"hard": {resource: "1"}},
+    }
+    await asyncio.to_thread(control_plane.kubectl, "apply", "-f", "-", input=json.dumps(quota))
+    await _quota_counted(control_plane, admitted_namespace, resource)
+    job = await Job(kube_client, admitted_namespace, with_policy("basic", "OnFailure")).create()
+
+    async def refused() -> bool:
+        failures = [
+            c for c in (await job.status()).get("conditions", []) if c["type"] == "ReplicaFailure"
+        ]
+        return bool(failures) and failures[0]["reason"] == reason
+
+    await job.wait("the refusal in the status", refused)
+    status = await job.status()
+    failure = condition(status, "ReplicaFailure")
+    assert "exceeded quota: one" in failure["message"], failure
+    assert failure["message"].startswith(f"creating {resource[:-1]} {job.name}-worker-")
+    assert status["phase"] == "Pending"
+    events = json.loads(
+        (
+            await asyncio.to_thread(
+                control_plane.kubectl,
+                *("get", "events.events.k8s.io", "-n", admitted_namespace, "-o", "json"),
+            )
+        ).stdout
+    )["items"]
+    assert any(e["reason"] == reason and e["type"] == "Warning" for e in events)
+    quota["spec"] = {"hard": {resource: "10"}}
+    await asyncio.to_thread(control_plane.kubectl, "apply", "-f", "-", input=json.dumps(quota))
+    expected = names(job.name, "worker", 2)
+    await job.wait("services", lambda: _eq(job.services(), expected), timeout=60)
+    await job.wait_pods(expected, timeout=60)
+    await job.run_all()
+    await job.wait_phase("Running")
+
+
+async def _quota_counted(control_plane: ControlPlane, namespace: str, resource: str) -> None:
+    """Until the quota controller has counted the namespace (before that the apiserver refuses
+    with "status unknown for quota" instead of the message a user sees)."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        used = await asyncio.to_thread(
+            control_plane.kubectl,
+            *("get", "resourcequota", "one", "-n", namespace),
+            "-o",
+            f"jsonpath={{.status.used.{resource}}}",
+        )
+        if used.stdout.strip():
+            return
+        assert time.monotonic() < deadline, "the quota was never counted"
+        await asyncio.sleep(0.1)
 
 
 async def test_elastic_scale_up_then_down_from_the_highest_index(

@@ -48,6 +48,8 @@ DEFAULT_CONTROLLERS = (
     "namespace-controller",
     "deployment-controller",
     "replicaset-controller",
+    # Keeps ResourceQuota usage, so that a quota refuses exactly what exceeds it.
+    "resourcequota-controller",
     # Fills the aggregated built-in roles (admin, edit, view); they have no rules without it.
     "clusterrole-aggregation-controller",
 )

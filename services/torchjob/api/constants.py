@@ -46,6 +46,7 @@ REASON_REPLICA_FAILED: Final = "ReplicaFailed"
 REASON_BACKOFF_LIMIT_EXCEEDED: Final = "BackoffLimitExceeded"
 REASON_DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
 REASON_POD_CREATION_FAILED: Final = "PodCreationFailed"
+REASON_SERVICE_CREATION_FAILED: Final = "ServiceCreationFailed"
 REASON_REPLICA_RESTARTING: Final = "ReplicaRestarting"
 # Event reason: an elastic job's replica count changed.
 REASON_SCALED: Final = "ReplicasScaled"

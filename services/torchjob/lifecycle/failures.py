@@ -1,4 +1,4 @@
-"""Status after the apiserver refused to create a replica's pod. Pure."""
+"""Status after the apiserver refused to create a replica's pod or Service. Pure."""
 
 from __future__ import annotations
 
@@ -6,35 +6,28 @@ import copy
 from datetime import datetime
 from typing import Any
 
-from torchjob.api import constants
 from torchjob.lifecycle.status import format_time
 
 
-def pod_creation_failed(
-    status: dict[str, Any], message: str, permanent: bool, generation: int, now: datetime
+def creation_failed(
+    status: dict[str, Any],
+    reason: str,
+    message: str,
+    permanent: bool,
+    generation: int,
+    now: datetime,
 ) -> dict[str, Any]:
-    """ReplicaFailure with the apiserver's message; a permanent refusal (an invalid template)
-    also fails the job, a transient one (quota, an unavailable webhook) is retried."""
+    """ReplicaFailure with `reason` and the apiserver's message; a permanent refusal (an invalid
+    pod template) also fails the job, a transient one (quota, an unavailable webhook) is
+    retried."""
     out = copy.deepcopy(status)
     stamp = format_time(now)
-    _set_condition(
-        out, "ReplicaFailure", constants.REASON_POD_CREATION_FAILED, message, generation, stamp
-    )
+    _set_condition(out, "ReplicaFailure", reason, message, generation, stamp)
     if permanent:
         out["phase"] = "Failed"
         out["completionTime"] = stamp
-        _set_condition(
-            out, "Failed", constants.REASON_POD_CREATION_FAILED, message, generation, stamp
-        )
-        _set_condition(
-            out,
-            "Running",
-            constants.REASON_POD_CREATION_FAILED,
-            message,
-            generation,
-            stamp,
-            "False",
-        )
+        _set_condition(out, "Failed", reason, message, generation, stamp)
+        _set_condition(out, "Running", reason, message, generation, stamp, "False")
     return out
 
 

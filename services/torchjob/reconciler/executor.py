@@ -19,7 +19,7 @@ from torchjob.kube.errors import Conflict, Forbidden, Invalid, KubeError, NotFou
 from torchjob.kube.events import EventRecorder
 from torchjob.kube.expectations import Expectations
 from torchjob.kube.jobs import patch_status
-from torchjob.lifecycle.failures import pod_creation_failed
+from torchjob.lifecycle.failures import creation_failed
 from torchjob.lifecycle.plan import Plan
 from torchjob.lifecycle.status import ours
 from torchjob.render.replica import render_pod, render_service
@@ -29,10 +29,12 @@ log = structlog.get_logger("torchjob.reconciler")
 
 
 class CreationRefused(Exception):
-    """The apiserver refused to create a replica's pod (invalid, or forbidden)."""
+    """The apiserver refused to create a replica's pod (invalid, or forbidden) or Service
+    (forbidden: a quota, say)."""
 
-    def __init__(self, name: str, error: KubeError) -> None:
-        super().__init__(f"creating pod {name}: {error}")
+    def __init__(self, kind: str, name: str, error: KubeError) -> None:
+        super().__init__(f"creating {kind} {name}: {error}")
+        self.kind = kind
         self.name = name
         self.error = error
 
@@ -123,7 +125,7 @@ class Executor:
             (f"service/{replica_name(meta['name'], r.type, r.index)}", render_service(meta, r))
             for r in plan.create_services
         ]
-        await self._create_each(key, services, create)
+        await self._create_each(key, services, create, refusals=(Forbidden,))
 
     async def _create_pods(
         self, key: str, job: dict[str, Any], spec: PyTorchTrainingJobSpec, plan: Plan
@@ -169,20 +171,29 @@ class Executor:
                 for unsent in expected[sent:]:
                     self.expectations.observed_creation(key, unsent)
                 if isinstance(error, refusals):
-                    raise CreationRefused(name.partition("/")[2], error) from error
+                    kind, _, object_name = name.partition("/")
+                    raise CreationRefused(kind, object_name, error) from error
                 raise
 
     async def _creation_refused(
         self, job: dict[str, Any], status: dict[str, Any], refused: CreationRefused
     ) -> None:
-        """An invalid template fails the job; a refusal (quota, webhook) is retried with backoff."""
+        """An invalid pod template fails the job; a refusal (quota, webhook) is retried with
+        backoff."""
         error = refused.error
-        permanent = isinstance(error, Invalid)
-        message = f"creating pod {refused.name}: {error.message}"
+        is_pod = refused.kind == "pod"
+        permanent = is_pod and isinstance(error, Invalid)
+        reason = (
+            constants.REASON_POD_CREATION_FAILED
+            if is_pod
+            else constants.REASON_SERVICE_CREATION_FAILED
+        )
+        message = f"creating {refused.kind} {refused.name}: {error.message}"
         meta = job["metadata"]
-        await self.events.record(job, "Warning", constants.REASON_POD_CREATION_FAILED, message)
-        new_status = pod_creation_failed(
-            status, message, permanent, int(meta.get("generation") or 0), datetime.now(UTC)
+        await self.events.record(job, "Warning", reason, message)
+        generation = int(meta.get("generation") or 0)
+        new_status = creation_failed(
+            status, reason, message, permanent, generation, datetime.now(UTC)
         )
         await self.write_status(meta, new_status)
         if not permanent:
