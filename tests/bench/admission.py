@@ -18,7 +18,6 @@ import datetime
 import json
 import os
 import platform
-import re
 import signal
 import socket
 import ssl
@@ -27,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -124,7 +122,7 @@ def write_tls_files(directory: Path) -> TlsFiles:
 
 
 @contextlib.contextmanager
-def floor_server(tls: TlsFiles) -> Iterator[int]:
+def floor_server(tls: TlsFiles) -> Iterator[tuple[int, int]]:
     port = free_port()
     argv = [sys.executable, "-c", FLOOR_SERVER, LOOPBACK, str(port), str(tls.cert), str(tls.key)]
     process = subprocess.Popen(
@@ -132,7 +130,7 @@ def floor_server(tls: TlsFiles) -> Iterator[int]:
     )
     try:
         wait_until_listening(port, process)
-        yield port
+        yield port, process.pid
     finally:
         stop_process_group(process)
 
@@ -161,6 +159,7 @@ def stop_process_group(process: subprocess.Popen[bytes]) -> None:
 
 @contextlib.contextmanager
 def webhook_server(plane: ControlPlane, tls: TlsFiles) -> Iterator[tuple[int, int]]:
+    """The webhook's port and process id."""
     port, probe_port = free_port(), free_port()
     args = [
         *("--host", LOOPBACK, "--port", str(port), "--probe-port", str(probe_port)),
@@ -170,7 +169,8 @@ def webhook_server(plane: ControlPlane, tls: TlsFiles) -> Iterator[tuple[int, in
     server = ServiceProcess("torchjob.webhook", args, probe_port)
     try:
         server.start().wait_ready(SERVER_START_TIMEOUT)
-        yield port, probe_port
+        assert server.process is not None
+        yield port, server.process.pid
     finally:
         server.close()
 
@@ -310,6 +310,7 @@ class Case:
     name: str
     url: str
     body: bytes
+    server_pid: int
     expects_patch: bool = False
 
 
@@ -334,9 +335,14 @@ class Figures:
     per_second: float
     p50_ms: float
     p99_ms: float
+    server_cpu_us: float  # the server's CPU time (user + system) per measured request
 
 
-def pairs_to_measure(floor_port: int, webhook_port: int, reviews: Reviews) -> list[Pair]:
+def pairs_to_measure(
+    floor: tuple[int, int], webhook: tuple[int, int], reviews: Reviews
+) -> list[Pair]:
+    (floor_port, floor_pid), (webhook_port, webhook_pid) = floor, webhook
+
     def url(port: int, path: str) -> str:
         return f"https://{LOOPBACK}:{port}{path}"
 
@@ -344,12 +350,12 @@ def pairs_to_measure(floor_port: int, webhook_port: int, reviews: Reviews) -> li
     body, pod_body = reviews.job_validation, reviews.pod_mutation
     return [
         Pair(
-            Case("floor, job body", url(floor_port, validate), body),
-            Case("validate job", url(webhook_port, validate), body),
+            Case("floor, job body", url(floor_port, validate), body, floor_pid),
+            Case("validate job", url(webhook_port, validate), body, webhook_pid),
         ),
         Pair(
-            Case("floor, pod body", url(floor_port, mutate), pod_body),
-            Case("mutate pod", url(webhook_port, mutate), pod_body, expects_patch=True),
+            Case("floor, pod body", url(floor_port, mutate), pod_body, floor_pid),
+            Case("mutate pod", url(webhook_port, mutate), pod_body, webhook_pid, True),
         ),
     ]
 
@@ -373,10 +379,18 @@ async def measure(case: Case, concurrency: int, context: ssl.SSLContext) -> Figu
     ) as session:
         await expect_admitted(session, case)
         await drive(session, case, concurrency, WARMUP_REQUESTS, WARMUP_SECONDS)
-        started = time.perf_counter()
+        started, cpu_before = time.perf_counter(), cpu_seconds(case.server_pid)
         load = await drive(session, case, concurrency, MEASURED_REQUESTS, MEASURE_SECONDS)
-        elapsed = time.perf_counter() - started
-    return summarize(case, concurrency, load, elapsed)
+        elapsed, cpu = time.perf_counter() - started, cpu_seconds(case.server_pid) - cpu_before
+    return summarize(case, concurrency, load, elapsed, cpu)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process so far, from /proc: unlike latency, it hardly
+    depends on what else the machine is doing."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    user, system = int(fields[11]), int(fields[12])  # utime and stime, fields 14 and 15
+    return (user + system) / os.sysconf("SC_CLK_TCK")
 
 
 async def expect_admitted(session: aiohttp.ClientSession, case: Case) -> None:
@@ -422,7 +436,7 @@ async def timed_request(session: aiohttp.ClientSession, case: Case, load: Load) 
         load.errors += 1
 
 
-def summarize(case: Case, concurrency: int, load: Load, elapsed: float) -> Figures:
+def summarize(case: Case, concurrency: int, load: Load, elapsed: float, cpu: float) -> Figures:
     return Figures(
         case=case,
         concurrency=concurrency,
@@ -431,6 +445,7 @@ def summarize(case: Case, concurrency: int, load: Load, elapsed: float) -> Figur
         per_second=len(load.latencies) / elapsed if elapsed > 0 else float("nan"),
         p50_ms=percentile_ms(load.latencies, 50),
         p99_ms=percentile_ms(load.latencies, 99),
+        server_cpu_us=cpu / max(len(load.latencies) + load.errors, 1) * 1e6,
     )
 
 
@@ -443,7 +458,7 @@ def percentile_ms(latencies: list[float], percent: int) -> float:
 
 # -- report --------------------------------------------------------------------------------------
 
-ROW = "{:<16} {:>4} {:>8} {:>7} {:>7} {:>7} {:>7} {:>6}  {}"
+ROW = "{:<16} {:>4} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>6} {:>6}  {}"
 
 
 def print_machine() -> None:
@@ -472,32 +487,11 @@ def print_setup(
     )
 
 
-HANDLER_TIME_LINE = re.compile(
-    r'torchjob_admission_duration_seconds_(sum|count)\{endpoint="([^"]+)"'
-)
-
-
-def print_handler_time(probe_port: int) -> None:
-    """The webhook's own measure of each request, from receiving the body to encoding the answer
-    (its latency histogram), over every request of the run: what the handlers cost in the server,
-    apart from TLS, HTTP and the client."""
-    with urllib.request.urlopen(f"http://{LOOPBACK}:{probe_port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    totals: dict[str, list[float]] = {}
-    for line in text.splitlines():
-        match = HANDLER_TIME_LINE.match(line)
-        if match:
-            kind, endpoint = match.groups()
-            totals.setdefault(endpoint, [0.0, 0.0])[kind == "count"] += float(line.split()[-1])
-    print()
-    for endpoint, (seconds, count) in sorted(totals.items()):
-        print(f"in-server time, {endpoint}: mean {seconds / count * 1e6:.0f} us over {count:.0f}")
-
-
 def print_table_header() -> None:
     print()
-    print(ROW.format("case", "conc", "req/s", "p50 ms", "p99 ms", "p50 x", "p99 x", "errors", ""))
-    print(ROW.format("", "", "", "", "", "floor", "floor", "", "goal"))
+    header = ("case", "conc", "req/s", "p50 ms", "p99 ms", "p50 x", "p99 x", "cpu us", "cpu x")
+    print(ROW.format(*header, "errors", ""))
+    print(ROW.format("", "", "", "", "", "floor", "floor", "/req", "floor", "", "goal"))
 
 
 def print_row(figures: Figures, floor: Figures) -> None:
@@ -511,6 +505,8 @@ def print_row(figures: Figures, floor: Figures) -> None:
         f"{figures.p99_ms:.2f}",
         f"{p50_ratio:.2f}",
         f"{p99_ratio:.2f}",
+        f"{figures.server_cpu_us:.0f}",
+        f"{figures.server_cpu_us / floor.server_cpu_us:.2f}",
         figures.errors,
         goal_check(figures, p50_ratio, p99_ratio, is_floor=figures is floor),
     )
@@ -540,13 +536,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="torchjob-bench-") as directory:
         tls = write_tls_files(Path(directory))
         context = tls.client_context()
-        with floor_server(tls) as floor_port, ControlPlane() as plane:
+        with floor_server(tls) as floor, ControlPlane() as plane:
             reviews = prepare_cluster(plane)
-            with webhook_server(plane, tls) as (webhook_port, probe_port):
-                print_setup(floor_port, webhook_port, context, reviews)
-                pairs = pairs_to_measure(floor_port, webhook_port, reviews)
+            with webhook_server(plane, tls) as webhook:
+                print_setup(floor[0], webhook[0], context, reviews)
+                pairs = pairs_to_measure(floor, webhook, reviews)
                 asyncio.run(run_all(pairs, context))
-                print_handler_time(probe_port)
 
 
 if __name__ == "__main__":

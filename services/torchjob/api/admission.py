@@ -1,7 +1,8 @@
 """AdmissionReview (admission.k8s.io/v1) in and out, and the job handlers. Pure.
 
 Every handler takes the decoded request body, whatever it holds, and returns a well-formed
-AdmissionReview response: malformed input is refused with a message, never an exception.
+AdmissionReview response: malformed input is refused with a message, never an exception. The
+body belongs to the handler: it may change it while working out the answer.
 """
 
 from __future__ import annotations
@@ -126,7 +127,8 @@ def mutate_job(request: Request) -> Response:
     """Fill the absent defaults; anything malformed is left for validation to report."""
     if request.operation not in ("CREATE", "UPDATE") or not isinstance(request.object, dict):
         return Response(request.uid, True)
-    _, patch = default_job(request.object)
+    # The request was decoded for this call alone: default it in place rather than copy it.
+    _, patch = default_job(request.object, in_place=True)
     return Response(request.uid, True, patch=patch)
 
 
@@ -136,10 +138,10 @@ def validate_job(request: Request) -> Response:
         return Response(request.uid, True)
     if not isinstance(request.object, dict):
         return refuse(request.uid, "request.object must be a PyTorchTrainingJob object")
-    new, _ = default_job(request.object)
+    new, _ = default_job(request.object, in_place=True)
     old = None
     if request.operation == "UPDATE" and isinstance(request.old_object, dict):
-        old, _ = default_job(request.old_object)
+        old, _ = default_job(request.old_object, in_place=True)
     result = validate(new, old)
     if result.allowed:
         return Response(request.uid, True, warnings=result.warnings)

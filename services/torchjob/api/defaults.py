@@ -26,9 +26,11 @@ def pointer(*parts: str | int) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-def default_job(job: dict[str, Any]) -> tuple[dict[str, Any], JsonPatch]:
-    """The defaulted copy of `job` and the JSONPatch (`add` operations only) that makes it."""
-    out = json_copy(job)
+def default_job(job: dict[str, Any], *, in_place: bool = False) -> tuple[dict[str, Any], JsonPatch]:
+    """The defaulted copy of `job` and the JSONPatch (`add` operations only) that makes it. With
+    `in_place`, `job` itself is defaulted: for a caller that owns it, such as an admission
+    handler with the request it has just decoded, and can spare the copy."""
+    out = job if in_place else json_copy(job)
     patch: JsonPatch = []
     spec = out.get("spec")
     if isinstance(spec, dict):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ssl
 import tempfile
 import time
@@ -159,14 +160,22 @@ def _request_context(body: Any) -> contextlib.AbstractContextManager[Any]:
     )
 
 
+@functools.cache
+def _metrics_of(endpoint: str, outcome: str) -> tuple[Counter, Histogram]:
+    """The labelled counter and histogram, looked up once per label pair (labels() takes a lock
+    and builds a key on every call)."""
+    return ADMISSIONS.labels(endpoint, outcome), LATENCY.labels(endpoint, outcome)
+
+
 def _answer(endpoint: str, review: dict[str, Any], started: float) -> web.Response:
     response = review["response"]
     outcome = "allowed" if response["allowed"] else "denied"
     if response.get("patch"):
         outcome = "patched"
     elapsed = time.perf_counter() - started
-    ADMISSIONS.labels(endpoint, outcome).inc()
-    LATENCY.labels(endpoint, outcome).observe(elapsed)
+    count, latency = _metrics_of(endpoint, outcome)
+    count.inc()
+    latency.observe(elapsed)
     if response["allowed"]:
         log.debug("admitted", endpoint=endpoint, outcome=outcome, seconds=elapsed)
     else:
