@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     console = Console(sys.stdout, sys.stderr)
+    # A dry run shows a stable stand-in for the uid; a run is a new job with a uid of its own.
+    uid = None if args.dry_run else str(uuid.uuid4())
     try:
-        job = admit(read_manifest(args.manifest), namespace=args.namespace)
+        job = admit(read_manifest(args.manifest), namespace=args.namespace, uid=uid)
     except InvalidManifest as error:
         for line in error.errors:
             sys.stderr.write(f"error: {line}\n")

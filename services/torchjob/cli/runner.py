@@ -138,6 +138,9 @@ class LocalRunner:
         try:
             stalled = await self._reconcile_until_finished()
             await self._stop_everything()
+            if is_terminal(self.status):
+                # The status as the reconciler keeps it after the end: each replica's last state.
+                self._record_status(plan(self._observe()).status)
         finally:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
