@@ -421,4 +421,5 @@ def _shown(argv: list[str]) -> str:
 
 
 def write_status(path: Path, status: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump({"status": status}, sort_keys=False))
