@@ -104,9 +104,7 @@ def main() -> None:
     train, val, test = datasets(args.seed)
     sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
     loader = DataLoader(train, batch_size=args.batch_size, sampler=sampler)
-    model = DistributedDataParallel(
-        Net().to(device), device_ids=[local_rank] if use_cuda else None
-    )
+    model = DistributedDataParallel(Net().to(device), device_ids=[local_rank] if use_cuda else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     log_dir = Path(args.log_dir)
     checkpoint = log_dir / "checkpoint.pt"
@@ -138,7 +136,8 @@ def main() -> None:
             loss = loss_fn(model(x), y)
             loss.backward()
             optimizer.step()
-            total += torch.stack([loss.detach() * len(y), torch.tensor(float(len(y)), device=device)])
+            count = torch.tensor(float(len(y)), device=device)
+            total += torch.stack([loss.detach() * count, count])
         dist.all_reduce(total)
         train_loss = float(total[0] / total[1])
         val_accuracy = accuracy(model, val, device)
@@ -163,9 +162,7 @@ def main() -> None:
     dist.destroy_process_group()
 
 
-def resume(
-    path: Path, run_id: str, model: nn.Module, optimizer: torch.optim.Optimizer
-) -> int:
+def resume(path: Path, run_id: str, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
     """The epoch to start at: after the last one checkpointed by this same job, else 1."""
     if not run_id or not path.exists():
         return 1

@@ -95,7 +95,8 @@ def test_replicas_reach_each_other_on_local_addresses(tmp_path: Path) -> None:
         address = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
         for _ in range(200):
             try:
-                socket.create_connection(address).sendall(b"hello from " + os.environ["RANK"].encode())
+                greeting = "hello from " + os.environ["RANK"]
+                socket.create_connection(address).sendall(greeting.encode())
                 break
             except ConnectionRefusedError:
                 time.sleep(0.05)

@@ -5,10 +5,13 @@ round it builds the same `Observed` the reconciler builds (the job, its status, 
 pod as `lifecycle.observe` reads it, the Services that exist), asks `lifecycle.plan` for the plan
 and carries it out: the status is kept in memory, a created Service is a free local port, a
 created pod is a process started from the pod the webhook would have rewritten, and a deleted pod
-is a process stopped with SIGTERM (SIGKILL after the grace period). A replica's process runs in a
-process group of its own; when its main process exits, whatever it left running in the group is
-killed, as a container runtime stops a container whose main process has exited. The deadline is
-enforced by waking at the plan's `requeue_after`, as the reconciler's timed requeue does.
+is a process stopped as the kubelet stops a container: SIGTERM to its main process, SIGKILL to
+all of it after the grace period. Every process of a replica carries the pod's uid in its
+environment (`TORCHJOB_REPLICA_UID`), which is how its processes are found when they have left the
+replica's session (torchrun starts each worker in a session of its own): when a replica's main
+process exits, whatever it left running is killed, as a container runtime tears down a container
+whose main process has exited. The deadline is enforced by waking at the plan's `requeue_after`,
+as the reconciler's timed requeue does.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import os
 import shlex
 import signal
 import socket
+import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -46,6 +50,7 @@ OUTPUT_LIMIT = 1 << 20  # longest line read at once; longer ones are split
 DRAIN_TIMEOUT = 5.0  # output still arriving after a replica's process group was killed
 SETTLE_TIMEOUT = 5.0  # replicas still running when the job finished may end by themselves
 MAX_ROUNDS_WITHOUT_WAITING = 100
+REPLICA_MARKER = "TORCHJOB_REPLICA_UID"
 
 
 @dataclass(slots=True)
@@ -53,7 +58,7 @@ class LocalPod:
     replica: Replica
     pod: dict[str, Any]
     command: LocalCommand
-    process: asyncio.subprocess.Process | None
+    process: subprocess.Popen[bytes] | None
     started: datetime
     exit_code: int | None = None
     finished: datetime | None = None
@@ -157,7 +162,7 @@ class LocalRunner:
         if self.interrupted:
             self.forced = True
             for pod in self.pods.values():
-                self._signal(pod, signal.SIGKILL)
+                self._kill(pod)
         else:
             self.console.say("interrupted: stopping every replica (Ctrl-C again to kill them)")
         self.interrupted = True
@@ -208,7 +213,7 @@ class LocalRunner:
             self.ports[self._host(replica)] = self.port_for()
             acted = True
         for item in decision.create_pods:
-            await self._start(item)
+            self._start(item)
             acted = True
         return acted
 
@@ -227,7 +232,7 @@ class LocalRunner:
     def _host(self, replica: Replica) -> str:
         return service_host(self.job.meta["name"], self.job.meta["namespace"], *_key(replica))
 
-    async def _start(self, item: PodToCreate) -> None:
+    def _start(self, item: PodToCreate) -> None:
         replica = item.replica
         pod = admitted_pod(self.job, replica, item.annotations)
         pod["metadata"]["uid"] = str(uuid.uuid4())
@@ -241,15 +246,14 @@ class LocalRunner:
         self.pods[_key(replica)] = local
         log = self._log_file(name, item.annotations)
         try:
-            local.process = await asyncio.create_subprocess_exec(
-                *command.argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                env={**os.environ, **command.env},
+            local.process = subprocess.Popen(
+                command.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **command.env, REPLICA_MARKER: local.uid},
                 cwd=self._working_dir(command),
                 start_new_session=True,
-                limit=OUTPUT_LIMIT,
             )
         except OSError as error:
             self.console.say(f"{name} could not start: {command.argv[0]}: {error.strerror}")
@@ -277,15 +281,25 @@ class LocalRunner:
     async def _watch(self, pod: LocalPod, log: IO[str] | None) -> None:
         process = pod.process
         assert process is not None and process.stdout is not None
-        reader = asyncio.create_task(self._pump(pod.name, process.stdout, log))
-        returncode = await process.wait()
-        # Whatever the replica left behind goes with it, as when a container's main process exits.
-        self._signal(pod, signal.SIGKILL)
+        loop = asyncio.get_running_loop()
+        stream = asyncio.StreamReader(limit=OUTPUT_LIMIT)
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(stream), process.stdout
+        )
+        reader = asyncio.create_task(self._pump(pod.name, stream, log))
         try:
-            await asyncio.wait_for(asyncio.shield(reader), DRAIN_TIMEOUT)
-        except TimeoutError:
-            reader.cancel()
+            # Not asyncio's Process.wait(): it also waits for the output pipe to close, which a
+            # process the replica left behind can hold open.
+            returncode = await exited(process)
+            # What the replica left behind goes with it, as when a container's main process exits.
+            self._kill(pod)
+            try:
+                await asyncio.wait_for(asyncio.shield(reader), DRAIN_TIMEOUT)
+            except TimeoutError:
+                reader.cancel()
+        finally:
             await asyncio.gather(reader, return_exceptions=True)
+            transport.close()
         self._finished(pod, exit_code_of(returncode))
 
     def _finished(self, pod: LocalPod, exit_code: int) -> None:
@@ -325,18 +339,26 @@ class LocalRunner:
         return True
 
     async def _terminate(self, pod: LocalPod) -> None:
-        self._signal(pod, signal.SIGTERM)
+        """SIGTERM to the main process, as the kubelet sends it to a container's; SIGKILL to
+        every process of the replica after the grace period."""
+        if pod.process is not None and pod.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                pod.process.send_signal(signal.SIGTERM)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(pod.exited.wait(), self.grace_period)
             return
-        self._signal(pod, signal.SIGKILL)
+        self._kill(pod)
         await pod.exited.wait()
 
-    def _signal(self, pod: LocalPod, signum: int) -> None:
+    def _kill(self, pod: LocalPod) -> None:
+        """SIGKILL to every process of the replica: its session, and whatever carries its uid."""
         if pod.process is None:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pod.process.pid, signum)
+            os.killpg(pod.process.pid, signal.SIGKILL)
+        for pid in processes_marked(pod.uid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
     async def _stop_everything(self) -> None:
         """After the job finished (or on Ctrl-C): replicas still running are stopped."""
@@ -356,8 +378,7 @@ class LocalRunner:
     async def _kill_everything(self) -> None:
         """The last resort, whatever went wrong: no replica outlives `torchjob run`."""
         for pod in self.pods.values():
-            if pod.running:
-                self._signal(pod, signal.SIGKILL)
+            self._kill(pod)
         await self._join()
 
     async def _join(self) -> None:
@@ -418,6 +439,41 @@ def _key(replica: Replica) -> tuple[str, int]:
 def _shown(argv: list[str]) -> str:
     text = shlex.join(argv).replace("\n", "\\n")
     return text if len(text) <= 200 else text[:197] + "..."
+
+
+async def exited(process: subprocess.Popen[bytes]) -> int:
+    """The process's return code once it has exited (a pidfd tells when; else it is polled)."""
+    try:
+        pidfd = os.pidfd_open(process.pid)
+    except OSError:  # an old kernel: nothing tells when the process exits, so ask
+        while process.poll() is None:  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
+        return process.returncode
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    loop.add_reader(pidfd, lambda: done.done() or done.set_result(None))
+    try:
+        await done
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+    return process.wait()
+
+
+def processes_marked(uid: str) -> list[int]:
+    """The processes whose environment carries the replica uid `uid`."""
+    marker = f"{REPLICA_MARKER}={uid}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environment = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:  # gone, or not ours to read
+            continue
+        if marker in environment.split(b"\0"):
+            found.append(int(entry))
+    return found
 
 
 def write_status(path: Path, status: dict[str, Any]) -> None:
