@@ -3,6 +3,7 @@ output collected line by line while it runs, so that a test can act on what it p
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -18,6 +19,9 @@ from typing import IO, Any
 import yaml
 
 BIN = Path(sys.executable).parent
+TESTS = Path(__file__).parents[1]
+SCRIPTS = TESTS / "local" / "scripts"  # run by torchrun in the real-torch tests
+EXAMPLE = TESTS.parent / "examples" / "mnist-ddp"
 TORCHJOB = BIN / "torchjob"
 STARTED = re.compile(r"^torchjob: started (?P<name>\S+) \(pid (?P<pid>\d+)\)")
 
@@ -197,6 +201,17 @@ class TorchjobRun:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def checks(lines: list[str]) -> list[dict[str, Any]]:
+    """The `CHECK {json}` reports of every process (scripts/check_env.py), each with the replica
+    that printed it."""
+    found = []
+    for line in lines:
+        name, _, text = line.partition(" | ")
+        if text.startswith("CHECK "):
+            found.append({"replica": name.strip(), **json.loads(text.removeprefix("CHECK "))})
+    return found
 
 
 def run_to_end(

@@ -451,7 +451,12 @@ async def exited(process: subprocess.Popen[bytes]) -> int:
         return process.returncode
     loop = asyncio.get_running_loop()
     done = loop.create_future()
-    loop.add_reader(pidfd, lambda: done.done() or done.set_result(None))
+
+    def readable() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    loop.add_reader(pidfd, readable)
     try:
         await done
     finally:
