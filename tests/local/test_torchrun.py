@@ -62,9 +62,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
 
 
 @pytest.mark.parametrize("config", list(CONFIGS))
-def test_torchrun_accepts_the_rendered_command_and_environment(
-    tmp_path: Path, config: str
-) -> None:
+def test_torchrun_accepts_the_rendered_command_and_environment(tmp_path: Path, config: str) -> None:
     case = CONFIGS[config]
     manifest = job(f"tr-{len(config)}", case["replicas"], **case["spec"])
     finished = run_to_end(manifest, tmp_path)
