@@ -15,7 +15,14 @@ import pytest
 from kubernetes_asyncio import client, config
 from support import ControlPlane
 from support.controlplane import write_to_stderr
-from support.operator import OPT_IN_LABEL, start_webhook, stop_webhook, wait_until_admitting
+from support.operator import (
+    OPT_IN_LABEL,
+    reconciler_kubeconfig,
+    start_reconciler,
+    start_webhook,
+    stop_webhook,
+    wait_until_admitting,
+)
 from support.processes import ServiceProcess
 
 E2E_DIR = Path(__file__).parent
@@ -132,3 +139,13 @@ def admitted_namespace(
     control_plane.kubectl("label", "namespace", namespace, f"{OPT_IN_LABEL}=on")
     wait_until_admitting(control_plane, namespace)
     return namespace
+
+
+@pytest.fixture(scope="module")
+def reconciler(
+    control_plane: ControlPlane, webhook_server: ServiceProcess
+) -> Iterator[ServiceProcess]:
+    """The reconciler as a process, one per test module that asks for it."""
+    process = start_reconciler(control_plane, reconciler_kubeconfig(control_plane))
+    yield process
+    process.close()

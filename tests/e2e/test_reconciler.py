@@ -6,28 +6,18 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import pytest
 from kubernetes_asyncio import client
 from support import ControlPlane
 from support.kubelet import TestKubelet
-from support.operator import job_manifest, reconciler_kubeconfig, start_reconciler
+from support.operator import job_manifest
 from support.processes import ServiceProcess
 
 from torchjob.api import constants, types
 
 TIMEOUT = 30.0
-
-
-@pytest.fixture(scope="module")
-def reconciler(
-    control_plane: ControlPlane, webhook_server: ServiceProcess
-) -> Iterator[ServiceProcess]:
-    process = start_reconciler(control_plane, reconciler_kubeconfig(control_plane))
-    yield process
-    process.close()
 
 
 class Job:
