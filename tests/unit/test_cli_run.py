@@ -273,3 +273,34 @@ def test_a_paused_job_ends_as_nothing_can_resume_it_here(tmp_path: Path) -> None
     assert finished.returncode == 1
     assert finished.status["phase"] == "Paused"
     assert "torchjob: the job is Paused and nothing can change it here" in finished.stderr
+
+
+def test_a_command_that_cannot_start_fails_like_a_container_start_error(tmp_path: Path) -> None:
+    manifest = job(
+        "nostart",
+        [replicas("master", 1, command=["no-such-program-here"], args=[], restart_policy="Never")],
+    )
+    finished = run_to_end(manifest, tmp_path)
+    assert finished.returncode == 1
+    assert any(
+        "nostart-master-0 could not start: no-such-program-here" in x for x in finished.stderr
+    )
+    assert finished.condition("Failed")["message"] == (
+        "replica nostart-master-0 failed with exit code 128 and is not restarted"
+    )
+
+
+def test_the_master_finishing_first_leaves_workers_a_moment_then_stops_them(
+    tmp_path: Path,
+) -> None:
+    manifest = job(
+        "settle",
+        [
+            replicas("master", 1, command=PYTHON, args=["pass"]),
+            replicas("worker", 1, command=PYTHON, args=["import time; time.sleep(600)"]),
+        ],
+    )
+    finished = run_to_end(manifest, tmp_path, "--grace-period", "2", timeout=60)
+    assert finished.returncode == 0
+    assert "torchjob: stopping settle-worker-0" in finished.stderr
+    assert "torchjob: settle-worker-0 was stopped with exit code 143" in finished.stderr

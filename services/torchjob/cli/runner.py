@@ -364,8 +364,14 @@ class LocalRunner:
         """After the job finished (or on Ctrl-C): replicas still running are stopped."""
         running = [p for p in self.pods.values() if p.running]
         if running and not self.interrupted:
-            waiting = [asyncio.create_task(p.exited.wait()) for p in running]
-            await asyncio.wait(waiting, timeout=SETTLE_TIMEOUT)
+            # They may be about to end by themselves (the master finished first): a moment, or
+            # until Ctrl-C.
+            self.wake.clear()
+            waiting = [
+                asyncio.create_task(_all_exited(running)),
+                asyncio.create_task(self._until_interrupted()),
+            ]
+            await asyncio.wait(waiting, timeout=SETTLE_TIMEOUT, return_when=asyncio.FIRST_COMPLETED)
             for task in waiting:
                 task.cancel()
             await asyncio.gather(*waiting, return_exceptions=True)
@@ -374,6 +380,11 @@ class LocalRunner:
             self.console.say(f"stopping {pod.name}")
             self._spawn(self._terminate(pod), f"torchjob-stop-{pod.name}")
         await self._join()
+
+    async def _until_interrupted(self) -> None:
+        while not self.interrupted:
+            await self.wake.wait()
+            self.wake.clear()
 
     async def _kill_everything(self) -> None:
         """The last resort, whatever went wrong: no replica outlives `torchjob run`."""
@@ -430,6 +441,11 @@ class LocalRunner:
         if pod.deleting and pod.running:
             return "Stopping"
         return str(local_pod_status(pod.pod, pod.started, pod.exit_code, pod.finished)["phase"])
+
+
+async def _all_exited(pods: list[LocalPod]) -> None:
+    for pod in pods:
+        await pod.exited.wait()
 
 
 def _key(replica: Replica) -> tuple[str, int]:
