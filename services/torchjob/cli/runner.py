@@ -25,7 +25,6 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -112,14 +111,12 @@ class LocalRunner:
         gpu_shares: dict[int, list[str]] | None = None,
         logs_dir: Path | None = None,
         grace_period: float = 10.0,
-        port_for: Callable[[], int] = free_port,
     ) -> None:
         self.job = job
         self.console = console
         self.gpu_shares = gpu_shares
         self.logs_dir = logs_dir
         self.grace_period = grace_period
-        self.port_for = port_for
         self.status: dict[str, Any] = {}
         self.ports: dict[str, int] = {}  # Service host -> local port
         self.pods: dict[tuple[str, int], LocalPod] = {}
@@ -210,7 +207,7 @@ class LocalRunner:
         for name, uid in decision.delete_pods:
             acted |= self._delete(name, uid)
         for replica in decision.create_services:
-            self.ports[self._host(replica)] = self.port_for()
+            self.ports[self._host(replica)] = free_port()
             acted = True
         for item in decision.create_pods:
             self._start(item)
