@@ -122,7 +122,6 @@ class LocalRunner:
         self.pods: dict[tuple[str, int], LocalPod] = {}
         self.wake = asyncio.Event()
         self.interrupted = False
-        self.forced = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._logs: dict[str, IO[str]] = {}
         self._noted: set[str] = set()
@@ -157,7 +156,6 @@ class LocalRunner:
     def interrupt(self) -> None:
         """Ctrl-C: stop every replica; a second Ctrl-C kills them at once."""
         if self.interrupted:
-            self.forced = True
             for pod in self.pods.values():
                 self._kill(pod)
         else:
@@ -172,7 +170,7 @@ class LocalRunner:
         while not self.interrupted:
             self.wake.clear()
             decision = plan(self._observe())
-            acted = await self._execute(decision)
+            acted = self._execute(decision)
             if is_terminal(self.status):
                 return False
             rounds = rounds + 1 if acted else 0
@@ -198,7 +196,7 @@ class LocalRunner:
             self.job.meta, self.job.spec, self.status, views, services, datetime.now(UTC)
         )
 
-    async def _execute(self, decision: Plan) -> bool:
+    def _execute(self, decision: Plan) -> bool:
         """Carry out the plan as the reconciler's executor does: status, deletions, creations."""
         acted = decision.status != self.status
         self._record_status(decision.status)
