@@ -304,3 +304,12 @@ def test_the_master_finishing_first_leaves_workers_a_moment_then_stops_them(
     assert finished.returncode == 0
     assert "torchjob: stopping settle-worker-0" in finished.stderr
     assert "torchjob: settle-worker-0 was stopped with exit code 143" in finished.stderr
+
+
+def test_a_value_only_the_crd_schema_refuses_exits_2(tmp_path: Path) -> None:
+    manifest = job_manifest("torchrun")
+    manifest["spec"]["torchrunConfig"]["procPerNode"] = "many"  # the CRD's pattern refuses it
+    for extra in ((), ("--dry-run",)):
+        finished = run_to_end(manifest, tmp_path, *extra)
+        assert finished.returncode == 2
+        assert finished.stderr[-1].startswith("error: the job cannot be rendered: ")

@@ -79,14 +79,19 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INVALID
     for warning in job.warnings:
         sys.stderr.write(f"Warning: {warning}\n")
-    if args.dry_run:
-        sys.stdout.write(yaml.safe_dump_all(dry_run_documents(job), sort_keys=False))
-        return EXIT_SUCCEEDED
     try:
+        if args.dry_run:
+            sys.stdout.write(yaml.safe_dump_all(dry_run_documents(job), sort_keys=False))
+            return EXIT_SUCCEEDED
         shares = _gpu_shares(job, console)
         _preflight(job, shares)
     except LocalRenderError as error:
         sys.stderr.write(f"error: {error}\n")
+        return EXIT_INVALID
+    except ValueError as error:
+        # A value the CRD's schema refuses on a cluster (a procPerNode that is not a number
+        # or "gpu", say) but that validation does not check itself.
+        sys.stderr.write(f"error: the job cannot be rendered: {error}\n")
         return EXIT_INVALID
     runner = LocalRunner(
         job, console, gpu_shares=shares, logs_dir=args.logs, grace_period=args.grace_period
