@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 import yaml
-from support.cli import EXAMPLE, TorchjobRun, run_to_end
+from support.cli import EXAMPLE, run_to_end, running
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 MASTER, WORKER = "mnist-ddp-worker-0", "mnist-ddp-worker-1"
@@ -49,7 +49,7 @@ def test_the_example_trains_to_95_percent(tmp_path: Path) -> None:
 
 
 def test_a_replica_killed_mid_training_is_restarted_and_the_job_succeeds(tmp_path: Path) -> None:
-    with TorchjobRun(example(tmp_path, epochs=8), tmp_path) as run:
+    with running(example(tmp_path, epochs=8), tmp_path) as run:
         run.wait_for(r"\| epoch 2/8 ", timeout=180)
         os.kill(run.pid_of(WORKER), signal.SIGKILL)  # the replica's main process: torchrun
         run.pid_of(WORKER, after=1)  # recreated

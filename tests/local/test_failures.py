@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from support.cli import SCRIPTS, TorchjobRun, alive, descendants, job, replicas, run_to_end
+from support.cli import SCRIPTS, alive, descendants, job, replicas, run_to_end, running
 
 
 def ddp_job(name: str, *script_args: str, **spec: Any) -> dict[str, Any]:
@@ -46,7 +46,7 @@ def test_a_job_past_its_deadline_is_stopped(tmp_path: Path) -> None:
     manifest = ddp_job(
         "deadline", "--steps", "100000", "--sleep", "0.2", runPolicy={"activeDeadlineSeconds": 20}
     )
-    with TorchjobRun(manifest, tmp_path) as run:
+    with running(manifest, tmp_path) as run:
         run.wait_for(r"^deadline-worker-0 *\| step 1 ", timeout=60)
         assert run.process is not None
         started = descendants(run.process.pid)
@@ -59,7 +59,7 @@ def test_a_job_past_its_deadline_is_stopped(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_leaves_no_process_behind(tmp_path: Path) -> None:
-    with TorchjobRun(ddp_job("ctrl-c", "--steps", "100000"), tmp_path) as run:
+    with running(ddp_job("ctrl-c", "--steps", "100000"), tmp_path) as run:
         run.wait_for(r"^ctrl-c-worker-0 *\| step 2 ", timeout=60)
         assert run.process is not None
         started = descendants(run.process.pid)

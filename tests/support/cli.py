@@ -3,6 +3,7 @@ output collected line by line while it runs, so that a test can act on what it p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -11,9 +12,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any
 
 import yaml
@@ -191,17 +192,6 @@ class TorchjobRun:
             self.process.kill()
             self.process.wait()
 
-    def __enter__(self) -> TorchjobRun:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
 
 def checks(lines: list[str]) -> list[dict[str, Any]]:
     """The `CHECK {json}` reports of every process (scripts/check_env.py), each with the replica
@@ -214,10 +204,20 @@ def checks(lines: list[str]) -> list[dict[str, Any]]:
     return found
 
 
+@contextlib.contextmanager
+def running(manifest: dict[str, Any], tmp: Path, *extra: str) -> Iterator[TorchjobRun]:
+    """`torchjob run` started, and whatever happens, not left running."""
+    run = TorchjobRun(manifest, tmp, *extra).start()
+    try:
+        yield run
+    finally:
+        run.close()
+
+
 def run_to_end(
     manifest: dict[str, Any], tmp: Path, *extra: str, timeout: float = 240.0
 ) -> Finished:
-    with TorchjobRun(manifest, tmp, *extra) as run:
+    with running(manifest, tmp, *extra) as run:
         return run.finish(timeout)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from support.cli import TorchjobRun, alive, descendants, job, replicas, run_to_end
+from support.cli import alive, descendants, job, replicas, run_to_end, running
 from support.operator import job_manifest
 
 PYTHON = ["python", "-c"]
@@ -237,7 +237,7 @@ def test_ctrl_c_stops_every_replica_and_what_they_started(tmp_path: Path) -> Non
             replicas("worker", 2, command=PYTHON, args=stubborn),
         ],
     )
-    with TorchjobRun(manifest, tmp_path, "--grace-period", "1") as run:
+    with running(manifest, tmp_path, "--grace-period", "1") as run:
         for name in ("ctrlc-master-0", "ctrlc-worker-0", "ctrlc-worker-1"):
             run.wait_for(rf"^{name} *\| ready")
         assert run.process is not None
