@@ -7,6 +7,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+EXAMPLE_STAMP := $(VENV)/.example-installed
 CACHE := $(or $(TORCHJOB_CACHE),$(HOME)/.cache/torchjob)
 PROTO_FILES := $(shell find proto -name '*.proto' | sort)
 PYTEST_FLAGS ?=
@@ -19,6 +20,15 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+# torch, scikit-learn and tensorboard, for the example and the tests that run real torch; never
+# a dependency of the services. PyPI's Linux torch is the CUDA build (about 3 GB with its nvidia
+# packages); it runs on CPU as well.
+$(EXAMPLE_STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[example]'
 	@touch $@
 
 .PHONY: setup
@@ -58,8 +68,13 @@ e2e: $(STAMP) cluster ## end-to-end tests on the real control plane
 chart: $(STAMP) cluster helm ## the Helm chart: lint, render, schema, and installed on the real control plane
 	$(BIN)/pytest tests/chart $(PYTEST_FLAGS)
 
+.PHONY: demo
+demo: $(EXAMPLE_STAMP) ## train examples/mnist-ddp locally with `torchjob run` (installs torch)
+	cd examples/mnist-ddp && PATH="$(CURDIR)/$(BIN):$$PATH" torchjob run --logs runs/logs job.yaml
+	@$(BIN)/python -c 'import json; m = json.load(open("examples/mnist-ddp/runs/mnist-ddp/metrics.json")); print("test accuracy: %.4f" % m["test_accuracy"])'
+
 .PHONY: test
-test: $(STAMP) cluster helm ## install what is needed, then lint and run every test
+test: $(STAMP) $(EXAMPLE_STAMP) cluster helm ## install what is needed, then lint and run every test
 	$(MAKE) --no-print-directory lint
 	$(BIN)/pytest tests $(PYTEST_FLAGS)
 

@@ -1,0 +1,192 @@
+"""Handwritten digits with DistributedDataParallel, started by torchrun.
+
+The data is scikit-learn's bundled digits set (1,797 8x8 images; nothing is downloaded), split
+once with a fixed seed into train, validation and test sets. Every process trains on its
+DistributedSampler shard; gloo on CPU, nccl on GPU. Rank 0 writes TensorBoard scalars
+(train/loss, val/accuracy) and, at the end, the model and metrics.json to --log_dir.
+
+A checkpoint is written after every epoch. When torchrun restarts the workers of the same job
+(same TORCHELASTIC_RUN_ID, for example after another replica was restarted), training resumes from
+it; a new job starts from scratch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--batch_size", type=int, default=16, help="per process")
+    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--log_dir", default="runs", help="TensorBoard logs, model, metrics")
+    return parser.parse_args()
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 16, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+        )
+        self.classify = nn.Sequential(
+            nn.Flatten(), nn.Linear(32 * 4 * 4, 64), nn.ReLU(), nn.Linear(64, 10)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classify(self.features(x))
+
+
+def datasets(seed: int) -> tuple[TensorDataset, TensorDataset, TensorDataset]:
+    digits = load_digits()
+    images = (digits.images / 16.0).astype(np.float32)[:, None, :, :]
+    labels = digits.target.astype(np.int64)
+    x_train, x_rest, y_train, y_rest = train_test_split(
+        images, labels, test_size=0.3, random_state=seed, stratify=labels
+    )
+    x_val, x_test, y_val, y_test = train_test_split(
+        x_rest, y_rest, test_size=0.5, random_state=seed, stratify=y_rest
+    )
+
+    def tensors(x: np.ndarray, y: np.ndarray) -> TensorDataset:
+        return TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
+
+    return tensors(x_train, y_train), tensors(x_val, y_val), tensors(x_test, y_test)
+
+
+def accuracy(model: nn.Module, data: TensorDataset, device: torch.device) -> float:
+    """Each process scores its own slice of `data`; the counts are summed over all of them."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    x, y = data.tensors
+    x, y = x[rank::world].to(device), y[rank::world].to(device)
+    model.eval()
+    with torch.no_grad():
+        correct = (model(x).argmax(dim=1) == y).sum() if len(y) else torch.tensor(0)
+    counts = torch.tensor([float(correct), float(len(y))], device=device)
+    dist.all_reduce(counts)
+    model.train()
+    return float(counts[0] / counts[1])
+
+
+def main() -> None:
+    args = arguments()
+    use_cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if use_cuda else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        torch.set_num_threads(1)  # several processes share this machine's cores
+        device = torch.device("cpu")
+    torch.manual_seed(args.seed)
+
+    train, val, test = datasets(args.seed)
+    sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
+    loader = DataLoader(train, batch_size=args.batch_size, sampler=sampler)
+    model = DistributedDataParallel(Net().to(device), device_ids=[local_rank] if use_cuda else None)
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    log_dir = Path(args.log_dir)
+    checkpoint = log_dir / "checkpoint.pt"
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    first_epoch = resume(checkpoint, run_id, model, optimizer)
+
+    writer = None
+    if rank == 0:
+        from torch.utils.tensorboard import SummaryWriter
+
+        log_dir.mkdir(parents=True, exist_ok=True)
+        writer = SummaryWriter(str(log_dir))
+        print(
+            f"training on {world} process(es), {'nccl/GPU' if use_cuda else 'gloo/CPU'}, "
+            f"{len(train)} train / {len(val)} val / {len(test)} test images"
+            + (f", resuming at epoch {first_epoch}" if first_epoch > 1 else ""),
+            flush=True,
+        )
+
+    loss_fn = nn.CrossEntropyLoss()
+    for epoch in range(first_epoch, args.epochs + 1):
+        sampler.set_epoch(epoch)
+        for group in optimizer.param_groups:  # cosine decay, a function of the epoch alone
+            group["lr"] = args.lr * 0.5 * (1 + math.cos(math.pi * (epoch - 1) / args.epochs))
+        total = torch.zeros(2, device=device)
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            count = torch.tensor(float(len(y)), device=device)
+            total += torch.stack([loss.detach() * count, count])
+        dist.all_reduce(total)
+        train_loss = float(total[0] / total[1])
+        val_accuracy = accuracy(model, val, device)
+        if writer is not None:
+            writer.add_scalar("train/loss", train_loss, epoch)
+            writer.add_scalar("val/accuracy", val_accuracy, epoch)
+            writer.flush()
+            save(checkpoint, run_id, epoch, model, optimizer)
+            print(
+                f"epoch {epoch}/{args.epochs} train/loss {train_loss:.4f} "
+                f"val/accuracy {val_accuracy:.4f}",
+                flush=True,
+            )
+
+    test_accuracy = accuracy(model, test, device)
+    if writer is not None:
+        writer.close()
+        torch.save(model.module.state_dict(), log_dir / "model.pt")
+        metrics = {"test_accuracy": test_accuracy, "epochs": args.epochs, "world_size": world}
+        (log_dir / "metrics.json").write_text(json.dumps(metrics))
+        print(f"test accuracy {test_accuracy:.4f}", flush=True)
+    dist.destroy_process_group()
+
+
+def resume(path: Path, run_id: str, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """The epoch to start at: after the last one checkpointed by this same job, else 1."""
+    if not run_id or not path.exists():
+        return 1
+    state = torch.load(path, map_location="cpu")
+    if state.get("run_id") != run_id:
+        return 1
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    return int(state["epoch"]) + 1
+
+
+def save(
+    path: Path, run_id: str, epoch: int, model: nn.Module, optimizer: torch.optim.Optimizer
+) -> None:
+    state = {
+        "run_id": run_id,
+        "epoch": epoch,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+    }
+    partial = path.with_suffix(".partial")
+    torch.save(state, partial)
+    partial.replace(path)  # never a half-written checkpoint
+
+
+if __name__ == "__main__":
+    main()

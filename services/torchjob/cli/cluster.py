@@ -1,0 +1,48 @@
+"""What a cluster would make of an admitted job: the reconciler's first plan, and each replica's
+Pod as the reconciler renders it and the webhook rewrites it at admission."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from torchjob.cli.manifest import AdmittedJob
+from torchjob.lifecycle.plan import Observed, Plan, plan
+from torchjob.render.pod import rewrite_pod
+from torchjob.render.replica import DEFAULT_T9K_SCHEDULER, render_pod, render_service
+from torchjob.render.topology import Replica
+
+
+def first_plan(job: AdmittedJob) -> Plan:
+    """The reconciler's plan for a job it sees for the first time: nothing exists yet."""
+    return plan(Observed(job.meta, job.spec, {}, [], frozenset(), datetime.now(UTC)))
+
+
+def admitted_pod(
+    job: AdmittedJob,
+    replica: Replica,
+    annotations: dict[str, str],
+    scheduler_name: str = DEFAULT_T9K_SCHEDULER,
+) -> dict[str, Any]:
+    """The replica's pod as created by the reconciler and rewritten by the webhook."""
+    pod = render_pod(job.meta, job.spec, replica, annotations, scheduler_name)
+    return rewrite_pod(job.typed, pod).pod
+
+
+def dry_run_documents(job: AdmittedJob) -> list[dict[str, Any]]:
+    """The defaulted job, then every replica's Pod and Service, in rank order."""
+    decision = first_plan(job)
+    pods = {
+        (item.replica.type, item.replica.index): admitted_pod(job, item.replica, item.annotations)
+        for item in decision.create_pods
+    }
+    services = {(r.type, r.index): render_service(job.meta, r) for r in decision.create_services}
+    documents: list[dict[str, Any]] = [job.manifest]
+    for key in sorted(set(pods) | set(services), key=lambda k: _rank(decision, k)):
+        documents += [d for d in (pods.get(key), services.get(key)) if d is not None]
+    return documents
+
+
+def _rank(decision: Plan, key: tuple[str, int]) -> int:
+    replicas = [p.replica for p in decision.create_pods] + decision.create_services
+    return next(r.rank for r in replicas if (r.type, r.index) == key)

@@ -1,0 +1,200 @@
+"""The `torchjob` command.
+
+`torchjob run JOB.yaml` runs a PyTorchTrainingJob on this machine, each replica's training
+container as a local process, with the defaulting, validation, pod rendering and restart
+decisions of the cluster; `torchjob run --dry-run JOB.yaml` prints what a cluster would create.
+
+Exit codes: 0 the job succeeded (or the dry run rendered it), 1 the job failed, 2 the manifest was
+refused or cannot run here, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from torchjob.api import queries
+from torchjob.cli.cluster import admitted_pod, dry_run_documents, first_plan
+from torchjob.cli.console import Console
+from torchjob.cli.manifest import AdmittedJob, InvalidManifest, admit, read_manifest
+from torchjob.cli.runner import LocalRunner, RunResult, write_status
+from torchjob.render.local import LocalRenderError, gpu_shares, local_command
+from torchjob.render.topology import replicas_of, service_host
+
+EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="torchjob", description="PyTorchTrainingJob tools")
+    commands = top.add_subparsers(dest="command", required=True)
+    run = commands.add_parser(
+        "run",
+        help="run a job locally, each replica as a process",
+        description="Run a PyTorchTrainingJob on this machine: every replica's training "
+        "container becomes a local process, with the cluster's defaulting, validation, pod "
+        "rendering, restarts, backoffLimit and activeDeadlineSeconds.",
+    )
+    run.add_argument("manifest", metavar="JOB.yaml", help="the job's manifest ('-' for stdin)")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="run nothing: print the defaulted job, then every Pod and Service a cluster would "
+        "create (multi-document YAML); admission warnings go to stderr",
+    )
+    run.add_argument(
+        "-n",
+        "--namespace",
+        help="the namespace when the manifest names none (default: default)",
+    )
+    run.add_argument("--logs", metavar="DIR", type=Path, help="also write each replica's log here")
+    run.add_argument(
+        "--grace-period",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="time between SIGTERM and SIGKILL when a replica is stopped (default: 10)",
+    )
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    console = Console(sys.stdout, sys.stderr)
+    # A dry run shows a stable stand-in for the uid; a run is a new job with a uid of its own.
+    uid = None if args.dry_run else str(uuid.uuid4())
+    try:
+        job = admit(read_manifest(args.manifest), namespace=args.namespace, uid=uid)
+    except InvalidManifest as error:
+        for line in error.errors:
+            sys.stderr.write(f"error: {line}\n")
+        return EXIT_INVALID
+    for warning in job.warnings:
+        sys.stderr.write(f"Warning: {warning}\n")
+    try:
+        if args.dry_run:
+            sys.stdout.write(yaml.safe_dump_all(dry_run_documents(job), sort_keys=False))
+            return EXIT_SUCCEEDED
+        shares = _gpu_shares(job, console)
+        _preflight(job, shares)
+    except LocalRenderError as error:
+        sys.stderr.write(f"error: {error}\n")
+        return EXIT_INVALID
+    except ValueError as error:
+        # A value the CRD's schema refuses on a cluster (a procPerNode that is not a number
+        # or "gpu", say) but that validation does not check itself.
+        sys.stderr.write(f"error: the job cannot be rendered: {error}\n")
+        return EXIT_INVALID
+    runner = LocalRunner(
+        job, console, gpu_shares=shares, logs_dir=args.logs, grace_period=args.grace_period
+    )
+    _announce(job, console)
+    result = asyncio.run(runner.run())
+    if args.logs is not None:
+        write_status(args.logs / "status.yaml", result.status)
+    _summary(job, result, console)
+    if result.interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_SUCCEEDED if result.succeeded else EXIT_FAILED
+
+
+def _announce(job: AdmittedJob, console: Console) -> None:
+    count = len(replicas_of(job.spec))
+    console.say(
+        f"running PyTorchTrainingJob {job.key} here: {count} replica(s) as local processes; "
+        "container images and resource requests/limits are not used"
+    )
+
+
+def _preflight(job: AdmittedJob, shares: dict[int, list[str]] | None) -> None:
+    """Every replica can be turned into a process (it has a command to run, for one)."""
+    ports = {
+        service_host(job.meta["name"], job.meta["namespace"], r.type, r.index): 1
+        for r in replicas_of(job.spec)
+    }
+    for item in first_plan(job).create_pods:
+        pod = admitted_pod(job, item.replica, item.annotations)
+        gpus = None if shares is None else shares.get(item.replica.rank, [])
+        local_command(job.spec, pod, ports, is_master=item.replica.is_master, gpus=gpus)
+
+
+def _gpu_shares(job: AdmittedJob, console: Console) -> dict[int, list[str]] | None:
+    """Each replica's GPUs by rank; None when this machine has none (CUDA is left alone)."""
+    available = local_gpus()
+    config = job.spec.torchrun_config
+    by_gpu = queries.torchrun_enabled(job.spec) and bool(config and config.proc_per_node == "gpu")
+    if available is None:
+        if by_gpu:
+            raise LocalRenderError(
+                'spec.torchrunConfig.procPerNode is "gpu" and this machine has no GPU '
+                "(CUDA_VISIBLE_DEVICES, nvidia-smi)"
+            )
+        return None
+    limits = []
+    for replica in replicas_of(job.spec):
+        replica_spec = next(r for r in job.spec.replica_specs or [] if r.type == replica.type)
+        _, container = queries.training_container(replica_spec)
+        limits.append(queries.gpu_limit(container or {}))
+    shares = gpu_shares(limits, available)
+    console.say(
+        f"{len(available)} GPU(s) here; CUDA_VISIBLE_DEVICES by replica: "
+        + ", ".join(f"rank {rank}: {','.join(s) or 'none'}" for rank, s in enumerate(shares))
+    )
+    return dict(enumerate(shares))
+
+
+def local_gpus() -> list[str] | None:
+    """This machine's GPU ids: CUDA_VISIBLE_DEVICES when set, else what nvidia-smi lists."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        ids = [v.strip() for v in visible.split(",") if v.strip() and v.strip() != "-1"]
+        return ids or None
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    count = sum(1 for line in listed.stdout.splitlines() if line.startswith("GPU "))
+    return [str(i) for i in range(count)] or None
+
+
+def _summary(job: AdmittedJob, result: RunResult, console: Console) -> None:
+    status = result.status
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    final = conditions.get("Completed") or conditions.get("Failed")
+    if result.interrupted:
+        reason, message = "Interrupted", "stopped by a signal before the job finished"
+    elif final is not None and final.get("status") == "True":
+        reason, message = str(final.get("reason")), str(final.get("message"))
+    else:
+        reason, message = "NotFinished", "nothing could make progress here"
+    policy = job.spec.run_policy
+    limit = policy.backoff_limit if policy and policy.backoff_limit is not None else 3
+    console.say(f"job {job.key}: {status.get('phase', 'Pending')} ({reason}: {message})")
+    console.say(
+        f"restarts {status.get('backoffCount', 0)} (backoffLimit {limit}), "
+        f"duration {result.duration:.1f}s"
+    )
+    for task in status.get("tasks") or []:
+        for replica in task.get("replicas") or []:
+            console.say(f"  {replica.get('name')}: {_replica_outcome(replica)}")
+
+
+def _replica_outcome(replica: dict[str, Any]) -> str:
+    phase = replica.get("phase") or "not running"
+    codes = [c.get("exitCode") for c in replica.get("containers") or [] if "exitCode" in c]
+    return phase + (f", exit code {codes[0]}" if codes else "")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

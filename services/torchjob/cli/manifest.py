@@ -1,0 +1,131 @@
+"""A PyTorchTrainingJob manifest read from a file and admitted as the webhook admits it: defaulted,
+then validated, every violation with its field path."""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from torchjob.api import types
+from torchjob.api.defaults import default_job
+from torchjob.api.jsoncopy import json_copy
+from torchjob.api.types import PyTorchTrainingJob, PyTorchTrainingJobSpec
+from torchjob.api.validation import validate
+from torchjob.lifecycle.status import format_time
+
+DEFAULT_NAMESPACE = "default"
+GENERATED_SUFFIX = 5  # characters the apiserver appends to metadata.generateName
+API_VERSION = f"{types.GROUP}/{types.VERSION}"
+
+
+class InvalidManifest(Exception):
+    """The manifest cannot be admitted; `errors` are `field.path: message` lines."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("; ".join(errors))
+        self.errors = errors
+
+
+@dataclass(frozen=True, slots=True)
+class AdmittedJob:
+    """The defaulted job as stored (`manifest`), and the same job as the reconciler sees it once
+    the apiserver has given it a namespace, a uid and a generation (`job`)."""
+
+    manifest: dict[str, Any]
+    job: dict[str, Any]
+    spec: PyTorchTrainingJobSpec
+    typed: PyTorchTrainingJob
+    warnings: list[str]
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        meta: dict[str, Any] = self.job["metadata"]
+        return meta
+
+    @property
+    def key(self) -> str:
+        return f"{self.meta['namespace']}/{self.meta['name']}"
+
+
+def read_manifest(path: str) -> dict[str, Any]:
+    """The one YAML (or JSON) document of `path` ('-' reads standard input)."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    except OSError as error:
+        raise InvalidManifest([f"{path}: {error.strerror or error}"]) from error
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as error:
+        raise InvalidManifest([f"{path}: not valid YAML: {error}"]) from error
+    if len(documents) != 1:
+        raise InvalidManifest(
+            [f"{path}: holds {len(documents)} documents; give exactly one PyTorchTrainingJob"]
+        )
+    document = documents[0]
+    if not isinstance(document, dict):
+        raise InvalidManifest([f"{path}: must be an object, not {type(document).__name__}"])
+    return document
+
+
+def admit(
+    document: dict[str, Any], *, namespace: str | None = None, uid: str | None = None
+) -> AdmittedJob:
+    """Default and validate `document` as the webhook does; give it the identity the apiserver
+    would (the namespace, a uid: `uid`, or a stable stand-in derived from the name)."""
+    errors = _identity_errors(document, namespace)
+    if errors:
+        raise InvalidManifest(errors)
+    manifest, _ = default_job(document)
+    meta = manifest.setdefault("metadata", {})
+    meta["namespace"] = meta.get("namespace") or namespace or DEFAULT_NAMESPACE
+    result = validate(manifest)
+    if not result.allowed:
+        raise InvalidManifest([str(e) for e in result.errors])
+    job = json_copy(manifest)
+    job_meta = job["metadata"]
+    if not job_meta.get("name"):
+        job_meta["name"] = job_meta["generateName"] + _suffix(uid)
+    job_meta["uid"] = uid or str(uuid.uuid5(uuid.NAMESPACE_URL, f"torchjob:{_key(job_meta)}"))
+    job_meta.setdefault("generation", 1)
+    job_meta.setdefault("creationTimestamp", format_time(datetime.now(UTC)))
+    typed = PyTorchTrainingJob.from_dict(job)
+    assert typed.spec is not None  # validation refuses a job without one
+    return AdmittedJob(manifest, job, typed.spec, typed, result.warnings)
+
+
+def _identity_errors(document: dict[str, Any], namespace: str | None) -> list[str]:
+    errors = []
+    if document.get("apiVersion") != API_VERSION:
+        errors.append(f"apiVersion: must be {API_VERSION}, not {document.get('apiVersion')!r}")
+    if document.get("kind") != types.KIND:
+        errors.append(f"kind: must be {types.KIND}, not {document.get('kind')!r}")
+    meta = document.get("metadata")
+    if not isinstance(meta, dict):
+        return [*errors, "metadata: must be an object with a name"]
+    if not meta.get("name") and not meta.get("generateName"):
+        errors.append("metadata.name: is required (or metadata.generateName)")
+    written = meta.get("namespace")
+    if namespace and written and namespace != written:
+        errors.append(
+            f"metadata.namespace: {written!r} does not match the namespace asked for "
+            f"({namespace!r})"
+        )
+    return errors
+
+
+def _suffix(uid: str | None) -> str:
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"  # the apiserver's: no vowels, no look-alikes
+    if uid is None:  # a stable name for a stable rendering
+        return alphabet[0] * GENERATED_SUFFIX
+    return "".join(secrets.choice(alphabet) for _ in range(GENERATED_SUFFIX))
+
+
+def _key(meta: dict[str, Any]) -> str:
+    return f"{meta.get('namespace')}/{meta.get('name')}"

@@ -1,0 +1,78 @@
+"""Failures with real torchrun: a script exiting 1 fails the job with its reason and exit code, a
+job past its activeDeadlineSeconds is stopped, and Ctrl-C leaves no process behind."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from support.cli import SCRIPTS, alive, descendants, job, replicas, run_to_end, running
+
+
+def ddp_job(name: str, *script_args: str, **spec: Any) -> dict[str, Any]:
+    args = [str(SCRIPTS / "ddp_loop.py"), *script_args]
+    return job(
+        name,
+        [replicas("worker", 2, args=args)],
+        torchrunConfig={"enabled": True},
+        **spec,
+    )
+
+
+def _gone(pids: set[int], timeout: float = 10.0) -> set[int]:
+    deadline = time.monotonic() + timeout
+    while (left := {p for p in pids if alive(p)}) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+def test_a_script_exiting_1_fails_the_job(tmp_path: Path) -> None:
+    manifest = ddp_job("exit-one", "--steps", "50", "--fail-at", "2", "--exit-code", "1")
+    finished = run_to_end(manifest, tmp_path)
+    assert finished.returncode == 1
+    failed = finished.condition("Failed")
+    assert failed["reason"] == "MasterFailed"
+    assert failed["message"] == (
+        "replica exit-one-worker-0 failed with exit code 1 and is not restarted"
+    )
+    assert finished.status["backoffCount"] == 0
+    assert "torchjob: exit-one-worker-0 exited with exit code 1" in finished.stderr
+    assert any("job default/exit-one: Failed (MasterFailed:" in line for line in finished.stderr)
+
+
+def test_a_job_past_its_deadline_is_stopped(tmp_path: Path) -> None:
+    manifest = ddp_job(
+        "deadline", "--steps", "100000", "--sleep", "0.2", runPolicy={"activeDeadlineSeconds": 20}
+    )
+    with running(manifest, tmp_path) as run:
+        run.wait_for(r"^deadline-worker-0 *\| step 1 ", timeout=60)
+        assert run.process is not None
+        started = descendants(run.process.pid)
+        finished = run.finish(120)
+    assert finished.returncode == 1
+    assert finished.condition("Failed")["reason"] == "DeadlineExceeded"
+    assert "torchjob: stopping deadline-worker-0" in finished.stderr
+    assert "torchjob: stopping deadline-worker-1" in finished.stderr
+    assert not _gone(started)
+
+
+def test_ctrl_c_leaves_no_process_behind(tmp_path: Path) -> None:
+    with running(ddp_job("ctrl-c", "--steps", "100000"), tmp_path) as run:
+        run.wait_for(r"^ctrl-c-worker-0 *\| step 2 ", timeout=60)
+        assert run.process is not None
+        started = descendants(run.process.pid)
+        # two torchrun agents and their training processes (each in a session of its own)
+        assert len([p for p in started if "ddp_loop" in _command(p)]) >= 4
+        run.signal(signal.SIGINT)
+        finished = run.finish(60)
+    assert finished.returncode == 130
+    assert not _gone(started)
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    except OSError:
+        return ""
