@@ -32,6 +32,9 @@ report = {
     "group_world": world,
     "group_rank_sum": total.item(),
 }
-print("CHECK " + json.dumps(report), flush=True)
+# One write of the whole line: the processes of a replica share its stdout pipe, and an
+# unbuffered print() writes the text and its newline separately, so lines could interleave.
+# A pipe write of at most PIPE_BUF bytes is never split.
+os.write(sys.stdout.fileno(), ("CHECK " + json.dumps(report) + "\n").encode())
 dist.destroy_process_group()
 sys.exit(0 if rank == report["rank"] and total.item() == world * (world - 1) / 2 else 4)
