@@ -6,7 +6,7 @@ import copy
 from datetime import datetime
 from typing import Any
 
-from torchjob.lifecycle.status import format_time
+from torchjob.lifecycle.status import condition, format_time
 
 
 def creation_failed(
@@ -40,19 +40,8 @@ def _set_condition(
     stamp: str,
     value: str = "True",
 ) -> None:
-    conditions = [c for c in status.get("conditions") or [] if c.get("type") != kind]
-    previous: dict[str, Any] = next(
-        (c for c in status.get("conditions") or [] if c.get("type") == kind), {}
-    )
-    since = previous.get("lastTransitionTime") if previous.get("status") == value else stamp
-    conditions.append(
-        {
-            "type": kind,
-            "status": value,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": since or stamp,
-            "observedGeneration": generation,
-        }
-    )
-    status["conditions"] = conditions
+    conditions = status.get("conditions") or []
+    before = next((c for c in conditions if c.get("type") == kind), None)
+    status["conditions"] = [c for c in conditions if c.get("type") != kind] + [
+        condition(kind, value, reason, message, generation, stamp, before)
+    ]

@@ -99,23 +99,33 @@ def _conditions(
     generation = state.observed.job_meta.get("generation", 0)
     previous = {c.get("type"): c for c in state.observed.status.get("conditions") or []}
     wanted = _wanted_conditions(state, phase, outcome)
-    out = []
-    for kind, (status, reason, message) in wanted.items():
-        before = previous.get(kind) or {}
-        changed = before.get("status") != status
-        out.append(
-            {
-                "type": kind,
-                "status": status,
-                "reason": reason,
-                "message": message,
-                "lastTransitionTime": now
-                if changed or not before.get("lastTransitionTime")
-                else before["lastTransitionTime"],
-                "observedGeneration": generation,
-            }
-        )
-    return out
+    return [
+        condition(kind, status, reason, message, generation, now, previous.get(kind))
+        for kind, (status, reason, message) in wanted.items()
+    ]
+
+
+def condition(
+    kind: str,
+    status: str,
+    reason: str,
+    message: str,
+    generation: int,
+    now: str,
+    before: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """A condition as of `now`: its lastTransitionTime moves only when its status changes from
+    what it was `before`."""
+    since = (before or {}).get("lastTransitionTime")
+    unchanged = (before or {}).get("status") == status
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since if unchanged and since else now,
+        "observedGeneration": generation,
+    }
 
 
 def _wanted_conditions(
