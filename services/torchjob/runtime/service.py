@@ -72,7 +72,7 @@ class Settings:
     log_level: str
 
 
-def env(name: str, default: str) -> str:
+def env(name: str, default: str = "") -> str:
     """TORCHJOB_<name> from the environment, else `default`."""
     return os.environ.get(f"TORCHJOB_{name}", default)
 

@@ -6,6 +6,8 @@ import argparse
 import os
 from dataclasses import dataclass
 
+from torchjob.runtime.service import env
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -42,10 +44,6 @@ class Settings:
         return bool(self.cert_file and self.key_file)
 
 
-def _env(name: str, default: str = "") -> str:
-    return os.environ.get(f"TORCHJOB_{name}", default)
-
-
 def _csv(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
@@ -54,35 +52,35 @@ def parse(argv: list[str] | None = None) -> Settings:
     p = argparse.ArgumentParser(
         prog="python -m torchjob.webhook", description="torchjob admission webhook"
     )
-    namespace = _env("NAMESPACE", "torchjob-system")
+    namespace = env("NAMESPACE", "torchjob-system")
     p.add_argument(
         "--namespace",
         default=namespace,
         help="the namespace the webhook runs in ($TORCHJOB_NAMESPACE)",
     )
-    p.add_argument("--service-name", default=_env("WEBHOOK_SERVICE", "torchjob-webhook"))
-    p.add_argument("--secret-name", default=_env("WEBHOOK_SECRET", "torchjob-webhook-tls"))
-    p.add_argument("--mutating-config", default=_env("MUTATING_CONFIG", "torchjob-mutating"))
-    p.add_argument("--validating-config", default=_env("VALIDATING_CONFIG", "torchjob-validating"))
-    p.add_argument("--extra-dns-names", default=_env("WEBHOOK_DNS_NAMES"), help="comma-separated")
-    p.add_argument("--ip-addresses", default=_env("WEBHOOK_IPS"), help="comma-separated SAN IPs")
+    p.add_argument("--service-name", default=env("WEBHOOK_SERVICE", "torchjob-webhook"))
+    p.add_argument("--secret-name", default=env("WEBHOOK_SECRET", "torchjob-webhook-tls"))
+    p.add_argument("--mutating-config", default=env("MUTATING_CONFIG", "torchjob-mutating"))
+    p.add_argument("--validating-config", default=env("VALIDATING_CONFIG", "torchjob-validating"))
+    p.add_argument("--extra-dns-names", default=env("WEBHOOK_DNS_NAMES"), help="comma-separated")
+    p.add_argument("--ip-addresses", default=env("WEBHOOK_IPS"), help="comma-separated SAN IPs")
     p.add_argument(
         "--pod-creators",
-        default=_env("POD_CREATORS", f"system:serviceaccount:{namespace}:torchjob-reconciler"),
+        default=env("POD_CREATORS", f"system:serviceaccount:{namespace}:torchjob-reconciler"),
         help="comma-separated usernames allowed to create pods carrying the job label",
     )
-    p.add_argument("--host", default=_env("WEBHOOK_HOST", "0.0.0.0"))
-    p.add_argument("--port", type=int, default=int(_env("WEBHOOK_PORT", "9443")))
-    p.add_argument("--probe-port", type=int, default=int(_env("PROBE_PORT", "8080")))
+    p.add_argument("--host", default=env("WEBHOOK_HOST", "0.0.0.0"))
+    p.add_argument("--port", type=int, default=int(env("WEBHOOK_PORT", "9443")))
+    p.add_argument("--probe-port", type=int, default=int(env("PROBE_PORT", "8080")))
     p.add_argument(
-        "--cert-file", default=_env("WEBHOOK_CERT_FILE") or None, help="cert-manager mode"
+        "--cert-file", default=env("WEBHOOK_CERT_FILE") or None, help="cert-manager mode"
     )
-    p.add_argument("--key-file", default=_env("WEBHOOK_KEY_FILE") or None, help="cert-manager mode")
+    p.add_argument("--key-file", default=env("WEBHOOK_KEY_FILE") or None, help="cert-manager mode")
     p.add_argument(
-        "--rotate-check-seconds", type=float, default=float(_env("ROTATE_CHECK_SECONDS", "3600"))
+        "--rotate-check-seconds", type=float, default=float(env("ROTATE_CHECK_SECONDS", "3600"))
     )
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None)
-    p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
+    p.add_argument("--log-level", default=env("LOG_LEVEL", "INFO"))
     a = p.parse_args(argv)
     return Settings(
         namespace=a.namespace,
