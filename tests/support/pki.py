@@ -15,6 +15,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from torchjob.webhook.certificates import key_usage
+
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
 # Long enough for any test session; the clock skew margin covers a just-started VM.
@@ -39,7 +41,7 @@ def new_ca(common_name: str = "torchjob-test-ca") -> CertAndKey:
     builder = (
         _builder(subject, subject, key.public_key())
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(_key_usage(cert_sign=True), critical=True)
+        .add_extension(key_usage(cert_sign=True), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
     )
     return CertAndKey(builder.sign(key, hashes.SHA256()), key)
@@ -96,7 +98,7 @@ def _issue(
     builder = (
         _builder(subject, ca.cert.subject, key.public_key())
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(_key_usage(cert_sign=False), critical=True)
+        .add_extension(key_usage(cert_sign=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False
@@ -125,20 +127,6 @@ def _builder(
 def _name(common_name: str, organizations: Iterable[str] = ()) -> x509.Name:
     attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
     return x509.Name([*attributes, x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-
-
-def _key_usage(*, cert_sign: bool) -> x509.KeyUsage:
-    return x509.KeyUsage(
-        digital_signature=True,
-        content_commitment=False,
-        key_encipherment=False,
-        data_encipherment=False,
-        key_agreement=False,
-        key_cert_sign=cert_sign,
-        crl_sign=cert_sign,
-        encipher_only=False,
-        decipher_only=False,
-    )
 
 
 def _general_name(host: str) -> x509.GeneralName:

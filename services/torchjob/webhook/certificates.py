@@ -200,7 +200,7 @@ def _new_ca(now: datetime.datetime, validity: datetime.timedelta) -> _KeyPair:
     cert = (
         _builder(name, name, key.public_key(), now, now + validity)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(_key_usage(cert_sign=True), critical=True)
+        .add_extension(key_usage(cert_sign=True), critical=True)
         .sign(key, hashes.SHA256())
     )
     return _KeyPair(cert, key)
@@ -216,7 +216,7 @@ def _issue_serving(
     cert = (
         _builder(_name(names.common_name), ca.cert.subject, key.public_key(), now, end)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(_key_usage(cert_sign=False), critical=True)
+        .add_extension(key_usage(cert_sign=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(names.extension(), critical=False)
         .add_extension(
@@ -251,7 +251,8 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def _key_usage(*, cert_sign: bool) -> x509.KeyUsage:
+def key_usage(*, cert_sign: bool) -> x509.KeyUsage:
+    """Digital signature, and for a CA certificate and CRL signing too."""
     return x509.KeyUsage(
         digital_signature=True,
         content_commitment=False,
