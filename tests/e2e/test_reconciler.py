@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -148,16 +149,7 @@ async def happy_path(
     status = await job.wait_phase("Running")
     assert condition(status, "Running")["reason"] == "AllReplicasRunning"
     await job.kubelet.finish(f"{job.name}-worker-0", 0)
-    wait = await asyncio.to_thread(
-        control_plane.kubectl,
-        "wait",
-        "ptj",
-        job.name,
-        "-n",
-        admitted_namespace,
-        "--for=condition=Completed",
-        "--timeout=30s",
-    )
+    wait = await kubectl_wait(control_plane, job, "--for=condition=Completed")
     assert "condition met" in wait.stdout
     status = await job.status()
     assert status["phase"] == "Succeeded"
@@ -167,6 +159,16 @@ async def happy_path(
         control_plane.kubectl, "get", "ptj", job.name, "-n", admitted_namespace
     )
     assert "Succeeded" in table.stdout
+
+
+async def kubectl_wait(
+    control_plane: ControlPlane, job: Job, condition: str
+) -> subprocess.CompletedProcess[str]:
+    """`kubectl wait ptj/<job> <condition>`, as a user would wait for the job."""
+    return await asyncio.to_thread(
+        control_plane.kubectl,
+        *("wait", "ptj", job.name, "-n", job.namespace, condition, "--timeout=30s"),
+    )
 
 
 def assert_probes_and_metrics(reconciler: ServiceProcess) -> None:
@@ -217,16 +219,7 @@ async def master_failure(
     await job.wait_pods(names(job.name, "worker", 2))
     await job.run_all()
     await job.kubelet.finish(f"{job.name}-worker-0", 1)
-    wait = await asyncio.to_thread(
-        control_plane.kubectl,
-        "wait",
-        "ptj",
-        job.name,
-        "-n",
-        admitted_namespace,
-        "--for=jsonpath={.status.phase}=Failed",
-        "--timeout=30s",
-    )
+    wait = await kubectl_wait(control_plane, job, "--for=jsonpath={.status.phase}=Failed")
     assert wait.returncode == 0
     status = await job.status()
     assert condition(status, "Failed")["reason"] == "MasterFailed"
