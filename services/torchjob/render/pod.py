@@ -32,18 +32,22 @@ class Rewrite:
 
 
 def rewrite_pod(job: PyTorchTrainingJob, pod: dict[str, Any]) -> Rewrite:
-    """The rewritten pod and the JSONPatch (against `pod`) that makes it."""
+    """The rewritten pod and the JSONPatch (against `pod`) that makes it. `pod` is left as it was;
+    the rewritten pod shares with it whatever the rewrite does not change."""
     spec = job.spec or PyTorchTrainingJobSpec()
     meta = job.metadata or {}
     labels = (pod.get("metadata") or {}).get("labels") or {}
     replica, replica_spec = _locate(spec, labels)
-    out = json_copy(pod)
-    pod_spec = out.setdefault("spec", {})
+    # Copy on write: the spec and its container list are new, and only the training container,
+    # which is changed in place, is copied whole; the rest is shared with `pod`.
+    pod_spec = dict(pod.get("spec") or {})
+    out = {**pod, "spec": pod_spec}
     container_index, _ = queries.training_container_in(pod_spec)
-    containers = pod_spec.get("containers") or []
+    containers = list(pod_spec.get("containers") or [])
     if not containers:
         raise PodRewriteError("the pod has no container")
-    container = containers[container_index]
+    container = containers[container_index] = json_copy(containers[container_index])
+    pod_spec["containers"] = containers
     env = replica_env(
         spec,
         replica,
