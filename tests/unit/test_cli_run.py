@@ -306,10 +306,15 @@ def test_the_master_finishing_first_leaves_workers_a_moment_then_stops_them(
     assert "torchjob: settle-worker-0 was stopped with exit code 143" in finished.stderr
 
 
-def test_a_value_only_the_crd_schema_refuses_exits_2(tmp_path: Path) -> None:
+def test_a_value_only_the_crd_schema_refuses_exits_2_naming_the_field(tmp_path: Path) -> None:
     manifest = job_manifest("torchrun")
     manifest["spec"]["torchrunConfig"]["procPerNode"] = "many"  # the CRD's pattern refuses it
+    manifest["spec"]["torchrunConfig"]["maxRestarts"] = -1  # and its minimum this
     for extra in ((), ("--dry-run",)):
         finished = run_to_end(manifest, tmp_path, *extra)
         assert finished.returncode == 2
-        assert finished.stderr[-1].startswith("error: the job cannot be rendered: ")
+        assert finished.stdout == []
+        assert set(finished.stderr) >= {
+            "error: spec.torchrunConfig.procPerNode: 'many' does not match ^([1-9][0-9]{0,3}|gpu)$",
+            "error: spec.torchrunConfig.maxRestarts: -1 is less than the minimum 0",
+        }

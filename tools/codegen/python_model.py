@@ -21,7 +21,7 @@ def render(schema: Schema) -> str:
         "from dataclasses import dataclass, field",
         "from typing import Any, ClassVar, Literal",
         "",
-        "from torchjob.api.model import FieldInfo, Model",
+        "from torchjob.api.model import FieldInfo, Limits, Model",
         "",
         f"GROUP = {res.group!r}",
         f"VERSION = {res.version!r}",
@@ -78,7 +78,23 @@ def _field_info(schema: Schema, f: Field) -> str:
         args.append(f"values={_constant(f.ref or '')}_VALUES")
     if f.has_default:
         args.append(f"default={f.default!r}")
+    limits = _limits(f)
+    if limits:
+        args.append(f"limits=Limits({', '.join(limits)})")
     return f"FieldInfo({', '.join(args)})"
+
+
+LIMIT_OPTIONS = ("minimum", "maximum", "min_length", "max_length", "min_items", "max_items")
+
+
+def _limits(f: Field) -> list[str]:
+    """The Limits arguments for what the field's options constrain, as the CRD states them."""
+    opts = f.options
+    out = ["required=True"] if opts.required else []
+    out += [f"{name}={getattr(opts, name)}" for name in LIMIT_OPTIONS if opts.HasField(name)]
+    if opts.pattern:
+        out.append(f"pattern={opts.pattern!r}")
+    return out
 
 
 def _constant(name: str) -> str:

@@ -28,6 +28,22 @@ class ModelError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class Limits:
+    """What the CRD schema says of a field beyond its type. The apiserver checks these before any
+    webhook sees the object; `torchjob run`, which has no apiserver, checks them itself. For a
+    repeated field, the items bounds are the array's and the others each item's."""
+
+    required: bool = False
+    minimum: int | None = None
+    maximum: int | None = None
+    min_length: int | None = None
+    max_length: int | None = None
+    pattern: str = ""
+    min_items: int | None = None
+    max_items: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class FieldInfo:
     """How one attribute is stored in JSON."""
 
@@ -38,6 +54,7 @@ class FieldInfo:
     ref: str = ""  # the message class name for kind "message"
     values: tuple[str, ...] = ()  # allowed strings for kind "enum"
     default: Any = None  # JSON value the webhook fills in when the field is absent
+    limits: Limits | None = None
 
 
 _MODELS: dict[str, type[Model]] = {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from torchjob.api.model import FieldInfo, Model
+from torchjob.api.model import FieldInfo, Limits, Model
 
 GROUP = "batch.tensorstack.dev"
 VERSION = "v1beta1"
@@ -82,7 +82,9 @@ class PyTorchTrainingJob(Model):
         FieldInfo("api_version", "apiVersion", "string"),
         FieldInfo("kind", "kind", "string"),
         FieldInfo("metadata", "metadata", "object"),
-        FieldInfo("spec", "spec", "message", ref="PyTorchTrainingJobSpec"),
+        FieldInfo(
+            "spec", "spec", "message", ref="PyTorchTrainingJobSpec", limits=Limits(required=True)
+        ),
         FieldInfo("status", "status", "message", ref="PyTorchTrainingJobStatus"),
     )
 
@@ -101,7 +103,14 @@ class PyTorchTrainingJobSpec(Model):
     extra: dict[str, Any] = field(default_factory=dict)
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-        FieldInfo("replica_specs", "replicaSpecs", "message", repeated=True, ref="ReplicaSpec"),
+        FieldInfo(
+            "replica_specs",
+            "replicaSpecs",
+            "message",
+            repeated=True,
+            ref="ReplicaSpec",
+            limits=Limits(required=True, min_items=1, max_items=16),
+        ),
         FieldInfo("torchrun_config", "torchrunConfig", "message", ref="TorchrunConfig"),
         FieldInfo("elastic", "elastic", "message", ref="Elastic"),
         FieldInfo("run_policy", "runPolicy", "message", ref="RunPolicy"),
@@ -123,8 +132,15 @@ class ReplicaSpec(Model):
     extra: dict[str, Any] = field(default_factory=dict)
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-        FieldInfo("type", "type", "string"),
-        FieldInfo("replicas", "replicas", "int32", default=1),
+        FieldInfo(
+            "type",
+            "type",
+            "string",
+            limits=Limits(required=True, max_length=40, pattern="^[a-z]([-a-z0-9]*[a-z0-9])?$"),
+        ),
+        FieldInfo(
+            "replicas", "replicas", "int32", default=1, limits=Limits(minimum=1, maximum=10000)
+        ),
         FieldInfo(
             "restart_policy",
             "restartPolicy",
@@ -132,8 +148,10 @@ class ReplicaSpec(Model):
             values=RESTART_POLICY_VALUES,
             default="OnFailure",
         ),
-        FieldInfo("template", "template", "message", ref="PodTemplateSpec"),
-        FieldInfo("scaling_weight", "scalingWeight", "int32"),
+        FieldInfo(
+            "template", "template", "message", ref="PodTemplateSpec", limits=Limits(required=True)
+        ),
+        FieldInfo("scaling_weight", "scalingWeight", "int32", limits=Limits(minimum=0)),
     )
 
 
@@ -147,7 +165,7 @@ class PodTemplateSpec(Model):
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
         FieldInfo("metadata", "metadata", "object"),
-        FieldInfo("spec", "spec", "object"),
+        FieldInfo("spec", "spec", "object", limits=Limits(required=True)),
     )
 
 
@@ -169,13 +187,25 @@ class TorchrunConfig(Model):
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
         FieldInfo("enable", "enable", "boolean"),
         FieldInfo("enabled", "enabled", "boolean"),
-        FieldInfo("min_nodes", "minNodes", "int32"),
-        FieldInfo("max_restarts", "maxRestarts", "int32", default=0),
-        FieldInfo("proc_per_node", "procPerNode", "string", default="1"),
+        FieldInfo("min_nodes", "minNodes", "int32", limits=Limits(minimum=1)),
+        FieldInfo("max_restarts", "maxRestarts", "int32", default=0, limits=Limits(minimum=0)),
+        FieldInfo(
+            "proc_per_node",
+            "procPerNode",
+            "string",
+            default="1",
+            limits=Limits(max_length=4, pattern="^([1-9][0-9]{0,3}|gpu)$"),
+        ),
         FieldInfo(
             "rdzv_backend", "rdzvBackend", "enum", values=RDZV_BACKEND_VALUES, default="c10d"
         ),
-        FieldInfo("extra_options", "extraOptions", "string", repeated=True),
+        FieldInfo(
+            "extra_options",
+            "extraOptions",
+            "string",
+            repeated=True,
+            limits=Limits(max_length=1024, max_items=64),
+        ),
     )
 
 
@@ -192,9 +222,9 @@ class Elastic(Model):
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
         FieldInfo("enabled", "enabled", "boolean"),
-        FieldInfo("min_replicas", "minReplicas", "int32"),
-        FieldInfo("max_replicas", "maxReplicas", "int32"),
-        FieldInfo("expected_replicas", "expectedReplicas", "int32"),
+        FieldInfo("min_replicas", "minReplicas", "int32", limits=Limits(minimum=1)),
+        FieldInfo("max_replicas", "maxReplicas", "int32", limits=Limits(minimum=1)),
+        FieldInfo("expected_replicas", "expectedReplicas", "int32", limits=Limits(minimum=1)),
     )
 
 
@@ -209,8 +239,10 @@ class RunPolicy(Model):
     extra: dict[str, Any] = field(default_factory=dict)
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-        FieldInfo("backoff_limit", "backoffLimit", "int32", default=3),
-        FieldInfo("active_deadline_seconds", "activeDeadlineSeconds", "int64"),
+        FieldInfo("backoff_limit", "backoffLimit", "int32", default=3, limits=Limits(minimum=0)),
+        FieldInfo(
+            "active_deadline_seconds", "activeDeadlineSeconds", "int64", limits=Limits(minimum=1)
+        ),
         FieldInfo(
             "clean_up_policy",
             "cleanUpPolicy",
@@ -218,7 +250,12 @@ class RunPolicy(Model):
             values=CLEAN_UP_POLICY_VALUES,
             default="None",
         ),
-        FieldInfo("ttl_seconds_after_finished", "ttlSecondsAfterFinished", "int32"),
+        FieldInfo(
+            "ttl_seconds_after_finished",
+            "ttlSecondsAfterFinished",
+            "int32",
+            limits=Limits(minimum=0),
+        ),
     )
 
 
@@ -243,8 +280,10 @@ class T9kScheduler(Model):
     extra: dict[str, Any] = field(default_factory=dict)
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-        FieldInfo("queue", "queue", "string"),
-        FieldInfo("priority", "priority", "int32"),
+        FieldInfo(
+            "queue", "queue", "string", limits=Limits(required=True, min_length=1, max_length=63)
+        ),
+        FieldInfo("priority", "priority", "int32", limits=Limits(minimum=0, maximum=100)),
     )
 
 
@@ -259,8 +298,16 @@ class TensorBoardSpec(Model):
     extra: dict[str, Any] = field(default_factory=dict)
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-        FieldInfo("image", "image", "string"),
-        FieldInfo("training_log_filesets", "trainingLogFilesets", "string", repeated=True),
+        FieldInfo(
+            "image", "image", "string", limits=Limits(required=True, min_length=1, max_length=512)
+        ),
+        FieldInfo(
+            "training_log_filesets",
+            "trainingLogFilesets",
+            "string",
+            repeated=True,
+            limits=Limits(max_length=1024, max_items=32),
+        ),
         FieldInfo("log_dir", "logDir", "message", ref="LogDir"),
         FieldInfo("resources", "resources", "object"),
     )
@@ -274,7 +321,9 @@ class LogDir(Model):
     extra: dict[str, Any] = field(default_factory=dict)
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-        FieldInfo("pvc", "pvc", "message", repeated=True, ref="PVCLogSource"),
+        FieldInfo(
+            "pvc", "pvc", "message", repeated=True, ref="PVCLogSource", limits=Limits(max_items=32)
+        ),
     )
 
 
@@ -287,8 +336,16 @@ class PVCLogSource(Model):
     extra: dict[str, Any] = field(default_factory=dict)
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-        FieldInfo("name", "name", "string"),
-        FieldInfo("sub_path", "subPath", "string", repeated=True),
+        FieldInfo(
+            "name", "name", "string", limits=Limits(required=True, min_length=1, max_length=253)
+        ),
+        FieldInfo(
+            "sub_path",
+            "subPath",
+            "string",
+            repeated=True,
+            limits=Limits(max_length=1024, max_items=32),
+        ),
     )
 
 
@@ -319,7 +376,12 @@ class DebugMode(Model):
         FieldInfo("enable", "enable", "boolean"),
         FieldInfo("enabled", "enabled", "boolean"),
         FieldInfo(
-            "replica_specs", "replicaSpecs", "message", repeated=True, ref="DebugReplicaSpec"
+            "replica_specs",
+            "replicaSpecs",
+            "message",
+            repeated=True,
+            ref="DebugReplicaSpec",
+            limits=Limits(max_items=16),
         ),
     )
 
@@ -334,9 +396,21 @@ class DebugReplicaSpec(Model):
     extra: dict[str, Any] = field(default_factory=dict)
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-        FieldInfo("type", "type", "string"),
+        FieldInfo(
+            "type",
+            "type",
+            "string",
+            limits=Limits(required=True, max_length=40, pattern="^[a-z]([-a-z0-9]*[a-z0-9])?$"),
+        ),
         FieldInfo("skip_init_container", "skipInitContainer", "boolean", default=False),
-        FieldInfo("command", "command", "string", repeated=True, default=["sleep", "inf"]),
+        FieldInfo(
+            "command",
+            "command",
+            "string",
+            repeated=True,
+            default=["sleep", "inf"],
+            limits=Limits(max_length=4096, max_items=64),
+        ),
     )
 
 
@@ -350,7 +424,14 @@ class PauseMode(Model):
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
         FieldInfo("enabled", "enabled", "boolean"),
-        FieldInfo("resume_specs", "resumeSpecs", "message", repeated=True, ref="ResumeSpec"),
+        FieldInfo(
+            "resume_specs",
+            "resumeSpecs",
+            "message",
+            repeated=True,
+            ref="ResumeSpec",
+            limits=Limits(max_items=16),
+        ),
     )
 
 
@@ -365,10 +446,23 @@ class ResumeSpec(Model):
     extra: dict[str, Any] = field(default_factory=dict)
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-        FieldInfo("type", "type", "string"),
+        FieldInfo(
+            "type",
+            "type",
+            "string",
+            limits=Limits(required=True, max_length=40, pattern="^[a-z]([-a-z0-9]*[a-z0-9])?$"),
+        ),
         FieldInfo("skip_init_container", "skipInitContainer", "boolean"),
-        FieldInfo("command", "command", "string", repeated=True),
-        FieldInfo("args", "args", "string", repeated=True),
+        FieldInfo(
+            "command",
+            "command",
+            "string",
+            repeated=True,
+            limits=Limits(max_length=4096, max_items=64),
+        ),
+        FieldInfo(
+            "args", "args", "string", repeated=True, limits=Limits(max_length=4096, max_items=256)
+        ),
     )
 
 
@@ -389,8 +483,22 @@ class PyTorchTrainingJobStatus(Model):
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
         FieldInfo("phase", "phase", "enum", values=JOB_PHASE_VALUES),
-        FieldInfo("conditions", "conditions", "message", repeated=True, ref="Condition"),
-        FieldInfo("tasks", "tasks", "message", repeated=True, ref="TaskStatus"),
+        FieldInfo(
+            "conditions",
+            "conditions",
+            "message",
+            repeated=True,
+            ref="Condition",
+            limits=Limits(max_items=16),
+        ),
+        FieldInfo(
+            "tasks",
+            "tasks",
+            "message",
+            repeated=True,
+            ref="TaskStatus",
+            limits=Limits(max_items=16),
+        ),
         FieldInfo("aggregate", "aggregate", "message", ref="Aggregate"),
         FieldInfo("backoff_count", "backoffCount", "int32"),
         FieldInfo("start_time", "startTime", "string"),
@@ -413,12 +521,16 @@ class Condition(Model):
     extra: dict[str, Any] = field(default_factory=dict)
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-        FieldInfo("type", "type", "enum", values=CONDITION_TYPE_VALUES),
-        FieldInfo("status", "status", "enum", values=CONDITION_STATUS_VALUES),
-        FieldInfo("reason", "reason", "string"),
-        FieldInfo("message", "message", "string"),
+        FieldInfo(
+            "type", "type", "enum", values=CONDITION_TYPE_VALUES, limits=Limits(required=True)
+        ),
+        FieldInfo(
+            "status", "status", "enum", values=CONDITION_STATUS_VALUES, limits=Limits(required=True)
+        ),
+        FieldInfo("reason", "reason", "string", limits=Limits(max_length=1024)),
+        FieldInfo("message", "message", "string", limits=Limits(max_length=32768)),
         FieldInfo("last_transition_time", "lastTransitionTime", "string"),
-        FieldInfo("observed_generation", "observedGeneration", "int64"),
+        FieldInfo("observed_generation", "observedGeneration", "int64", limits=Limits(minimum=0)),
     )
 
 

@@ -3,13 +3,14 @@ them at once; soft problems come back as warnings. Pure: the webhook and `torchj
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from torchjob.api import queries
-from torchjob.api.model import ModelError
+from torchjob.api.model import Limits, Model, ModelError, child
 from torchjob.api.types import (
     Elastic,
     PyTorchTrainingJob,
@@ -44,8 +45,10 @@ class Result:
         return not self.errors
 
 
-def validate(obj: Any, old: Any = None) -> Result:
-    """Validate a (defaulted) job; with `old`, also the rules of an update."""
+def validate(obj: Any, old: Any = None, *, schema: bool = False) -> Result:
+    """Validate a (defaulted) job; with `old`, also the rules of an update. With `schema`, also
+    the bounds and patterns of the CRD schema, which the apiserver has checked before a webhook
+    sees the object, but nothing has checked before `torchjob run`."""
     result = Result()
     try:
         job = PyTorchTrainingJob.from_dict(obj)
@@ -56,6 +59,10 @@ def validate(obj: Any, old: Any = None) -> Result:
         result.errors.append(FieldError("spec", "is required"))
         return result
     result.errors += _spec_errors(job)
+    if schema:
+        # A field the rules above already refused needs no second message.
+        refused = {error.path for error in result.errors}
+        result.errors += [e for e in schema_errors(job) if e.path not in refused]
     result.warnings += list(_warnings(job.spec))
     if old is not None:
         try:
@@ -64,6 +71,60 @@ def validate(obj: Any, old: Any = None) -> Result:
             return result  # an old object that no longer decodes cannot constrain the update
         result.errors += _update_errors(previous, job)
     return result
+
+
+def schema_errors(message: Model, path: str = "") -> Iterator[FieldError]:
+    """Every value that breaks a limit of the CRD schema (bounds, lengths, patterns, required
+    fields, item counts), in this message and the messages within it."""
+    for info in message.FIELDS:
+        value = getattr(message, info.attr)
+        here = child(path, info.key)
+        if info.limits is not None:
+            yield from _limit_errors(info.limits, info.repeated, value, here)
+        if info.kind != "message" or value is None:
+            continue
+        if not info.repeated:
+            yield from schema_errors(value, here)
+            continue
+        for index, item in enumerate(value):
+            yield from schema_errors(item, f"{here}[{index}]")
+
+
+def _limit_errors(limits: Limits, repeated: bool, value: Any, path: str) -> Iterator[FieldError]:
+    if value is None:
+        if limits.required:
+            yield FieldError(path, "is required")
+        return
+    if not repeated:
+        yield from _value_errors(limits, value, path)
+        return
+    if limits.min_items is not None and len(value) < limits.min_items:
+        yield FieldError(path, f"must have at least {limits.min_items} items")
+    if limits.max_items is not None and len(value) > limits.max_items:
+        yield FieldError(path, f"must have at most {limits.max_items} items")
+    for index, item in enumerate(value):
+        yield from _value_errors(limits, item, f"{path}[{index}]")
+
+
+def _value_errors(limits: Limits, value: Any, path: str) -> Iterator[FieldError]:
+    if isinstance(value, int):
+        if limits.minimum is not None and value < limits.minimum:
+            yield FieldError(path, f"{value} is less than the minimum {limits.minimum}")
+        if limits.maximum is not None and value > limits.maximum:
+            yield FieldError(path, f"{value} is more than the maximum {limits.maximum}")
+    if not isinstance(value, str):
+        return
+    if limits.min_length is not None and len(value) < limits.min_length:
+        yield FieldError(path, f"must be at least {limits.min_length} characters")
+    if limits.max_length is not None and len(value) > limits.max_length:
+        yield FieldError(path, f"must be at most {limits.max_length} characters")
+    if limits.pattern and not _compiled(limits.pattern).search(value):
+        yield FieldError(path, f"{value!r} does not match {limits.pattern}")
+
+
+@functools.cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
 
 
 def _spec_errors(job: PyTorchTrainingJob) -> list[FieldError]:

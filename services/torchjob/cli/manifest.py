@@ -85,7 +85,7 @@ def admit(
     manifest, _ = default_job(document)
     meta = manifest.setdefault("metadata", {})
     meta["namespace"] = meta.get("namespace") or namespace or DEFAULT_NAMESPACE
-    result = validate(manifest)
+    result = validate(manifest, schema=True)
     if not result.allowed:
         raise InvalidManifest([str(e) for e in result.errors])
     job = json_copy(manifest)
