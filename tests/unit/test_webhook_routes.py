@@ -11,7 +11,7 @@ import structlog
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from torchjob.webhook.app import _route
+from torchjob.webhook.app import ADMISSION_LOG, _route
 
 REVIEW = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}
 
@@ -36,6 +36,7 @@ async def _client(app: web.Application) -> TestClient[Any, Any]:
 @pytest.mark.asyncio
 async def test_an_answer_that_raises_is_a_refusal_not_a_500() -> None:
     app = web.Application()
+    app[ADMISSION_LOG] = structlog.get_logger().bind()
     app.router.add_post("/x", _route("x", _failing))
     client = await _client(app)
     try:
@@ -54,6 +55,7 @@ async def test_an_answer_that_raises_is_a_refusal_not_a_500() -> None:
 @pytest.mark.asyncio
 async def test_each_request_is_answered_with_its_own_uid_bound() -> None:
     app = web.Application()
+    app[ADMISSION_LOG] = structlog.get_logger().bind()
     app.router.add_post("/x", _route("x", _context_echo))
     client = await _client(app)
     try:

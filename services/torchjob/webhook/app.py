@@ -117,6 +117,9 @@ class DecodedJobs:
 
 
 DECODED_JOBS = web.AppKey("decoded_jobs", DecodedJobs)
+# The module's logger is a lazy proxy that resolves itself on every call (five times the cost of a
+# filtered-out debug line); admissions log through one resolved once logging is configured.
+ADMISSION_LOG = web.AppKey("admission_log", structlog.typing.FilteringBoundLogger)
 
 
 Answer = Callable[[web.Application, Any], Awaitable[dict[str, Any]]]
@@ -139,7 +142,7 @@ def _route(endpoint: str, answer: Answer) -> Callable[[web.Request], Awaitable[w
                 "", "the webhook failed to process the request; see its log", 500, "InternalError"
             ).review()
         try:
-            return _answer(endpoint, review, started)
+            return _answer(http.app[ADMISSION_LOG], endpoint, review, started)
         finally:
             structlog.contextvars.reset_contextvars(**tokens)
 
@@ -188,7 +191,12 @@ def _metrics_of(endpoint: str, outcome: str) -> tuple[Counter, Histogram]:
     return ADMISSIONS.labels(endpoint, outcome), LATENCY.labels(endpoint, outcome)
 
 
-def _answer(endpoint: str, review: dict[str, Any], started: float) -> web.Response:
+def _answer(
+    logger: structlog.typing.FilteringBoundLogger,
+    endpoint: str,
+    review: dict[str, Any],
+    started: float,
+) -> web.Response:
     response = review["response"]
     outcome = "allowed" if response["allowed"] else "denied"
     if response.get("patch"):
@@ -198,9 +206,9 @@ def _answer(endpoint: str, review: dict[str, Any], started: float) -> web.Respon
     count.inc()
     latency.observe(elapsed)
     if response["allowed"]:
-        log.debug("admitted", endpoint=endpoint, outcome=outcome, seconds=elapsed)
+        logger.debug("admitted", endpoint=endpoint, outcome=outcome, seconds=elapsed)
     else:
-        log.info("admission denied", endpoint=endpoint, message=response["status"]["message"])
+        logger.info("admission denied", endpoint=endpoint, message=response["status"]["message"])
     return web.Response(body=orjson.dumps(review), content_type="application/json")
 
 
@@ -224,6 +232,10 @@ async def _job_of(app: web.Application, body: Any) -> dict[str, Any] | None:
     except NotFound:
         return None
     return job if isinstance(job, dict) else None
+
+
+async def _resolve_logger(app: web.Application) -> None:
+    app[ADMISSION_LOG] = log.bind()
 
 
 async def _api_client(app: web.Application) -> AsyncIterator[None]:
@@ -309,6 +321,7 @@ def init_app(settings: Settings) -> web.Application:
     app[SETTINGS] = settings
     app[TLS] = ServingCertificate()
     app[DECODED_JOBS] = DecodedJobs()
+    app.on_startup.append(_resolve_logger)
     app.cleanup_ctx.append(_api_client)
     app.cleanup_ctx.append(_job_cache)
     app.cleanup_ctx.append(_keep_certificate)
