@@ -3,6 +3,8 @@ refusal with a message, and log lines carry the uid of the request being answere
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -11,7 +13,7 @@ import structlog
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from torchjob.webhook.app import ADMISSION_LOG, _route
+from torchjob.webhook.app import ADMISSION_LOG, Answer, _route
 
 REVIEW = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}
 
@@ -27,26 +29,29 @@ async def _context_echo(_: web.Application, body: Any) -> dict[str, Any]:
     return {**REVIEW, "response": response}
 
 
-async def _client(app: web.Application) -> TestClient[Any, Any]:
-    client = TestClient(TestServer(app))
-    await client.start_server()
-    return client
+@contextlib.asynccontextmanager
+async def serving(answer: Answer) -> AsyncIterator[Callable[[str], Awaitable[dict[str, Any]]]]:
+    """`answer` behind the webhook's route on a loopback port; yields a function that posts a
+    review with the given uid and returns the review that came back."""
+    app = web.Application()
+    app[ADMISSION_LOG] = structlog.get_logger().bind()
+    app.router.add_post("/x", _route("x", answer))
+    async with TestClient(TestServer(app)) as client:
+
+        async def post(uid: str) -> dict[str, Any]:
+            body = {**REVIEW, "request": {"uid": uid}}
+            response = await client.post("/x", data=orjson.dumps(body))
+            assert response.status == 200
+            review: dict[str, Any] = orjson.loads(await response.read())
+            return review
+
+        yield post
 
 
 @pytest.mark.asyncio
 async def test_an_answer_that_raises_is_a_refusal_not_a_500() -> None:
-    app = web.Application()
-    app[ADMISSION_LOG] = structlog.get_logger().bind()
-    app.router.add_post("/x", _route("x", _failing))
-    client = await _client(app)
-    try:
-        body = {**REVIEW, "request": {"uid": "u-1"}}
-        response = await client.post("/x", data=orjson.dumps(body))
-        review = orjson.loads(await response.read())
-    finally:
-        await client.close()
-    assert response.status == 200
-    answer = review["response"]
+    async with serving(_failing) as post:
+        answer = (await post("u-1"))["response"]
     assert answer["allowed"] is False
     assert answer["status"]["code"] == 500
     assert "see its log" in answer["status"]["message"]
@@ -54,17 +59,7 @@ async def test_an_answer_that_raises_is_a_refusal_not_a_500() -> None:
 
 @pytest.mark.asyncio
 async def test_each_request_is_answered_with_its_own_uid_bound() -> None:
-    app = web.Application()
-    app[ADMISSION_LOG] = structlog.get_logger().bind()
-    app.router.add_post("/x", _route("x", _context_echo))
-    client = await _client(app)
-    try:
-        warnings = []
-        for uid in ("first", "second"):
-            body = {**REVIEW, "request": {"uid": uid}}
-            # One connection for both: aiohttp answers them in the same task and context.
-            response = await client.post("/x", data=orjson.dumps(body))
-            warnings.append(orjson.loads(await response.read())["response"]["warnings"][0])
-    finally:
-        await client.close()
+    async with serving(_context_echo) as post:
+        # One connection for both: aiohttp answers them in the same task and context.
+        warnings = [(await post(uid))["response"]["warnings"][0] for uid in ("first", "second")]
     assert warnings == ["bound uid first", "bound uid second"]
