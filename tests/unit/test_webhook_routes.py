@@ -52,6 +52,7 @@ async def serving(answer: Answer) -> AsyncIterator[Callable[[str], Awaitable[dic
 async def test_an_answer_that_raises_is_a_refusal_not_a_500() -> None:
     async with serving(_failing) as post:
         answer = (await post("u-1"))["response"]
+    assert answer["uid"] == "u-1"  # the apiserver discards an answer to another uid
     assert answer["allowed"] is False
     assert answer["status"]["code"] == 500
     assert "see its log" in answer["status"]["message"]

@@ -133,13 +133,19 @@ def _route(endpoint: str, answer: Answer) -> Callable[[web.Request], Awaitable[w
     async def serve(http: web.Request) -> web.Response:
         started = time.perf_counter()
         body = await _read_body(http)
-        tokens = _bind_request(body)
+        request = _request_fields(body)
+        tokens = _bind_request(request)
         try:
             review = await answer(http.app, body)
         except Exception:
             log.exception("admission handler failed", path=http.path)
+            # The apiserver discards an answer whose uid is not the request's.
+            uid = request.get("uid")
             review = refuse(
-                "", "the webhook failed to process the request; see its log", 500, "InternalError"
+                uid if isinstance(uid, str) else "",
+                "the webhook failed to process the request; see its log",
+                500,
+                "InternalError",
             ).review()
         try:
             return _answer(http.app[ADMISSION_LOG], endpoint, review, started)
@@ -170,12 +176,16 @@ async def _read_body(http: web.Request) -> Any:
         return None  # answered by the handler as a malformed review
 
 
-def _bind_request(body: Any) -> Mapping[str, contextvars.Token[Any]]:
+def _request_fields(body: Any) -> dict[str, Any]:
+    """The AdmissionReview's request object, or nothing when the body has none."""
+    request = body.get("request") if isinstance(body, dict) else None
+    return request if isinstance(request, dict) else {}
+
+
+def _bind_request(fields: dict[str, Any]) -> Mapping[str, contextvars.Token[Any]]:
     """Bind the request's identity to every log line written while it is handled. Bound and
     reset by token: structlog's `bound_contextvars` manager costs several times as much, on
     every admission."""
-    request = body.get("request") if isinstance(body, dict) else None
-    fields = request if isinstance(request, dict) else {}
     return structlog.contextvars.bind_contextvars(
         uid=fields.get("uid"),
         namespace=fields.get("namespace"),
