@@ -157,7 +157,9 @@ def test_resume_spec_applies_only_to_resuming_pods() -> None:
 def test_rewrite_is_idempotent_and_its_patch_reproduces_it(spec: dict[str, Any]) -> None:
     job = make_job([SIDECAR, TRAINER], **spec)
     original = make_pod(job)
+    as_admitted = copy.deepcopy(original)
     first = rewrite_pod(job, original)
+    assert original == as_admitted  # the rewrite shares parts of it, but changes none
     patched = copy.deepcopy(original)
     for op in first.patch:
         key = op["path"].removeprefix("/spec/")

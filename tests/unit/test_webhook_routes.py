@@ -1,17 +1,21 @@
 """The webhook's aiohttp routes, served for real on a loopback port: an answer that raises is a
-refusal with a message, and log lines carry the uid of the request being answered."""
+refusal with a message, log lines carry the uid of the request being answered, and nothing of it
+stays bound once it is answered."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from unittest import mock
 
 import orjson
 import pytest
 import structlog
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.streams import StreamReader
+from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 
 from torchjob.webhook.app import ADMISSION_LOG, Answer, _route
 
@@ -61,6 +65,24 @@ async def test_an_answer_that_raises_is_a_refusal_not_a_500() -> None:
 @pytest.mark.asyncio
 async def test_each_request_is_answered_with_its_own_uid_bound() -> None:
     async with serving(_context_echo) as post:
-        # One connection for both: aiohttp answers them in the same task and context.
         warnings = [(await post(uid))["response"]["warnings"][0] for uid in ("first", "second")]
     assert warnings == ["bound uid first", "bound uid second"]
+
+
+@pytest.mark.asyncio
+async def test_the_request_binding_is_gone_once_answered() -> None:
+    """Called in this test's own task: whatever the route left bound would still be here."""
+    app = web.Application()
+    app[ADMISSION_LOG] = structlog.get_logger().bind()
+    for answer in (_context_echo, _failing):
+        serve = _route("x", answer)
+        await serve(posted(app, {**REVIEW, "request": {"uid": "u-2"}}))
+        assert "uid" not in structlog.contextvars.get_contextvars()
+
+
+def posted(app: web.Application, review: dict[str, Any]) -> web.Request:
+    """An aiohttp request carrying `review` as its body, for calling a route directly."""
+    payload = StreamReader(mock.Mock(_reading_paused=False), 2**16, loop=asyncio.get_running_loop())
+    payload.feed_data(orjson.dumps(review))
+    payload.feed_eof()
+    return make_mocked_request("POST", "/x", app=app, payload=payload)

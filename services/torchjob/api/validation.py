@@ -62,7 +62,8 @@ def validate(obj: Any, old: Any = None, *, schema: bool = False) -> Result:
     if schema:
         # A field the rules above already refused needs no second message.
         refused = {error.path for error in result.errors}
-        result.errors += [e for e in schema_errors(job) if e.path not in refused]
+        # The spec only: the apiserver drops a status written on create.
+        result.errors += [e for e in schema_errors(job.spec, "spec") if e.path not in refused]
     result.warnings += list(_warnings(job.spec))
     if old is not None:
         try:
@@ -99,9 +100,9 @@ def _limit_errors(limits: Limits, repeated: bool, value: Any, path: str) -> Iter
         yield from _value_errors(limits, value, path)
         return
     if limits.min_items is not None and len(value) < limits.min_items:
-        yield FieldError(path, f"must have at least {limits.min_items} items")
+        yield FieldError(path, f"must have at least {_counted(limits.min_items, 'item')}")
     if limits.max_items is not None and len(value) > limits.max_items:
-        yield FieldError(path, f"must have at most {limits.max_items} items")
+        yield FieldError(path, f"must have at most {_counted(limits.max_items, 'item')}")
     for index, item in enumerate(value):
         yield from _value_errors(limits, item, f"{path}[{index}]")
 
@@ -115,16 +116,25 @@ def _value_errors(limits: Limits, value: Any, path: str) -> Iterator[FieldError]
     if not isinstance(value, str):
         return
     if limits.min_length is not None and len(value) < limits.min_length:
-        yield FieldError(path, f"must be at least {limits.min_length} characters")
+        yield FieldError(path, f"must be at least {_counted(limits.min_length, 'character')}")
     if limits.max_length is not None and len(value) > limits.max_length:
-        yield FieldError(path, f"must be at most {limits.max_length} characters")
+        yield FieldError(path, f"must be at most {_counted(limits.max_length, 'character')}")
     if limits.pattern and not _compiled(limits.pattern).search(value):
         yield FieldError(path, f"{value!r} does not match {limits.pattern}")
 
 
+def _counted(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+# An unescaped `$`. The apiserver's (RE2) `$` is the end of the text; Python's also matches before
+# a final newline, which would let "4\n" through a pattern the apiserver refuses it by.
+END_ANCHOR = re.compile(r"(?<!\\)\$")
+
+
 @functools.cache
 def _compiled(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
+    return re.compile(END_ANCHOR.sub(r"\\Z", pattern))
 
 
 def _spec_errors(job: PyTorchTrainingJob) -> list[FieldError]:

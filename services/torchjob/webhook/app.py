@@ -126,9 +126,9 @@ Answer = Callable[[web.Application, Any], Awaitable[dict[str, Any]]]
 
 
 def _route(endpoint: str, answer: Answer) -> Callable[[web.Request], Awaitable[web.Response]]:
-    """The aiohttp handler: read, answer, count, encode; an unexpected error becomes a refusal,
-    never a 500 page or a traceback. No middleware: this is the only route kind there is, and a
-    middleware would cost every admission a further call chain."""
+    """The aiohttp handler: read, answer, count, encode. Whatever the answer raises becomes a
+    refusal with a message, not a 500 page. No middleware: this is the only route kind there is,
+    and a middleware would cost every admission a further call chain."""
 
     async def serve(http: web.Request) -> web.Response:
         started = time.perf_counter()
@@ -136,23 +136,29 @@ def _route(endpoint: str, answer: Answer) -> Callable[[web.Request], Awaitable[w
         request = _request_fields(body)
         tokens = _bind_request(request)
         try:
-            review = await answer(http.app, body)
-        except Exception:
-            log.exception("admission handler failed", path=http.path)
-            # The apiserver discards an answer whose uid is not the request's.
-            uid = request.get("uid")
-            review = refuse(
-                uid if isinstance(uid, str) else "",
-                "the webhook failed to process the request; see its log",
-                500,
-                "InternalError",
-            ).review()
-        try:
+            review = await _answer_or_refuse(answer, http, body, request)
             return _answer(http.app[ADMISSION_LOG], endpoint, review, started)
         finally:
             structlog.contextvars.reset_contextvars(**tokens)
 
     return serve
+
+
+async def _answer_or_refuse(
+    answer: Answer, http: web.Request, body: Any, request: dict[str, Any]
+) -> dict[str, Any]:
+    try:
+        return await answer(http.app, body)
+    except Exception:
+        log.exception("admission handler failed", path=http.path)
+        # The apiserver discards an answer whose uid is not the request's.
+        uid = request.get("uid")
+        return refuse(
+            uid if isinstance(uid, str) else "",
+            "the webhook failed to process the request; see its log",
+            500,
+            "InternalError",
+        ).review()
 
 
 def _pure(handler: Callable[[Request], Response]) -> Answer:
