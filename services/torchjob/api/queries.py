@@ -10,6 +10,7 @@ from torchjob.api.types import PyTorchTrainingJobSpec, ReplicaSpec
 TRAINING_CONTAINER_NAME = "python"
 GPU_RESOURCE = "nvidia.com/gpu"
 MASTER_TYPE = "master"
+DEFAULT_BACKOFF_LIMIT = 3  # runPolicy.backoffLimit when absent, as the webhook fills it in
 
 PLAIN_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PYTHONUNBUFFERED")
 TORCHRUN_ENV = (
@@ -29,6 +30,12 @@ def torchrun_enabled(spec: PyTorchTrainingJobSpec) -> bool:
     """Either spelling; validation refuses a job where they disagree."""
     config = spec.torchrun_config
     return bool(config and (config.enabled or config.enable))
+
+
+def backoff_limit(spec: PyTorchTrainingJobSpec) -> int:
+    """How many replica restarts the job may make before it fails."""
+    limit = spec.run_policy.backoff_limit if spec.run_policy else None
+    return DEFAULT_BACKOFF_LIMIT if limit is None else limit
 
 
 def debug_enabled(spec: PyTorchTrainingJobSpec) -> bool:

@@ -33,16 +33,11 @@ def dry_run_documents(job: AdmittedJob) -> list[dict[str, Any]]:
     """The defaulted job, then every replica's Pod and Service, in rank order."""
     decision = first_plan(job)
     pods = {
-        (item.replica.type, item.replica.index): admitted_pod(job, item.replica, item.annotations)
+        item.replica: admitted_pod(job, item.replica, item.annotations)
         for item in decision.create_pods
     }
-    services = {(r.type, r.index): render_service(job.meta, r) for r in decision.create_services}
+    services = {r: render_service(job.meta, r) for r in decision.create_services}
     documents: list[dict[str, Any]] = [job.manifest]
-    for key in sorted(set(pods) | set(services), key=lambda k: _rank(decision, k)):
-        documents += [d for d in (pods.get(key), services.get(key)) if d is not None]
+    for replica in sorted(set(pods) | set(services), key=lambda r: r.rank):
+        documents += [d for d in (pods.get(replica), services.get(replica)) if d is not None]
     return documents
-
-
-def _rank(decision: Plan, key: tuple[str, int]) -> int:
-    replicas = [p.replica for p in decision.create_pods] + decision.create_services
-    return next(r.rank for r in replicas if (r.type, r.index) == key)

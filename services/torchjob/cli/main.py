@@ -28,7 +28,7 @@ from torchjob.cli.console import Console
 from torchjob.cli.manifest import AdmittedJob, InvalidManifest, admit, read_manifest
 from torchjob.cli.runner import LocalRunner, RunResult, write_status
 from torchjob.render.local import LocalRenderError, gpu_shares, local_command
-from torchjob.render.topology import replicas_of, service_host
+from torchjob.render.topology import replicas_of, service_host, world_size
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _announce(job: AdmittedJob, console: Console) -> None:
-    count = len(replicas_of(job.spec))
+    count = world_size(job.spec)
     console.say(
         f"running PyTorchTrainingJob {job.key} here: {count} replica(s) as local processes; "
         "container images and resource requests/limits are not used"
@@ -178,8 +178,7 @@ def _summary(job: AdmittedJob, result: RunResult, console: Console) -> None:
         reason, message = str(final.get("reason")), str(final.get("message"))
     else:
         reason, message = "NotFinished", "nothing could make progress here"
-    policy = job.spec.run_policy
-    limit = policy.backoff_limit if policy and policy.backoff_limit is not None else 3
+    limit = queries.backoff_limit(job.spec)
     console.say(f"job {job.key}: {status.get('phase', 'Pending')} ({reason}: {message})")
     console.say(
         f"restarts {status.get('backoffCount', 0)} (backoffLimit {limit}), "

@@ -32,7 +32,7 @@ from typing import IO, Any
 
 import yaml
 
-from torchjob.api import constants
+from torchjob.api import constants, queries
 from torchjob.cli.cluster import admitted_pod
 from torchjob.cli.console import Console
 from torchjob.cli.manifest import AdmittedJob
@@ -421,8 +421,7 @@ class LocalRunner:
             f"{self._name(r).removeprefix(self.job.meta['name'] + '-')} {self._phase(r)}"
             for r in replicas_of(self.job.spec)
         )
-        policy = self.job.spec.run_policy
-        limit = policy.backoff_limit if policy and policy.backoff_limit is not None else 3
+        limit = queries.backoff_limit(self.job.spec)
         return (
             f"{self.job.meta['name']} {self.status.get('phase', 'Pending')} "
             f"{elapsed // 60}:{elapsed % 60:02d} | {replicas} | "

@@ -18,7 +18,15 @@ from torchjob.housekeeper.executor import Executor
 from torchjob.kube.controller import Result, TerminalError
 from torchjob.kube.events import EventRecorder
 from torchjob.kube.informer import Informer, controller_uid
-from torchjob.kube.resources import DEPLOYMENTS, JOBS, OWNER_INDEX, PODS, SERVICES, job_key
+from torchjob.kube.resources import (
+    DEPLOYMENTS,
+    JOBS,
+    OWNER_INDEX,
+    PODS,
+    SERVICES,
+    job_key,
+    owner_job_key,
+)
 from torchjob.kube.workqueue import WorkQueue
 from torchjob.lifecycle.housekeeping import Observed, TensorBoardObserved, plan, view_owned
 from torchjob.lifecycle.status import is_terminal
@@ -109,16 +117,13 @@ class Housekeeper:
 
     def _replica(self, obj: dict[str, Any]) -> None:
         """Replica pods and Services matter once their job has finished (the clean-up)."""
-        if not controller_uid(obj):
+        key = owner_job_key(obj)
+        if key is None:
             return  # a labelled object someone else made
-        meta = obj.get("metadata") or {}
-        namespace, name = (
-            meta.get("namespace", ""),
-            (meta.get("labels") or {}).get(constants.LABEL_JOB_NAME, ""),
-        )
+        namespace, name = key.split("/", 1)
         job = self.jobs.get(namespace, name)
         if job is not None and is_terminal(job.get("status") or {}):
-            self.queue.add(f"{namespace}/{name}")
+            self.queue.add(key)
 
     def _tensorboard(self, obj: dict[str, Any]) -> None:
         for key in tensorboard_job_key(obj):

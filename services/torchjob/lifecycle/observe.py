@@ -7,6 +7,9 @@ from typing import Any
 
 from torchjob.api import constants, queries
 
+# The pod phases after which a pod's containers run no more.
+FINISHED_PHASES = ("Succeeded", "Failed")
+
 
 @dataclass(frozen=True, slots=True)
 class PodView:
@@ -23,7 +26,7 @@ class PodView:
 
     @property
     def finished(self) -> bool:
-        return self.phase in ("Succeeded", "Failed")
+        return self.phase in FINISHED_PHASES
 
 
 def view_pod(pod: dict[str, Any]) -> PodView | None:

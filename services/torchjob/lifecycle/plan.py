@@ -242,8 +242,7 @@ def _create(
 
 
 def _within_budget(state: _Round) -> bool:
-    policy = state.observed.spec.run_policy
-    limit = policy.backoff_limit if policy and policy.backoff_limit is not None else 3
+    limit = queries.backoff_limit(state.observed.spec)
     if state.backoff + 1 <= limit:
         return True
     state.outcome = Outcome(

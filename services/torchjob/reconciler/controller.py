@@ -17,7 +17,14 @@ from torchjob.kube.controller import Result, TerminalError
 from torchjob.kube.events import EventRecorder
 from torchjob.kube.expectations import Expectations
 from torchjob.kube.informer import Informer, controller_uid
-from torchjob.kube.resources import JOBS, OWNER_INDEX, PODS, SERVICES, job_key
+from torchjob.kube.resources import (
+    JOBS,
+    OWNER_INDEX,
+    PODS,
+    SERVICES,
+    job_key,
+    owner_job_key,
+)
 from torchjob.kube.workqueue import WorkQueue
 from torchjob.lifecycle.observe import view_pod
 from torchjob.lifecycle.plan import Observed, plan
@@ -79,14 +86,6 @@ class Reconciler:
         ):
             self.queue.add(job_key(new))
 
-    def _owner_key(self, obj: dict[str, Any]) -> str | None:
-        uids = controller_uid(obj)
-        if not uids:
-            return None  # a labelled object someone else made: ignored, never adopted
-        namespace = (obj.get("metadata") or {}).get("namespace")
-        labels = (obj.get("metadata") or {}).get("labels") or {}
-        return f"{namespace}/{labels.get(constants.LABEL_JOB_NAME)}"
-
     def _pod_added(self, pod: dict[str, Any]) -> None:
         self._created(pod, "pod")
 
@@ -94,13 +93,13 @@ class Reconciler:
         self._created(service, "service")
 
     def _created(self, obj: dict[str, Any], kind: str) -> None:
-        key = self._owner_key(obj)
+        key = owner_job_key(obj)
         if key:
             self.expectations.observed_creation(key, f"{kind}/{obj['metadata']['name']}")
             self.queue.add(key)
 
     def _pod_deleted(self, pod: dict[str, Any]) -> None:
-        key = self._owner_key(pod)
+        key = owner_job_key(pod)
         if key:
             self.expectations.observed_deletion(key, pod["metadata"]["name"])
             self.queue.add(key)
@@ -109,7 +108,7 @@ class Reconciler:
         self._owned_changed(new)
 
     def _owned_changed(self, obj: dict[str, Any]) -> None:
-        key = self._owner_key(obj)
+        key = owner_job_key(obj)
         if key:
             self.queue.add(key)
 

@@ -6,7 +6,7 @@ import argparse
 import os
 from dataclasses import dataclass
 
-from torchjob.runtime.service import env
+from torchjob.runtime.service import env, number
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,14 +70,20 @@ def parse(argv: list[str] | None = None) -> Settings:
         help="comma-separated usernames allowed to create pods carrying the job label",
     )
     p.add_argument("--host", default=env("WEBHOOK_HOST", "0.0.0.0"))
-    p.add_argument("--port", type=int, default=int(env("WEBHOOK_PORT", "9443")))
-    p.add_argument("--probe-port", type=int, default=int(env("PROBE_PORT", "8080")))
+    number(p, "--port", "WEBHOOK_PORT", 9443, "the HTTPS port admissions come to")
+    number(
+        p, "--probe-port", "PROBE_PORT", 8080, "the plain-HTTP port of /healthz, /readyz, /metrics"
+    )
     p.add_argument(
         "--cert-file", default=env("WEBHOOK_CERT_FILE") or None, help="cert-manager mode"
     )
     p.add_argument("--key-file", default=env("WEBHOOK_KEY_FILE") or None, help="cert-manager mode")
-    p.add_argument(
-        "--rotate-check-seconds", type=float, default=float(env("ROTATE_CHECK_SECONDS", "3600"))
+    number(
+        p,
+        "--rotate-check-seconds",
+        "ROTATE_CHECK_SECONDS",
+        3600.0,
+        "how often the serving certificate is checked for renewal",
     )
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None)
     p.add_argument("--log-level", default=env("LOG_LEVEL", "INFO"))
