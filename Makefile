@@ -16,18 +16,19 @@ PYTEST_FLAGS ?=
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+# The virtual environment with a current pip; each set of extras below installs into it.
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $@
 
 # torch, scikit-learn and tensorboard, for the example and the tests that run real torch; never
 # a dependency of the services. PyPI's Linux torch is the CUDA build (about 3 GB with its nvidia
 # packages); it runs on CPU as well.
-$(EXAMPLE_STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+$(EXAMPLE_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[example]'
 	@touch $@
 

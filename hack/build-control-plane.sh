@@ -97,5 +97,6 @@ GO
 case "${1:-build}" in
   build) build_etcd; build_kubernetes ;;
   print-dirs) echo "KUBE_DIR=$KUBE_DIR"; echo "ETCD_DIR=$ETCD_DIR" ;;
-  *) echo "usage: $0 [build|print-dirs]" >&2; exit 2 ;;
+  print-version) echo "$KUBE_VERSION" ;;
+  *) echo "usage: $0 [build|print-dirs|print-version]" >&2; exit 2 ;;
 esac

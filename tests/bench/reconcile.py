@@ -42,6 +42,7 @@ from torchjob.api import constants, types
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.kube.client import REQUESTS, new_api_client
 from torchjob.kube.informer import Informer, KubeObject, ResourceKind
+from torchjob.kube.resources import JOBS, PODS
 from torchjob.reconciler.settings import DEFAULT_BURST, DEFAULT_QPS
 from torchjob.render.replica import render_pod, render_service
 from torchjob.render.topology import replica_name, replicas_of
@@ -66,8 +67,6 @@ from support.processes import ServiceProcess  # noqa: E402
 
 from bench.admission import install_crd, print_machine  # noqa: E402
 
-PODS = ResourceKind("", "v1", "pods")
-JOBS = ResourceKind(types.GROUP, types.VERSION, types.PLURAL)
 USER_CONCURRENCY = 8
 WORKERS = 4  # the reconciler's default --workers
 SETTLE_TIMEOUT = 600.0

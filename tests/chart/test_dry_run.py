@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 from support import ControlPlane
-from support.helm import CHART, Manifest, dump, template
+from support.helm import CI_VALUES, Manifest, dump, template
 
 pytestmark = pytest.mark.e2e
 
-CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
 # Kinds from projects the chart integrates with; their CRDs are not part of this control plane.
 THIRD_PARTY_GROUPS = {"cert-manager.io", "monitoring.coreos.com"}
 

@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 import yaml
-from support.controlplane import REPO_ROOT
+from support.controlplane import REPO_ROOT, kube_version
 from support.helm import (
     CHART,
-    KUBE_VERSION,
+    CI_VALUES,
     Manifest,
     component,
+    component_objects,
     container_command,
     find,
     grants,
@@ -23,6 +24,7 @@ from support.helm import (
     one,
     rules_of,
     template,
+    values_args,
 )
 
 from torchjob.api import constants
@@ -30,12 +32,10 @@ from torchjob.housekeeper import settings as housekeeper_settings
 from torchjob.reconciler import settings as reconciler_settings
 from torchjob.webhook import settings as webhook_settings
 
-CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
 CRD = REPO_ROOT / "crds" / "batch.tensorstack.dev_pytorchtrainingjobs.yaml"
 NAMESPACE = "ml-system"
 COMPONENTS = ("webhook", "reconciler", "housekeeper")
-# The services whose command-line parser exists in this tree; add "torchjob.housekeeper" here
-# once it does.
+# Each service's own command-line parser.
 PARSERS = {
     "torchjob.webhook": webhook_settings.parse,
     "torchjob.reconciler": reconciler_settings.parse,
@@ -64,7 +64,7 @@ def values_of(name: str) -> dict[str, Any]:
 @pytest.mark.parametrize("values", CI_VALUES, ids=variant)
 def test_lint_strict(values: Path) -> None:
     result = helm(
-        "lint", "--strict", str(CHART), "--values", str(values), "--kube-version", KUBE_VERSION
+        "lint", "--strict", str(CHART), "--values", str(values), "--kube-version", kube_version()
     )
     assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
 
@@ -116,14 +116,6 @@ def test_every_service_has_its_objects(rendered: tuple[str, list[Manifest]]) -> 
             not m["kind"].endswith("WebhookConfiguration")
         ):
             assert m["metadata"]["namespace"] == NAMESPACE, m["metadata"]["name"]
-
-
-def component_objects(manifests: list[Manifest], part: str) -> list[Manifest]:
-    return [
-        m
-        for m in manifests
-        if (m["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == part
-    ]
 
 
 def test_pods_are_restricted_and_probed(rendered: tuple[str, list[Manifest]]) -> None:
@@ -211,9 +203,7 @@ def test_rendered_arguments_are_what_the_services_accept(
     parsed: dict[str, Any] = {}
     for part, command in commands.items():
         assert command.module == f"torchjob.{part}"
-        parse = PARSERS.get(command.module)
-        if parse is None:
-            continue
+        parse = PARSERS[command.module]
         for key, value in command.env.items():
             monkeypatch.setenv(key, value)
         parsed[part] = parse(command.args)
@@ -386,8 +376,6 @@ BAD_VALUES = [
 
 @pytest.mark.parametrize(("key", "value", "message"), BAD_VALUES, ids=[b[0] for b in BAD_VALUES])
 def test_schema_rejects_a_wrong_value(key: str, value: object, message: str) -> None:
-    from support.helm import values_args
-
     result = helm(
         "template", "torchjob", str(CHART), *values_args(settings={key: value}), check=False
     )

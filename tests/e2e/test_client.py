@@ -4,8 +4,6 @@ beyond the burst wait for tokens, a watch does not."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from typing import Any, cast
 
 import aiohttp
@@ -13,14 +11,8 @@ from kubernetes_asyncio import client
 from support import ControlPlane
 from support.fake_time import FakeTime, settle
 
+from e2e.test_informer import eventually
 from torchjob.kube.client import RateLimitedApiClient, TokenBucket, new_api_client
-
-
-async def eventually(condition: Callable[[], bool], within: float = 30.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met"
-        await asyncio.sleep(0.05)
 
 
 async def test_requests_beyond_the_burst_wait_and_watches_do_not(

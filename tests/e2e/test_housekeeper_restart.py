@@ -7,17 +7,15 @@ pods and deleting the Services, and is killed there."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+import pytest
 from kubernetes_asyncio import client
 from support import ControlPlane
 from support.operator import (
     HOUSEKEEPER_RULES,
     housekeeper_kubeconfig,
-    reconciler_kubeconfig,
     start_housekeeper,
-    start_reconciler,
 )
 from support.processes import ServiceProcess
 
@@ -38,25 +36,15 @@ def without_service_deletion() -> list[dict[str, object]]:
 
 
 def actions(process: ServiceProcess) -> dict[str, float]:
-    found = re.findall(
-        r'^torchjob_housekeeper_actions_total\{action="([a-z_]+)"\} ([0-9.e+]+)$',
-        process.metrics(),
-        re.MULTILINE,
-    )
-    return {action: float(value) for action, value in found}
+    samples = process.samples("torchjob_housekeeper_actions_total")  # by '{action="..."}'
+    return {labels[len('{action="') : -len('"}')]: value for labels, value in samples.items()}
 
 
+@pytest.mark.usefixtures("reconciler")
 async def test_killed_mid_clean_up_then_restarted_does_nothing_twice(
-    control_plane: ControlPlane,
-    kube_client: client.ApiClient,
-    admitted_namespace: str,
-    webhook_server: ServiceProcess,
+    control_plane: ControlPlane, kube_client: client.ApiClient, admitted_namespace: str
 ) -> None:
-    reconciler = start_reconciler(control_plane, reconciler_kubeconfig(control_plane))
-    try:
-        await _scenario(control_plane, kube_client, admitted_namespace)
-    finally:
-        reconciler.close()
+    await _scenario(control_plane, kube_client, admitted_namespace)
 
 
 async def _scenario(control_plane: ControlPlane, api: client.ApiClient, namespace: str) -> None:

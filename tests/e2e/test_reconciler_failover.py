@@ -24,13 +24,10 @@ from support.processes import ServiceProcess
 
 from e2e.test_reconciler import Job, condition, names
 from torchjob.api import constants
+from torchjob.kube.resources import JOBS, PODS, SERVICES
 
 RECOVERY_TIMEOUT = 90.0
-INFORMED = {
-    "/api/v1/pods",
-    "/api/v1/services",
-    "/apis/batch.tensorstack.dev/v1beta1/pytorchtrainingjobs",
-}
+INFORMED = {kind.path(None) for kind in (PODS, SERVICES, JOBS)}
 
 
 class Scenario:

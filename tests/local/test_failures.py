@@ -4,11 +4,10 @@ job past its activeDeadlineSeconds is stopped, and Ctrl-C leaves no process behi
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
-from support.cli import SCRIPTS, alive, descendants, job, replicas, run_to_end, running
+from support.cli import SCRIPTS, descendants, job, replicas, run_to_end, running, still_alive
 
 
 def ddp_job(name: str, *script_args: str, **spec: Any) -> dict[str, Any]:
@@ -19,13 +18,6 @@ def ddp_job(name: str, *script_args: str, **spec: Any) -> dict[str, Any]:
         torchrunConfig={"enabled": True},
         **spec,
     )
-
-
-def _gone(pids: set[int], timeout: float = 10.0) -> set[int]:
-    deadline = time.monotonic() + timeout
-    while (left := {p for p in pids if alive(p)}) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return left
 
 
 def test_a_script_exiting_1_fails_the_job(tmp_path: Path) -> None:
@@ -55,7 +47,7 @@ def test_a_job_past_its_deadline_is_stopped(tmp_path: Path) -> None:
     assert finished.condition("Failed")["reason"] == "DeadlineExceeded"
     assert "torchjob: stopping deadline-worker-0" in finished.stderr
     assert "torchjob: stopping deadline-worker-1" in finished.stderr
-    assert not _gone(started)
+    assert not still_alive(started, 10.0)
 
 
 def test_ctrl_c_leaves_no_process_behind(tmp_path: Path) -> None:
@@ -68,7 +60,7 @@ def test_ctrl_c_leaves_no_process_behind(tmp_path: Path) -> None:
         run.signal(signal.SIGINT)
         finished = run.finish(60)
     assert finished.returncode == 130
-    assert not _gone(started)
+    assert not still_alive(started, 10.0)
 
 
 def _command(pid: int) -> str:

@@ -250,3 +250,11 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def still_alive(pids: set[int], timeout: float) -> set[int]:
+    """The processes of `pids` still running once they all ended or `timeout` passed."""
+    deadline = time.monotonic() + timeout
+    while (left := {p for p in pids if alive(p)}) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left

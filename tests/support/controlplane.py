@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
+import functools
 import http.client
 import itertools
 import json
@@ -95,6 +96,14 @@ class Binaries:
             kube_controller_manager=_require_binary(kube_dir, "kube-controller-manager"),
             kubectl=_require_binary(kube_dir, "kubectl"),
         )
+
+
+@functools.cache
+def kube_version() -> str:
+    """The Kubernetes version the control plane is built at, from the build script."""
+    return subprocess.run(
+        ["bash", str(BUILD_SCRIPT), "print-version"], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def _build_cache_dirs() -> dict[str, Path]:

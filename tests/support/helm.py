@@ -3,6 +3,7 @@ Deployments turned back into the command line and environment of their container
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -13,13 +14,13 @@ from typing import Any
 
 import yaml
 
-from .controlplane import REPO_ROOT, ControlPlane
+from .controlplane import REPO_ROOT, ControlPlane, kube_version
 from .processes import ServiceProcess
 
 CHART = REPO_ROOT / "charts" / "torchjob"
+# The values variants the chart is rendered, linted and dry-run with.
+CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
 INSTALL_SCRIPT = REPO_ROOT / "hack" / "install-helm.sh"
-# What `helm template` assumes about the cluster: the version the test control plane runs.
-KUBE_VERSION = "v1.37.2"
 
 Manifest = dict[str, Any]
 
@@ -31,6 +32,7 @@ class HelmError(subprocess.CalledProcessError):
         return f"{super().__str__()}\n{self.stderr}"
 
 
+@functools.cache
 def helm_binary() -> Path:
     """The cached helm, found where the install script (the one source of its version) puts it."""
     path = Path(
@@ -81,7 +83,8 @@ def template(
 ) -> list[Manifest]:
     """The chart rendered by `helm template`, one dict per object."""
     args = ["template", release, str(CHART), "--namespace", namespace]
-    args += ["--kube-version", KUBE_VERSION]
+    # What helm assumes about the cluster: the version the test control plane runs.
+    args += ["--kube-version", kube_version()]
     if include_crds:
         args.append("--include-crds")
     text = helm(*args, *values_args(values_files, settings)).stdout
@@ -106,14 +109,18 @@ def one(manifests: Iterable[Manifest], kind: str, name: str | None = None) -> Ma
     return found[0]
 
 
-def component(manifests: Iterable[Manifest], kind: str, name: str) -> Manifest:
-    """The object of `kind` belonging to component `name` (webhook, reconciler, housekeeper)."""
-    found = [
+def component_objects(manifests: Iterable[Manifest], name: str) -> list[Manifest]:
+    """Every object belonging to component `name` (webhook, reconciler, housekeeper)."""
+    return [
         m
         for m in manifests
-        if m["kind"] == kind
-        and (m["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == name
+        if (m["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == name
     ]
+
+
+def component(manifests: Iterable[Manifest], kind: str, name: str) -> Manifest:
+    """The object of `kind` belonging to component `name`."""
+    found = [m for m in component_objects(manifests, name) if m["kind"] == kind]
     assert len(found) == 1, f"expected one {kind} of {name}, found {len(found)}"
     return found[0]
 

@@ -9,9 +9,8 @@ from collections.abc import AsyncIterator
 
 from kubernetes_asyncio import client
 
-from torchjob.kube.informer import Informer, KubeObject, ResourceKind
-
-PODS = ResourceKind("", "v1", "pods")
+from torchjob.kube.informer import Informer, KubeObject
+from torchjob.kube.resources import PODS
 
 
 @contextlib.asynccontextmanager

@@ -213,7 +213,8 @@ def wait_leading(process: ServiceProcess, timeout: float = READY_TIMEOUT) -> Non
 
 HOUSEKEEPER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:torchjob-housekeeper"
 ALL = ["get", "list", "watch", "create", "update", "patch", "delete"]
-# The housekeeper's RBAC, as the chart grants it.
+# The housekeeper's cluster-wide RBAC, as the chart grants it (charts/torchjob/templates/
+# housekeeper/rbac.yaml); its Lease rule is LEASE_RULES, not limited to one name here.
 HOUSEKEEPER_RULES: list[dict[str, Any]] = [
     {
         "apiGroups": ["batch.tensorstack.dev"],
@@ -224,6 +225,11 @@ HOUSEKEEPER_RULES: list[dict[str, Any]] = [
         "apiGroups": ["batch.tensorstack.dev"],
         "resources": ["pytorchtrainingjobs/status"],
         "verbs": ["get", "patch"],
+    },
+    {
+        "apiGroups": ["batch.tensorstack.dev"],
+        "resources": ["pytorchtrainingjobs/finalizers"],
+        "verbs": ["update"],
     },
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
     {"apiGroups": [""], "resources": ["services"], "verbs": ALL},

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import signal
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
 import yaml
-from support.cli import alive, descendants, job, replicas, run_to_end, running
+from support.cli import descendants, job, replicas, run_to_end, running, still_alive
 from support.operator import job_manifest
 
 PYTHON = ["python", "-c"]
@@ -251,16 +250,7 @@ def test_ctrl_c_stops_every_replica_and_what_they_started(tmp_path: Path) -> Non
         in finished.stderr
     )
     assert any("Interrupted" in line for line in finished.stderr)
-    assert _all_gone(started)
-
-
-def _all_gone(pids: set[int], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while any(alive(p) for p in pids):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+    assert not still_alive(started, 5.0)
 
 
 def test_a_paused_job_ends_as_nothing_can_resume_it_here(tmp_path: Path) -> None:

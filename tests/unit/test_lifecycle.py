@@ -260,12 +260,15 @@ def test_backoff_exhaustion_fails_the_job() -> None:
     assert conditions(result.status)["Failed"] == ("True", "BackoffLimitExceeded")
 
 
+def master_succeeded(job: PyTorchTrainingJobSpec) -> Plan:
+    """The plan once the master of a settled job has succeeded, its workers still running."""
+    status = settle(job, all_pods(job))
+    return observe(job, [pod("master", 0, "Succeeded"), pod("worker", 0), pod("worker", 1)], status)
+
+
 def test_master_success_completes_the_job() -> None:
     job = spec()
-    status = settle(job, all_pods(job))
-    result = observe(
-        job, [pod("master", 0, "Succeeded"), pod("worker", 0), pod("worker", 1)], status
-    )
+    result = master_succeeded(job)
     assert result.status["phase"] == "Succeeded"
     assert conditions(result.status)["Completed"] == ("True", "MasterSucceeded")
     assert result.status["completionTime"] == "2026-01-01T12:00:00Z"
@@ -291,10 +294,7 @@ def test_without_master_type_the_first_replica_decides() -> None:
 
 def test_terminal_job_is_never_acted_on() -> None:
     job = spec()
-    status = settle(job, all_pods(job))
-    done = observe(
-        job, [pod("master", 0, "Succeeded"), pod("worker", 0), pod("worker", 1)], status
-    ).status
+    done = master_succeeded(job).status
     later = observe(job, [pod("master", 0, "Succeeded")], done, now=NOW + timedelta(hours=1))
     assert later.create_pods == []
     assert later.delete_pods == []
@@ -305,10 +305,7 @@ def test_terminal_job_is_never_acted_on() -> None:
 
 def test_pods_cleaned_up_after_the_end_count_as_deleted_not_creating() -> None:
     job = spec()
-    status = settle(job, all_pods(job))
-    done = observe(
-        job, [pod("master", 0, "Succeeded"), pod("worker", 0), pod("worker", 1)], status
-    ).status
+    done = master_succeeded(job).status
     assert done["aggregate"]["creating"] == 0
     cleaned = observe(job, [], done, now=NOW + timedelta(minutes=1)).status
     assert cleaned["aggregate"]["deleted"] == 3
