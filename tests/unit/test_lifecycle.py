@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJobSpec
-from torchjob.lifecycle.observe import PodView, view_pod
+from torchjob.lifecycle.observe import ContainerView, PodView, view_pod
 from torchjob.lifecycle.plan import Observed, Plan, plan
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -50,9 +50,11 @@ def pod(
     debug: bool = False,
     deleting: bool = False,
 ) -> PodView:
-    containers: tuple[tuple[str, str, int | None], ...] = ()
+    containers: tuple[ContainerView, ...] = ()
     if phase in ("Succeeded", "Failed"):
-        containers = (("python", "terminated", exit_code if exit_code is not None else 0),)
+        containers = (
+            ContainerView("python", "terminated", exit_code if exit_code is not None else 0),
+        )
     return PodView(
         f"j-{kind}-{index}",
         uid or f"uid-{kind}-{index}",

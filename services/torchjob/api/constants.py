@@ -19,6 +19,10 @@ FIELD_MANAGER: Final = "torchjob"
 # On every replica pod: the job's backoffCount including this pod's own creation. Persisting the
 # count on the pod makes it survive a crash between creating the pod and writing the status.
 ANNOTATION_BACKOFF_COUNT: Final = f"{GROUP}/backoff-count"
+# On every replica pod: the replica's restarts in a row that led to this pod (0 for a first pod).
+# The next restart's delay grows with it (lifecycle/backoff.py); kept on the pod so that neither a
+# crash nor a stale status loses it while the pod lives.
+ANNOTATION_CONSECUTIVE_RESTARTS: Final = f"{GROUP}/consecutive-restarts"
 # On pods created while debug mode is on: they are replaced when debug mode is switched off.
 ANNOTATION_DEBUG: Final = f"{GROUP}/debug"
 # On a job's TensorBoard Deployment, its pods and its Service; the value is the job's name. They
@@ -43,6 +47,8 @@ REASON_RESUMING: Final = "Resuming"
 REASON_MASTER_SUCCEEDED: Final = "MasterSucceeded"
 REASON_MASTER_FAILED: Final = "MasterFailed"
 REASON_REPLICA_FAILED: Final = "ReplicaFailed"
+# ReplicaFailure condition and Event: a replica that ended waits for its restart delay.
+REASON_RESTART_BACKOFF: Final = "RestartBackoff"
 REASON_BACKOFF_LIMIT_EXCEEDED: Final = "BackoffLimitExceeded"
 REASON_DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
 REASON_POD_CREATION_FAILED: Final = "PodCreationFailed"

@@ -558,6 +558,7 @@ class ReplicaStatus(Model):
     uid: str | None = None
     phase: str | None = None
     containers: list[ContainerStatus] | None = None
+    consecutive_restarts: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
@@ -565,6 +566,7 @@ class ReplicaStatus(Model):
         FieldInfo("uid", "uid", "string"),
         FieldInfo("phase", "phase", "string"),
         FieldInfo("containers", "containers", "message", repeated=True, ref="ContainerStatus"),
+        FieldInfo("consecutive_restarts", "consecutiveRestarts", "int32", limits=Limits(minimum=0)),
     )
 
 
@@ -575,12 +577,14 @@ class ContainerStatus(Model):
     name: str | None = None
     state: str | None = None
     exit_code: int | None = None
+    reason: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
         FieldInfo("name", "name", "string"),
         FieldInfo("state", "state", "string"),
         FieldInfo("exit_code", "exitCode", "int32"),
+        FieldInfo("reason", "reason", "string", limits=Limits(max_length=1024)),
     )
 
 

@@ -18,7 +18,7 @@ from torchjob.api.defaults import default_job
 from torchjob.api.jsoncopy import json_copy
 from torchjob.api.types import PyTorchTrainingJob, PyTorchTrainingJobSpec
 from torchjob.api.validation import validate
-from torchjob.lifecycle.status import format_time
+from torchjob.lifecycle.times import format_time
 
 DEFAULT_NAMESPACE = "default"
 GENERATED_SUFFIX = 5  # characters the apiserver appends to metadata.generateName

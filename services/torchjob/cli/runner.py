@@ -33,13 +33,16 @@ from typing import IO, Any
 import yaml
 
 from torchjob.api import constants, queries
+from torchjob.api.constants import REASON_RESTART_BACKOFF
 from torchjob.cli.cluster import admitted_pod
 from torchjob.cli.console import Console
 from torchjob.cli.manifest import AdmittedJob
+from torchjob.lifecycle.backoff import DEFAULT_BACKOFF, RestartBackoff
 from torchjob.lifecycle.local import exit_code_of, local_pod_status
 from torchjob.lifecycle.observe import view_pod
 from torchjob.lifecycle.plan import Observed, Plan, PodToCreate, plan
-from torchjob.lifecycle.status import format_time, is_terminal
+from torchjob.lifecycle.status import is_terminal
+from torchjob.lifecycle.times import format_time
 from torchjob.render.local import LocalCommand, local_command
 from torchjob.render.topology import Replica, replica_name, replicas_of, service_host
 
@@ -111,12 +114,14 @@ class LocalRunner:
         gpu_shares: dict[int, list[str]] | None = None,
         logs_dir: Path | None = None,
         grace_period: float = 10.0,
+        backoff: RestartBackoff = DEFAULT_BACKOFF,
     ) -> None:
         self.job = job
         self.console = console
         self.gpu_shares = gpu_shares
         self.logs_dir = logs_dir
         self.grace_period = grace_period
+        self.backoff = backoff
         self.status: dict[str, Any] = {}
         self.ports: dict[str, int] = {}  # Service host -> local port
         self.pods: dict[tuple[str, int], LocalPod] = {}
@@ -141,7 +146,7 @@ class LocalRunner:
             await self._stop_everything()
             if is_terminal(self.status):
                 # The status as the reconciler keeps it after the end: each replica's last state.
-                self._record_status(plan(self._observe()).status)
+                self._record_status(plan(self._observe(), self.backoff).status)
         finally:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
@@ -169,7 +174,7 @@ class LocalRunner:
         rounds = 0
         while not self.interrupted:
             self.wake.clear()
-            decision = plan(self._observe())
+            decision = plan(self._observe(), self.backoff)
             acted = self._execute(decision)
             if is_terminal(self.status):
                 return False
@@ -200,7 +205,9 @@ class LocalRunner:
         """Carry out the plan as the reconciler's executor does: status, deletions, creations."""
         acted = decision.status != self.status
         self._record_status(decision.status)
-        for event in decision.events:
+        # Phase changes show on the status line; a restart's delay is said when it is decided.
+        restarts = [e for e in decision.status_events if e.reason == REASON_RESTART_BACKOFF]
+        for event in [*decision.events, *restarts]:
             self.console.say(f"{event.reason}: {event.message}")
         for name, uid in decision.delete_pods:
             acted |= self._delete(name, uid)

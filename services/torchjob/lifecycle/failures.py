@@ -6,7 +6,8 @@ import copy
 from datetime import datetime
 from typing import Any
 
-from torchjob.lifecycle.status import condition, format_time
+from torchjob.lifecycle.status import condition
+from torchjob.lifecycle.times import format_time
 
 
 def creation_failed(

@@ -19,8 +19,9 @@ from typing import Any, Literal
 from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.lifecycle.observe import FINISHED_PHASES
-from torchjob.lifecycle.status import is_terminal, parse_time
+from torchjob.lifecycle.status import is_terminal
 from torchjob.lifecycle.tensorboard import stored_form, tensorboard_status
+from torchjob.lifecycle.times import parse_time
 from torchjob.render.tensorboard import render_deployment, render_service, spec_hash
 
 

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from torchjob.api import queries
-from torchjob.lifecycle.status import format_time
+from torchjob.lifecycle.times import format_time
 
 
 def exit_code_of(returncode: int) -> int:

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, NamedTuple
 
 from torchjob.api import constants, queries
+from torchjob.lifecycle.times import parse_time
 
 # The pod phases after which a pod's containers run no more.
 FINISHED_PHASES = ("Succeeded", "Failed")
+# Terminated reasons that say no more than the exit code does; any other is worth naming.
+PLAIN_REASONS = frozenset({"Error", "Completed"})
+
+
+class ContainerView(NamedTuple):
+    name: str
+    state: str  # waiting, running or terminated
+    exit_code: int | None = None
+    reason: str | None = None  # why it terminated (OOMKilled, Error, ...)
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +33,14 @@ class PodView:
     deleting: bool
     backoff_count: int  # the annotation the pod was created with
     debug: bool
-    containers: tuple[tuple[str, str, int | None], ...]  # (name, state, exit code)
+    containers: tuple[ContainerView, ...]
+    # Why the training container terminated when that says more than its exit code
+    # (OOMKilled), else why the pod failed (Evicted); None when nothing is worth naming.
+    reason: str | None = None
+    training_container: str = ""
+    finished_at: datetime | None = None  # when the training container (else any) terminated
+    ran_seconds: float | None = None  # how long the training container ran before it ended
+    consecutive_restarts: int = 0  # the annotation the pod was created with
 
     @property
     def finished(self) -> bool:
@@ -39,39 +57,81 @@ def view_pod(pod: dict[str, Any]) -> PodView | None:
     if not replica_type or not index.isdigit():
         return None
     status = pod.get("status") or {}
-    containers = tuple(_container(c) for c in status.get("containerStatuses") or [])
+    statuses = [s for s in status.get("containerStatuses") or [] if isinstance(s, dict)]
+    _, training = queries.training_container_in(pod.get("spec") or {})
+    training_name = str(training.get("name", "")) if training else ""
+    ended = _terminated(statuses, training_name)
+    code = ended.get("exitCode")
     return PodView(
         name=meta.get("name", ""),
         uid=meta.get("uid", ""),
         replica_type=replica_type,
         index=int(index),
         phase=status.get("phase") or "Pending",
-        exit_code=_training_exit_code(pod, containers),
+        exit_code=code if isinstance(code, int) else None,
         deleting=bool(meta.get("deletionTimestamp")),
         backoff_count=_int(annotations.get(constants.ANNOTATION_BACKOFF_COUNT)),
         debug=annotations.get(constants.ANNOTATION_DEBUG) == "true",
-        containers=containers,
+        containers=tuple(_container(s) for s in statuses),
+        reason=_reason(ended, status),
+        training_container=training_name,
+        finished_at=parse_time(ended.get("finishedAt")) or _last_finish(statuses),
+        ran_seconds=_ran_seconds(ended, status),
+        consecutive_restarts=_int(annotations.get(constants.ANNOTATION_CONSECUTIVE_RESTARTS)),
     )
 
 
-def _container(status: dict[str, Any]) -> tuple[str, str, int | None]:
+def _container(status: dict[str, Any]) -> ContainerView:
     state = status.get("state") or {}
+    name = status.get("name", "")
     for kind in ("terminated", "running", "waiting"):
         if kind in state:
-            code = (state.get("terminated") or {}).get("exitCode")
-            return status.get("name", ""), kind, code if isinstance(code, int) else None
-    return status.get("name", ""), "waiting", None
+            ended = state.get("terminated") or {}
+            code, reason = ended.get("exitCode"), ended.get("reason")
+            return ContainerView(
+                name,
+                kind,
+                code if isinstance(code, int) else None,
+                reason if isinstance(reason, str) and reason else None,
+            )
+    return ContainerView(name, "waiting")
 
 
-def _training_exit_code(
-    pod: dict[str, Any], containers: tuple[tuple[str, str, int | None], ...]
-) -> int | None:
-    _, training = queries.training_container_in(pod.get("spec") or {})
-    training_name = training.get("name") if training else None
-    for name, state, code in containers:
-        if name == training_name and state == "terminated":
-            return code
+def _terminated(statuses: list[dict[str, Any]], training_name: str) -> dict[str, Any]:
+    """The training container's terminated state; {} while it has not terminated."""
+    for status in statuses:
+        if status.get("name") == training_name:
+            ended = (status.get("state") or {}).get("terminated")
+            return ended if isinstance(ended, dict) else {}
+    return {}
+
+
+def _reason(ended: dict[str, Any], status: dict[str, Any]) -> str | None:
+    for reason in (ended.get("reason"), None if ended else status.get("reason")):
+        if isinstance(reason, str) and reason and reason not in PLAIN_REASONS:
+            return reason
     return None
+
+
+def _last_finish(statuses: list[dict[str, Any]]) -> datetime | None:
+    """The latest termination of any container: a pod whose training container never ran
+    (evicted before it started, say) still ended when its last container did."""
+    ends = [((s.get("state") or {}).get("terminated") or {}).get("finishedAt") for s in statuses]
+    return max((moment for end in ends if (moment := parse_time(end))), default=None)
+
+
+def _ran_seconds(ended: dict[str, Any], status: dict[str, Any]) -> float | None:
+    """From the container's start (the pod's, when the container reports none) to its end. A
+    container that never started reports a start before the pod's own (containerd gives the
+    epoch): it ran for 0 seconds."""
+    finished = parse_time(ended.get("finishedAt"))
+    pod_start = parse_time(status.get("startTime"))
+    started = parse_time(ended.get("startedAt")) or pod_start
+    if finished is None or started is None:
+        return None
+    if pod_start is not None and started < pod_start:
+        return 0.0
+    return max(0.0, (finished - started).total_seconds())
 
 
 def _int(value: Any) -> int:

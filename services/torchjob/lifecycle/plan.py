@@ -6,6 +6,10 @@ Restarts are counted in a crash-safe way: `status.tasks[].replicas[]` records th
 replica. A replica whose recorded pod is gone is recreated and counted; the status written before
 the creation carries the new count and drops the old uid, so a crash between the two neither
 loses nor doubles a count.
+
+A replica that ended is restarted after a delay (lifecycle/backoff.py): its pod is kept, and
+deleted once the delay has passed, so the delay is read off the pod in every round and the
+reconcile that decides to wait asks to be run again when the wait is over.
 """
 
 from __future__ import annotations
@@ -16,14 +20,22 @@ from typing import Any, Literal
 
 from torchjob.api import constants, queries
 from torchjob.api.types import PyTorchTrainingJobSpec, ReplicaSpec
-from torchjob.lifecycle.observe import PodView
+from torchjob.lifecycle.backoff import (
+    DEFAULT_BACKOFF,
+    PendingRestart,
+    RestartBackoff,
+    next_in_a_row,
+    pending_restart,
+)
+from torchjob.lifecycle.observe import FINISHED_PHASES, PodView
 from torchjob.lifecycle.status import (
     Outcome,
     build_status,
     is_terminal,
     ours,
-    parse_time,
+    recorded,
 )
+from torchjob.lifecycle.times import parse_time, seconds_text
 from torchjob.render.topology import Replica, replica_name, replicas_of
 
 PodKey = tuple[str, int]
@@ -77,17 +89,25 @@ class _Round:
     pods: dict[PodKey, PodView]
     backoff: int
     restarts: dict[str, int]
+    rule: RestartBackoff = DEFAULT_BACKOFF
     plan: Plan = field(default_factory=Plan)
     outcome: Outcome | None = None
     failures: list[str] = field(default_factory=list)
     cleared: set[str] = field(default_factory=set)  # replicas whose recorded pod uid is dropped
+    waiting: list[PendingRestart] = field(default_factory=list)  # restarts not due yet
+    # Restarts in a row each replica's status shows, where this round decided it (a restart
+    # pending or made); the others show their pod's own, or what the status recorded.
+    in_a_row: dict[str, int] = field(default_factory=dict)
+    announced: list[Event] = field(default_factory=list)  # restarts decided this round
 
 
-def plan(observed: Observed) -> Plan:
+def plan(observed: Observed, backoff: RestartBackoff = DEFAULT_BACKOFF) -> Plan:
+    """The plan for what is observed; `backoff` is the rule for the delay before a restart."""
     spec = observed.spec
     if not spec.replica_specs:
         return Plan(status=ours(observed.status))
     state = _start_round(observed)
+    state.rule = backoff
     if is_terminal(observed.status):
         state.plan.status = build_status(state, None)
         return state.plan
@@ -126,7 +146,7 @@ def _deadline_passed(state: _Round) -> bool:
         return False
     deadline = started + timedelta(seconds=policy.active_deadline_seconds)
     if state.observed.now < deadline:
-        state.plan.requeue_after = (deadline - state.observed.now).total_seconds()
+        _requeue(state, (deadline - state.observed.now).total_seconds())
         return False
     state.outcome = Outcome(
         False,
@@ -177,6 +197,8 @@ def _run(state: _Round) -> None:
             state.cleared.add(pod.name)
         elif pod.finished and not pod.deleting:
             _judge_finished(state, replica, pod)
+        elif pod.finished:  # deleted after it ended: its replacement is the next in its row
+            state.in_a_row[pod.name] = next_in_a_row(pod, state.rule)
 
 
 def _ensure_services(state: _Round) -> None:
@@ -204,15 +226,15 @@ def _by_index_down(name: str) -> tuple[str, int]:
 
 
 def _recorded_uid(state: _Round, name: str) -> str | None:
-    for task in state.observed.status.get("tasks") or []:
-        for replica in task.get("replicas") or []:
-            if replica.get("name") == name and replica.get("uid"):
-                return str(replica["uid"])
-    return None
+    uid = recorded(state.observed.status, name).get("uid")
+    return str(uid) if uid else None
 
 
 def _create_missing(state: _Round, replica: Replica) -> None:
     name = replica_name(state.observed.job_meta["name"], replica.type, replica.index)
+    # The restarts in a row the replica's status carried past its pod's deletion.
+    carried = recorded(state.observed.status, name).get("consecutiveRestarts")
+    state.in_a_row[name] = carried if isinstance(carried, int) else 0
     if _recorded_uid(state, name) is None:
         _create(state, replica, counted=False)
         return
@@ -234,21 +256,28 @@ def _create(
     if counted:
         state.backoff += 1
         state.restarts[replica.type] = state.restarts.get(replica.type, 0) + 1
-    annotations = {constants.ANNOTATION_BACKOFF_COUNT: str(state.backoff), **(extra or {})}
+    name = replica_name(state.observed.job_meta["name"], replica.type, replica.index)
+    in_a_row = state.in_a_row.get(name, 0)
+    annotations = {
+        constants.ANNOTATION_BACKOFF_COUNT: str(state.backoff),
+        constants.ANNOTATION_CONSECUTIVE_RESTARTS: str(in_a_row),
+        **(extra or {}),
+    }
     if state.observed.status.get("phase") in ("Paused", "Resuming"):
         annotations[constants.ANNOTATION_RESUMING] = "true"
-    state.cleared.add(replica_name(state.observed.job_meta["name"], replica.type, replica.index))
+    state.cleared.add(name)
     state.plan.create_pods.append(PodToCreate(replica, annotations))
 
 
-def _within_budget(state: _Round) -> bool:
+def _within_budget(state: _Round, ended: PodView | None = None) -> bool:
     limit = queries.backoff_limit(state.observed.spec)
     if state.backoff + 1 <= limit:
         return True
+    last = f"; the last: {describe_failure(ended)}" if ended and ended.phase == "Failed" else ""
     state.outcome = Outcome(
         False,
         constants.REASON_BACKOFF_LIMIT_EXCEEDED,
-        f"replica restarts reached backoffLimit ({limit})",
+        f"replica restarts reached backoffLimit ({limit}){last}",
     )
     return False
 
@@ -263,10 +292,7 @@ def _judge_finished(state: _Round, replica: Replica, pod: PodView) -> None:
         elif policy == "Always":
             _restart(state, pod)
         return
-    state.failures.append(
-        f"{pod.name} failed"
-        + (f" with exit code {pod.exit_code}" if pod.exit_code is not None else "")
-    )
+    state.failures.append(describe_failure(pod))
     if _retryable(policy, pod.exit_code):
         _restart(state, pod)
     elif replica.is_master:
@@ -275,9 +301,23 @@ def _judge_finished(state: _Round, replica: Replica, pod: PodView) -> None:
         state.outcome = Outcome(False, constants.REASON_REPLICA_FAILED, _failure_message(pod))
 
 
+def describe_failure(pod: PodView) -> str:
+    """`j-worker-0 failed with exit code 1`, or naming why when the kubelet says more than the
+    exit code: `j-worker-0 container python was OOMKilled (exit code 137)`."""
+    if pod.reason and pod.exit_code is not None:
+        return f"{pod.name} {_killed(pod)}"
+    if pod.exit_code is not None:
+        return f"{pod.name} failed with exit code {pod.exit_code}"
+    return f"{pod.name} failed" + (f" ({pod.reason})" if pod.reason else "")
+
+
+def _killed(pod: PodView) -> str:
+    container = f"container {pod.training_container} " if pod.training_container else ""
+    return f"{container}was {pod.reason} (exit code {pod.exit_code})"
+
+
 def _failure_message(pod: PodView) -> str:
-    code = f" with exit code {pod.exit_code}" if pod.exit_code is not None else ""
-    return f"replica {pod.name} failed{code} and is not restarted"
+    return f"replica {describe_failure(pod)} and is not restarted"
 
 
 def _retryable(policy: str, exit_code: int | None) -> bool:
@@ -290,9 +330,48 @@ def _retryable(policy: str, exit_code: int | None) -> bool:
 
 
 def _restart(state: _Round, pod: PodView) -> None:
-    """Delete the finished pod; its recreation is counted once the pod is gone."""
-    if _within_budget(state):
+    """Delete the finished pod once its restart delay has passed, else look again then; its
+    recreation is counted once the pod is gone."""
+    if not _within_budget(state, pod):
+        return
+    pending = pending_restart(pod, state.rule)
+    state.in_a_row[pod.name] = pending.in_a_row
+    wait = pending.remaining(state.observed.now)
+    _announce(state, pending, wait)
+    if wait > 0:
+        state.waiting.append(pending)
+        _requeue(state, wait)
+    else:
         state.plan.delete_pods.append((pod.name, pod.uid))
+
+
+def _announce(state: _Round, pending: PendingRestart, wait: float) -> None:
+    """An Event the first time the end is seen: a status already showing this pod ended has
+    had its Event (it is recorded once that status is written)."""
+    pod = pending.pod
+    seen = recorded(state.observed.status, pod.name)
+    if seen.get("uid") == pod.uid and seen.get("phase") in FINISHED_PHASES:
+        return
+    when = f"in {seconds_text(wait)}" if wait > 0 else "now"
+    message = f"restarting {pod.name} {when} after {_ending(pod)}"
+    kind: Literal["Normal", "Warning"] = "Normal" if pod.phase == "Succeeded" else "Warning"
+    state.announced.append(Event(kind, constants.REASON_RESTART_BACKOFF, message))
+
+
+def _ending(pod: PodView) -> str:
+    if pod.phase == "Succeeded":
+        return "it succeeded (restartPolicy Always)"
+    if pod.reason and pod.exit_code is not None:
+        return _killed(pod)
+    if pod.exit_code is not None:
+        return f"exit code {pod.exit_code}"
+    return f"it failed ({pod.reason})" if pod.reason else "it failed"
+
+
+def _requeue(state: _Round, seconds: float) -> None:
+    """Look again after `seconds`, or sooner if something else asked for sooner."""
+    current = state.plan.requeue_after
+    state.plan.requeue_after = seconds if current is None else min(current, seconds)
 
 
 def _elastic_survives(state: _Round) -> bool:
@@ -316,7 +395,10 @@ def _finish(state: _Round) -> Plan:
         state.plan.create_pods.clear()
         state.plan.requeue_after = None
     state.plan.status_can_wait = _status_can_wait(state)
-    state.plan.status_events = _transition_events(state.observed.status, state.plan.status)
+    state.plan.status_events = [
+        *([] if state.outcome else state.announced),
+        *_transition_events(state.observed.status, state.plan.status),
+    ]
     return state.plan
 
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from torchjob.api import constants
+from torchjob.lifecycle.times import format_time, seconds_text
 from torchjob.render.topology import replica_name
 
 if TYPE_CHECKING:
+    from torchjob.lifecycle.backoff import PendingRestart
+    from torchjob.lifecycle.observe import ContainerView
     from torchjob.lifecycle.plan import _Round
 
 TERMINAL_CONDITIONS = ("Completed", "Failed")
@@ -20,16 +22,6 @@ class Outcome:
     succeeded: bool
     reason: str
     message: str
-
-
-def parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
-def format_time(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # Status fields another service writes; the reconciler's merge patches leave them alone.
@@ -153,11 +145,11 @@ def _wanted_conditions(
         )
     else:
         wanted["Running"] = ("False", constants.REASON_NOT_RUNNING, f"the job is {phase.lower()}")
-    if state.failures:
+    if state.failures or state.waiting:
         wanted["ReplicaFailure"] = (
             "True",
-            constants.REASON_REPLICA_FAILED,
-            "; ".join(state.failures),
+            constants.REASON_RESTART_BACKOFF if state.waiting else constants.REASON_REPLICA_FAILED,
+            "; ".join([*state.failures, *(_waiting(w) for w in state.waiting)]),
         )
     elif "ReplicaFailure" in old:
         wanted["ReplicaFailure"] = (
@@ -177,6 +169,14 @@ def _wanted_conditions(
         wanted[kind] = ("True", outcome.reason, outcome.message)
         wanted["Running"] = ("False", outcome.reason, outcome.message)
     return wanted
+
+
+def _waiting(pending: PendingRestart) -> str:
+    at = format_time(pending.at) if pending.at else "now"
+    return (
+        f"restarting {pending.pod.name} at {at} ({seconds_text(pending.delay)} after it ended, "
+        f"restart {pending.in_a_row} in a row)"
+    )
 
 
 def _all_created(state: _Round) -> bool:
@@ -206,23 +206,38 @@ def _tasks(state: _Round) -> list[dict[str, Any]]:
 def _replica_status(state: _Round, kind: str, index: int, pod_name: str) -> dict[str, Any]:
     pod = state.pods.get((kind, index))
     if pod is None or pod_name in state.cleared or pod.deleting:
-        recorded = None if pod_name in state.cleared else _recorded(state, pod_name)
-        return {"name": pod_name, **({"uid": recorded} if recorded else {})}
+        seen = {} if pod_name in state.cleared else recorded(state.observed.status, pod_name)
+        uid = seen.get("uid")
+        carried = seen.get("consecutiveRestarts")
+        in_a_row = state.in_a_row.get(pod_name, carried if isinstance(carried, int) else 0)
+        return {"name": pod_name, **({"uid": uid} if uid else {}), **_in_a_row(in_a_row)}
     entry: dict[str, Any] = {"name": pod_name, "uid": pod.uid, "phase": pod.phase}
     if pod.containers:
-        entry["containers"] = [
-            {"name": n, "state": s, **({"exitCode": c} if c is not None else {})}
-            for n, s, c in pod.containers
-        ]
+        entry["containers"] = [_container_status(c) for c in pod.containers]
+    entry.update(_in_a_row(state.in_a_row.get(pod_name, pod.consecutive_restarts)))
     return entry
 
 
-def _recorded(state: _Round, pod_name: str) -> str | None:
-    for task in state.observed.status.get("tasks") or []:
+def _container_status(container: ContainerView) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": container.name, "state": container.state}
+    if container.exit_code is not None:
+        entry["exitCode"] = container.exit_code
+    if container.reason:
+        entry["reason"] = container.reason
+    return entry
+
+
+def _in_a_row(count: int) -> dict[str, int]:
+    return {"consecutiveRestarts": count} if count else {}
+
+
+def recorded(status: dict[str, Any], pod_name: str) -> dict[str, Any]:
+    """The replica's entry in `status.tasks[].replicas[]`; {} when it has none."""
+    for task in status.get("tasks") or []:
         for replica in task.get("replicas") or []:
-            if replica.get("name") == pod_name and replica.get("uid"):
-                return str(replica["uid"])
-    return None
+            if replica.get("name") == pod_name:
+                return dict(replica)
+    return {}
 
 
 def _aggregate(state: _Round) -> dict[str, int]:

@@ -1,0 +1,70 @@
+"""When a replica that ended is restarted: after a delay that doubles with each restart of that
+replica in a row, as the kubelet's CrashLoopBackOff and the Job controller's pod-failure backoff
+do. Pure.
+
+The n-th restart in a row waits `base * 2^(n-1)` seconds (at most MAX_DELAY) after the replica's
+training container ended: 10s, 20s, 40s, 80s, 160s, 320s, then 360s with the default base. A
+replica that ran RESET_AFTER or longer before it ended starts the row again (its restart is the
+first in a row), as the kubelet forgets a container's backoff after 10 minutes of running.
+
+Everything this needs is read from the pod that ended (its finish time, how long it ran, the
+restarts in a row it was created with), so the delay survives a reconciler restart; the count is
+carried to the replacement by the status written before the deletion and then by the
+replacement's own annotation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from torchjob.lifecycle.observe import PodView
+
+BASE_DELAY = 10.0  # seconds before a first restart; the reconciler's --restart-backoff
+MAX_DELAY = 360.0  # the longest wait, reached at the 7th restart in a row
+RESET_AFTER = 600.0  # a run this long or longer starts the row again
+_MAX_DOUBLINGS = 32  # far past MAX_DELAY for any base; keeps 2**n a small number
+
+
+@dataclass(frozen=True, slots=True)
+class RestartBackoff:
+    """The delay rule; `base` is a setting (0 restarts at once, for tests and local runs)."""
+
+    base: float = BASE_DELAY
+    cap: float = MAX_DELAY
+    reset_after: float = RESET_AFTER
+
+    def delay(self, in_a_row: int) -> float:
+        """Seconds before the `in_a_row`-th restart in a row (1 for the first)."""
+        doublings = min(max(in_a_row - 1, 0), _MAX_DOUBLINGS)
+        return min(self.cap, self.base * 2.0**doublings)
+
+
+DEFAULT_BACKOFF = RestartBackoff()
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRestart:
+    """A replica that ended and is to be restarted."""
+
+    pod: PodView
+    in_a_row: int  # the restart's place in its row, which its replacement carries
+    delay: float  # seconds after the end
+    at: datetime | None  # when it is due; None when the end time is unknown (due at once)
+
+    def remaining(self, now: datetime) -> float:
+        return 0.0 if self.at is None else max(0.0, (self.at - now).total_seconds())
+
+
+def pending_restart(pod: PodView, rule: RestartBackoff) -> PendingRestart:
+    in_a_row = next_in_a_row(pod, rule)
+    delay = rule.delay(in_a_row)
+    at = pod.finished_at + timedelta(seconds=delay) if pod.finished_at else None
+    return PendingRestart(pod, in_a_row, delay, at)
+
+
+def next_in_a_row(pod: PodView, rule: RestartBackoff) -> int:
+    """The place in its row of the restart that replaces `pod`, which ended."""
+    if pod.ran_seconds is not None and pod.ran_seconds >= rule.reset_after:
+        return 1
+    return pod.consecutive_restarts + 1
