@@ -238,7 +238,8 @@ def test_rendered_arguments_are_what_the_services_accept(
     lease_rules = rules_of(component(manifests, "Role", "reconciler"))
     assert grants(lease_rules, "coordination.k8s.io", "leases", "patch", reconciler.lease_name)
     env = commands["reconciler"].env
-    assert {"TORCHJOB_KUBE_QPS", "TORCHJOB_KUBE_BURST"} <= set(env)
+    assert {"TORCHJOB_KUBE_QPS", "TORCHJOB_KUBE_BURST", "TORCHJOB_RESTART_BACKOFF"} <= set(env)
+    assert reconciler.restart_backoff == 10
     housekeeper = commands["housekeeper"]
     lease = housekeeper.arg("--lease-name")
     assert grants(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -168,7 +169,7 @@ def test_a_replica_killed_by_sigkill_is_restarted_and_counted(tmp_path: Path) ->
         ],
         runPolicy={"backoffLimit": 2},
     )
-    finished = run_to_end(manifest, tmp_path)
+    finished = run_to_end(manifest, tmp_path, "--restart-backoff", "0")
     assert finished.returncode == 0, finished.stderr
     assert "torchjob: kill-worker-0 exited with exit code 137" in finished.stderr
     assert finished.status["backoffCount"] == 1
@@ -198,12 +199,19 @@ def test_restarts_stop_at_the_backoff_limit(tmp_path: Path) -> None:
         [replicas("master", 1, command=PYTHON, args=suicide)],
         runPolicy={"backoffLimit": 2},
     )
-    finished = run_to_end(manifest, tmp_path)
+    began = time.monotonic()
+    finished = run_to_end(manifest, tmp_path, "--restart-backoff", "1")
     assert finished.returncode == 1
     assert finished.condition("Failed")["reason"] == "BackoffLimitExceeded"
     assert finished.status["backoffCount"] == 2
     starts = [line for line in finished.stderr if line.startswith("torchjob: started backoff")]
     assert len(starts) == 3
+    # The restarts waited 1s, then 2s, after each end; an end time has whole seconds, so each
+    # wait may be up to a second shorter.
+    waits = [line for line in finished.stderr if "RestartBackoff: restarting backoff-" in line]
+    assert len(waits) == 2, finished.stderr
+    assert all(line.endswith("after exit code 137") for line in waits)
+    assert time.monotonic() - began >= (1 - 1) + (2 - 1)
 
 
 def test_the_deadline_stops_the_job(tmp_path: Path) -> None:

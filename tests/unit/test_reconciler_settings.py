@@ -25,3 +25,16 @@ def test_environment_then_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(settings.burst, int)
     settings = parse(["--qps", "0", "--burst", "1", "--leader-elect-renew-deadline", "3"])
     assert (settings.qps, settings.burst, settings.renew_deadline) == (0, 1, 3)
+
+
+def test_restart_backoff_from_environment_then_flag_within_bounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("TORCHJOB_RESTART_BACKOFF", raising=False)
+    assert parse([]).restart_backoff == 10
+    monkeypatch.setenv("TORCHJOB_RESTART_BACKOFF", "2.5")
+    assert parse([]).restart_backoff == 2.5
+    assert parse(["--restart-backoff", "0"]).restart_backoff == 0
+    for wrong in ("-1", "361"):
+        with pytest.raises(SystemExit):
+            parse(["--restart-backoff", wrong])

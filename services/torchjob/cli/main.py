@@ -27,6 +27,7 @@ from torchjob.cli.cluster import admitted_pod, dry_run_documents, first_plan
 from torchjob.cli.console import Console
 from torchjob.cli.manifest import AdmittedJob, InvalidManifest, admit, read_manifest
 from torchjob.cli.runner import LocalRunner, RunResult, write_status
+from torchjob.lifecycle.backoff import BASE_DELAY, MAX_DELAY, RestartBackoff
 from torchjob.render.local import LocalRenderError, gpu_shares, local_command
 from torchjob.render.topology import replicas_of, service_host, world_size
 
@@ -63,7 +64,22 @@ def parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="time between SIGTERM and SIGKILL when a replica is stopped (default: 10)",
     )
+    run.add_argument(
+        "--restart-backoff",
+        type=_restart_delay,
+        default=BASE_DELAY,
+        metavar="SECONDS",
+        help="delay before a replica's first restart in a row, doubling with each further one "
+        f"up to {MAX_DELAY:.0f}s, as the reconciler's (default: {BASE_DELAY:.0f}; 0: at once)",
+    )
     return top
+
+
+def _restart_delay(text: str) -> float:
+    seconds = float(text)
+    if not 0 <= seconds <= MAX_DELAY:
+        raise argparse.ArgumentTypeError(f"must lie between 0 and {MAX_DELAY:.0f}")
+    return seconds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,7 +110,12 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"error: the job cannot be rendered: {error}\n")
         return EXIT_INVALID
     runner = LocalRunner(
-        job, console, gpu_shares=shares, logs_dir=args.logs, grace_period=args.grace_period
+        job,
+        console,
+        gpu_shares=shares,
+        logs_dir=args.logs,
+        grace_period=args.grace_period,
+        backoff=RestartBackoff(base=args.restart_backoff),
     )
     _announce(job, console)
     result = asyncio.run(runner.run())

@@ -26,6 +26,7 @@ from torchjob.kube.resources import (
     owner_job_key,
 )
 from torchjob.kube.workqueue import WorkQueue
+from torchjob.lifecycle.backoff import RestartBackoff
 from torchjob.lifecycle.observe import view_pod
 from torchjob.lifecycle.plan import Observed, plan
 from torchjob.reconciler.executor import Executor
@@ -40,6 +41,7 @@ class Reconciler:
         self.expectations = Expectations()
         self.events = EventRecorder(api, "torchjob-reconciler", settings.identity)
         self.executor = Executor(api, self.events, self.expectations, settings.scheduler_name)
+        self.backoff = RestartBackoff(base=settings.restart_backoff)
         self.jobs = Informer(
             api,
             JOBS,
@@ -128,7 +130,7 @@ class Reconciler:
         except ModelError as error:
             raise TerminalError(f"the stored job does not decode: {error}") from error
         observed = self._observe(job, spec)
-        decision = plan(observed)
+        decision = plan(observed, self.backoff)
         await self.executor.execute(key, job, spec, decision)
         return Result(requeue_after=decision.requeue_after)
 

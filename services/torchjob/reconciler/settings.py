@@ -1,9 +1,11 @@
-"""Reconciler settings: the flags every leader-elected service takes, and the scheduler name."""
+"""Reconciler settings: the flags every leader-elected service takes, the scheduler name, and the
+delay before a replica's first restart."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from torchjob.lifecycle.backoff import BASE_DELAY, MAX_DELAY
 from torchjob.runtime import service
 from torchjob.runtime.service import DEFAULT_BURST, DEFAULT_QPS, common_settings, settings_parser
 
@@ -15,6 +17,7 @@ DEFAULT_WORKERS = 4
 @dataclass(frozen=True, slots=True)
 class Settings(service.Settings):
     scheduler_name: str = "t9k-scheduler"
+    restart_backoff: float = BASE_DELAY
 
 
 def parse(argv: list[str] | None = None) -> Settings:
@@ -24,5 +27,19 @@ def parse(argv: list[str] | None = None) -> Settings:
         default=service.env("T9K_SCHEDULER_NAME", "t9k-scheduler"),
         help="the scheduler of jobs that ask for the T9k scheduler",
     )
+    service.number(
+        p,
+        "--restart-backoff",
+        "RESTART_BACKOFF",
+        BASE_DELAY,
+        "seconds before a replica's first restart in a row; each further one waits twice as "
+        f"long, at most {MAX_DELAY:.0f}s (0: restart at once)",
+    )
     parsed = p.parse_args(argv)
-    return Settings(**common_settings(parsed), scheduler_name=parsed.scheduler_name)
+    if not 0 <= parsed.restart_backoff <= MAX_DELAY:
+        p.error(f"--restart-backoff: must lie between 0 and {MAX_DELAY:.0f} seconds")
+    return Settings(
+        **common_settings(parsed),
+        scheduler_name=parsed.scheduler_name,
+        restart_backoff=parsed.restart_backoff,
+    )
