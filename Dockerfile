@@ -2,6 +2,10 @@
 # `python -m torchjob.<service>`.
 #
 #   docker build -t torchjob:0.1.0 .
+#
+# PYTHON_IMAGE is any image with Python 3.11 and its venv module at /usr/bin or /usr/local/bin:
+# python:3.11-slim, or Debian bookworm with python3-venv and python-is-python3 (`make node-up`
+# builds one with debootstrap).
 ARG PYTHON_IMAGE=python:3.11-slim
 
 # Builds the wheel and installs it with its dependencies into a virtual environment. Every
@@ -22,12 +26,16 @@ FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="torchjob" \
       org.opencontainers.image.description="Runs PyTorch distributed training jobs on Kubernetes" \
       org.opencontainers.image.licenses="Apache-2.0"
+# The base image's own pip and setuptools are not needed at run time either. This runs before PATH
+# puts the virtual environment first, so `python` is the base image's interpreter (the venv's has
+# no pip); a base without pip (Debian's python3) has nothing to remove.
+RUN if python -m pip --version >/dev/null 2>&1; then \
+      python -m pip uninstall --yes --disable-pip-version-check pip setuptools wheel; \
+    fi
 ENV PATH=/opt/torchjob/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 COPY --from=build /opt/torchjob /opt/torchjob
-# The image's own pip and setuptools are not needed at run time either.
-RUN python -m pip uninstall --yes pip setuptools wheel
 # A numeric user, so that runAsNonRoot can verify it; the chart runs as the same uid.
 USER 65532:65532
 WORKDIR /tmp
