@@ -14,7 +14,7 @@ PYTEST_FLAGS ?=
 
 .PHONY: help
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 # The virtual environment with a current pip; each set of extras below installs into it.
 $(BIN)/python:
@@ -42,6 +42,22 @@ cluster: ## build kube-apiserver, kube-controller-manager, kubectl and etcd from
 .PHONY: helm
 helm: ## install helm from the Go module proxy into ~/.cache/torchjob (cached)
 	hack/install-helm.sh install
+
+.PHONY: node-build
+node-build: ## build what a real node needs: Debian packages, Go-built binaries, helm, images (cached)
+	hack/node.sh build
+
+.PHONY: node-up
+node-up: ## start a real single-node cluster here (as root) with the chart installed; safe to repeat
+	hack/node.sh up
+
+.PHONY: node-down
+node-down: ## stop the node's processes and remove its network rules, mounts and sandboxes
+	hack/node.sh down
+
+.PHONY: demo-cluster
+demo-cluster: node-up ## on the real node: apply examples/mnist-ddp/job.yaml, wait, print its test accuracy
+	hack/demo-cluster.sh
 
 .PHONY: generate
 generate: $(STAMP) ## regenerate the CRD, the Python API model and docs/api.md from proto/
@@ -75,7 +91,7 @@ demo: $(EXAMPLE_STAMP) ## train examples/mnist-ddp locally with `torchjob run` (
 	@$(BIN)/python -c 'import json; m = json.load(open("examples/mnist-ddp/runs/mnist-ddp/metrics.json")); print("test accuracy: %.4f" % m["test_accuracy"])'
 
 .PHONY: test
-test: $(STAMP) $(EXAMPLE_STAMP) cluster helm ## install what is needed, then lint and run every test
+test: $(STAMP) $(EXAMPLE_STAMP) cluster helm node-build ## install what is needed, then lint and run every test
 	$(MAKE) --no-print-directory lint
 	$(BIN)/pytest tests $(PYTEST_FLAGS)
 

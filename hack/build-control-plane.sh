@@ -15,6 +15,8 @@ BUILD_RECIPE=2
 KUBE_DIR="$CACHE_ROOT/kubernetes-$KUBE_VERSION-r$BUILD_RECIPE"
 ETCD_DIR="$CACHE_ROOT/etcd-$ETCD_VERSION"
 KUBE_BINARIES=(kube-apiserver kube-controller-manager kubectl)
+# What a real node adds to the control plane (`make node-up`); built with the same recipe.
+KUBE_NODE_BINARIES=(kube-scheduler kubelet kube-proxy)
 
 export CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" GOTOOLCHAIN=local
 LDFLAGS="-s -w"
@@ -41,7 +43,7 @@ staging_replaces() {
 
 build_kubernetes() {
   local missing=()
-  for bin in "${KUBE_BINARIES[@]}"; do [[ -x "$KUBE_DIR/$bin" ]] || missing+=("$bin"); done
+  for bin in "$@"; do [[ -x "$KUBE_DIR/$bin" ]] || missing+=("$bin"); done
   if [[ ${#missing[@]} -eq 0 ]]; then log "kubernetes $KUBE_VERSION cached in $KUBE_DIR"; return; fi
   local work; work=$(mktemp -d); trap 'rm -rf "$work"' RETURN
   log "building ${missing[*]} $KUBE_VERSION (several minutes per binary when cold)"
@@ -95,8 +97,9 @@ GO
 }
 
 case "${1:-build}" in
-  build) build_etcd; build_kubernetes ;;
+  build) build_etcd; build_kubernetes "${KUBE_BINARIES[@]}" ;;
+  build-node) build_etcd; build_kubernetes "${KUBE_BINARIES[@]}" "${KUBE_NODE_BINARIES[@]}" ;;
   print-dirs) echo "KUBE_DIR=$KUBE_DIR"; echo "ETCD_DIR=$ETCD_DIR" ;;
   print-version) echo "$KUBE_VERSION" ;;
-  *) echo "usage: $0 [build|print-dirs|print-version]" >&2; exit 2 ;;
+  *) echo "usage: $0 [build|build-node|print-dirs|print-version]" >&2; exit 2 ;;
 esac

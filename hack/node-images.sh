@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Builds the node's images with buildah and imports them into the node's containerd (which must be
+# running): the sandbox (pause) and CoreDNS images FROM scratch, a Python base image made with
+# debootstrap, the project's image from the project's Dockerfile on that base, and the example's
+# image from examples/mnist-ddp/Dockerfile. An image whose inputs have not changed since it was
+# imported is not built again.
+#
+#   hack/node-images.sh all | pause | coredns | base | torchjob | example
+set -euo pipefail
+
+HERE="$(cd "$(dirname "$0")" && pwd)"
+REPO="$(cd "$HERE/.." && pwd)"
+# shellcheck source=hack/node/common.sh
+source "$HERE/node/common.sh"
+load_build_dirs
+
+DEBIAN_SUITE=bookworm
+DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+BASE_PACKAGES=python3,python3-venv,python-is-python3,ca-certificates
+# Bump when the way the base image is made changes.
+BASE_RECIPE=1
+BASE_ROOTFS="$CACHE_ROOT/node/rootfs-$DEBIAN_SUITE-r$BASE_RECIPE"
+
+log() { printf '[node-images] %s\n' "$*" >&2; }
+
+buildah_() {
+  buildah --root "$BUILDAH_ROOT/storage" --runroot "$RUN_DIR/buildah" --storage-driver overlay "$@"
+}
+
+inputs_key() {  # a hash of the named files' contents and of the extra words given after `--`
+  local files=() extra=()
+  while (($#)) && [[ $1 != -- ]]; do files+=("$1"); shift; done
+  (($#)) && shift && extra=("$@")
+  { cat "${files[@]}"; printf '%s\n' "${extra[@]}"; } | sha256sum | cut -c1-16
+}
+
+current() {  # <name> <image ref> <key>: imported before with the same inputs
+  [[ "$(cat "$IMAGES_DIR/$1.key" 2>/dev/null)" == "$3" ]] && [[ -n "$(ctr_ images ls -q "name==$2")" ]]
+}
+
+import_image() {  # <name> <image ref> <key>: from buildah's store into containerd's
+  local name=$1 ref=$2 key=$3 archive
+  mkdir -p "$IMAGES_DIR"
+  archive=$(mktemp -p "$CACHE_ROOT/node" "$name.XXXXXX.tar")
+  buildah_ push --quiet "$ref" "docker-archive:$archive:$ref" >/dev/null
+  ctr_ images import --no-unpack=false "$archive" >/dev/null
+  rm -f "$archive"
+  echo "$key" >"$IMAGES_DIR/$name.key"
+}
+
+build() {  # <name> <image ref> <key> <buildah bud arguments...>
+  local name=$1 ref=$2 key=$3 start=$SECONDS; shift 3
+  if current "$name" "$ref" "$key"; then log "$ref is current"; return; fi
+  log "building $ref"
+  buildah_ bud --quiet --isolation chroot --layers --pull=never -t "$ref" "$@" >/dev/null
+  import_image "$name" "$ref" "$key"
+  log "built and imported $ref in $((SECONDS - start))s"
+}
+
+image_id() { buildah_ images --noheading --no-trunc --format '{{.ID}}' "$1" 2>/dev/null | head -n1; }
+
+pause_image() {
+  build pause "$PAUSE_IMAGE" "$(inputs_key "$PAUSE_DIR/pause" "$HERE/node/images/pause.Containerfile")" \
+    -f "$HERE/node/images/pause.Containerfile" "$PAUSE_DIR"
+}
+
+coredns_image() {
+  build coredns "$COREDNS_IMAGE" "$(inputs_key "$COREDNS_DIR/coredns" "$HERE/node/images/coredns.Containerfile")" \
+    -f "$HERE/node/images/coredns.Containerfile" "$COREDNS_DIR"
+}
+
+make_rootfs() {
+  [[ -f "$BASE_ROOTFS/.complete" ]] && return
+  local partial="$BASE_ROOTFS.partial" start=$SECONDS
+  rm -rf "$partial"
+  log "debootstrap $DEBIAN_SUITE with $BASE_PACKAGES (a few minutes when cold)"
+  debootstrap --variant=minbase --include="$BASE_PACKAGES" "$DEBIAN_SUITE" "$partial" "$DEBIAN_MIRROR" >&2
+  rm -rf "$partial"/var/cache/apt/archives/*.deb "$partial"/var/lib/apt/lists/*
+  mv "$partial" "$BASE_ROOTFS"
+  touch "$BASE_ROOTFS/.complete"
+  log "debootstrap done in $((SECONDS - start))s"
+}
+
+base_image() {
+  # The host's CA store goes into the image: pip inside an image build reaches the package index
+  # only if the image trusts what the host trusts (as behind any TLS-inspecting proxy).
+  local key; key=$(inputs_key /etc/ssl/certs/ca-certificates.crt -- "$BASE_RECIPE" "$BASE_PACKAGES")
+  if current base "$BASE_IMAGE" "$key" && [[ -n "$(image_id "$BASE_IMAGE")" ]]; then
+    log "$BASE_IMAGE is current"; return
+  fi
+  make_rootfs
+  local container mount_point
+  container=$(buildah_ from scratch)
+  mount_point=$(buildah_ mount "$container")
+  tar -C "$BASE_ROOTFS" --exclude=./.complete -c . | tar -C "$mount_point" -x
+  cp /etc/ssl/certs/ca-certificates.crt "$mount_point/etc/ssl/certs/ca-certificates.crt"
+  # pip verifies with its own bundle unless told to use the system's.
+  printf '[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n' >"$mount_point/etc/pip.conf"
+  buildah_ umount "$container" >/dev/null
+  buildah_ config --env LANG=C.UTF-8 --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    --cmd python "$container"
+  buildah_ commit --quiet --rm "$container" "$BASE_IMAGE" >/dev/null
+  import_image base "$BASE_IMAGE" "$key"
+  log "made $BASE_IMAGE"
+}
+
+torchjob_files() {
+  # What the Dockerfile's context keeps (.dockerignore): pyproject.toml, README.md, services/.
+  (cd "$REPO" && find Dockerfile .dockerignore pyproject.toml README.md services -type f \
+    -not -path '*/__pycache__/*' -not -name '*.pyc' -not -path '*.egg-info/*' | sort)
+}
+
+torchjob_image() {
+  local files key
+  mapfile -t files < <(torchjob_files)
+  key=$(cd "$REPO" && inputs_key "${files[@]}" -- "$(image_id "$BASE_IMAGE")")
+  # The tag is the inputs' hash, so that `helm upgrade` rolls the services when the code changed.
+  echo "$key" >"$IMAGES_DIR/torchjob.tag"
+  build torchjob "$TORCHJOB_IMAGE_REPOSITORY:$key" "$key" \
+    -f "$REPO/Dockerfile" --build-arg "PYTHON_IMAGE=$BASE_IMAGE" "$REPO"
+}
+
+example_image() {
+  local dir="$REPO/examples/mnist-ddp" key
+  key=$(inputs_key "$dir/Dockerfile" "$dir/requirements.txt" "$dir/train.py" -- "$(image_id "$BASE_IMAGE")")
+  # The host's pip cache: torch and its CUDA libraries are downloaded once for the machine.
+  mkdir -p "$HOME/.cache/pip"
+  build example "$EXAMPLE_IMAGE" "$key" -f "$dir/Dockerfile" --build-arg "PYTHON_IMAGE=$BASE_IMAGE" \
+    -v "$HOME/.cache/pip:/root/.cache/pip" "$dir"
+}
+
+mkdir -p "$IMAGES_DIR" "$RUN_DIR"
+case "${1:-all}" in
+  all) pause_image; coredns_image; base_image; torchjob_image; example_image ;;
+  pause) pause_image ;;
+  coredns) coredns_image ;;
+  base) base_image ;;
+  torchjob) base_image; torchjob_image ;;
+  example) base_image; example_image ;;
+  *) echo "usage: $0 all|pause|coredns|base|torchjob|example" >&2; exit 2 ;;
+esac

@@ -1,0 +1,3 @@
+module torchjob.local/pause
+
+go 1.26
