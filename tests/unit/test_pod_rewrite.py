@@ -4,6 +4,9 @@ restartPolicy Never, debug and resume commands; applying it twice changes nothin
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -11,6 +14,7 @@ import pytest
 from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJob
 from torchjob.render.pod import PodRewriteError, rewrite_pod
+from torchjob.render.wait import WAIT_FOR_MASTER, WAIT_SCRIPT
 
 
 def make_job(containers: list[dict[str, Any]], **spec: Any) -> PyTorchTrainingJob:
@@ -62,6 +66,10 @@ def env_names(container: dict[str, Any]) -> list[str]:
     return [e["name"] for e in container.get("env", [])]
 
 
+def init_names(pod: dict[str, Any]) -> list[str]:
+    return [c["name"] for c in pod["spec"].get("initContainers") or []]
+
+
 def test_plain_python_replica() -> None:
     job = make_job([SIDECAR, TRAINER])
     pod = rewrite_pod(job, make_pod(job)).pod
@@ -106,7 +114,7 @@ def test_debug_mode_default_and_custom() -> None:
     pod = rewrite_pod(job, make_pod(job)).pod
     assert pod["spec"]["containers"][0]["command"] == ["sleep", "inf"]
     assert "args" not in pod["spec"]["containers"][0]
-    assert pod["spec"]["initContainers"], "init containers stay by default"
+    assert init_names(pod) == ["init"], "init containers stay by default; no wait in debug mode"
     custom = make_job(
         [TRAINER],
         runMode={
@@ -120,7 +128,7 @@ def test_debug_mode_default_and_custom() -> None:
     )
     pod = rewrite_pod(custom, make_pod(custom)).pod
     assert pod["spec"]["containers"][0]["command"] == ["/usr/bin/sshd"]
-    assert "initContainers" not in pod["spec"]
+    assert "initContainers" not in pod["spec"], "debug mode waits for nothing"
 
 
 def test_resume_spec_applies_only_to_resuming_pods() -> None:
@@ -146,7 +154,7 @@ def test_resume_spec_applies_only_to_resuming_pods() -> None:
         job, make_pod(job, annotations={constants.ANNOTATION_RESUMING: "true"})
     ).pod
     assert resumed["spec"]["containers"][0]["args"] == ["train.py", "--resume"]
-    assert "initContainers" not in resumed["spec"]
+    assert init_names(resumed) == [WAIT_FOR_MASTER], "the user's are skipped, not the wait"
 
 
 @pytest.mark.parametrize(
@@ -171,9 +179,119 @@ def test_rewrite_is_idempotent_and_its_patch_reproduces_it(spec: dict[str, Any])
     second = rewrite_pod(job, first.pod)
     assert second.pod == first.pod
     assert second.patch == []
+    assert init_names(second.pod).count(WAIT_FOR_MASTER) == (0 if "runMode" in spec else 1)
 
 
 def test_pod_of_an_unknown_replica_is_refused() -> None:
     job = make_job([TRAINER])
     with pytest.raises(PodRewriteError, match="no replica worker/7"):
         rewrite_pod(job, make_pod(job, index=7))
+
+
+# --- waiting for the master's name -------------------------------------------------------------
+
+
+def test_the_first_init_container_waits_for_the_master_with_the_trainers_image_and_limits() -> None:
+    trainer = {
+        **TRAINER,
+        "imagePullPolicy": "IfNotPresent",
+        "securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False},
+        "resources": {
+            "requests": {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "1"},
+            "limits": {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "1"},
+        },
+    }
+    job = make_job([SIDECAR, trainer])
+    pod = rewrite_pod(job, make_pod(job)).pod
+    assert init_names(pod) == [WAIT_FOR_MASTER, "init"]
+    wait = pod["spec"]["initContainers"][0]
+    assert wait == {
+        "name": WAIT_FOR_MASTER,
+        "image": "t",
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python", "-c", WAIT_SCRIPT],
+        "env": [{"name": "MASTER_ADDR", "value": "j-worker-0.ns.svc"}],
+        "resources": {
+            "requests": {"cpu": "2", "memory": "4Gi"},
+            "limits": {"cpu": "4", "memory": "8Gi"},
+        },
+        "securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False},
+    }
+    assert wait["securityContext"] is not pod["spec"]["containers"][1]["securityContext"]
+
+
+@pytest.mark.parametrize(
+    ("command", "python"),
+    [
+        (None, "python3"),
+        (["python"], "python"),
+        (["/opt/conda/bin/python3.10", "-u"], "/opt/conda/bin/python3.10"),
+        (["bash", "-c", "python train.py"], "python3"),
+    ],
+)
+def test_the_wait_runs_the_python_the_trainer_names(command: list[str] | None, python: str) -> None:
+    trainer = {"name": "python", "image": "t", "args": ["train.py"]}
+    if command:
+        trainer["command"] = command
+    job = make_job([trainer], torchrunConfig={"enabled": True})
+    pod = rewrite_pod(job, make_pod(job)).pod
+    assert pod["spec"]["initContainers"][0]["command"][0] == python
+    assert pod["spec"]["initContainers"][0]["resources"] == {}
+
+
+def test_the_wait_resolves_the_master_address_the_user_set() -> None:
+    job = make_job([{**TRAINER, "env": [{"name": "MASTER_ADDR", "value": "10.0.0.7"}]}])
+    wait = rewrite_pod(job, make_pod(job)).pod["spec"]["initContainers"][0]
+    assert wait["env"] == [{"name": "MASTER_ADDR", "value": "10.0.0.7"}]
+
+
+def test_a_job_of_one_replica_waits_for_its_own_name() -> None:
+    job = make_job([TRAINER])
+    assert job.spec and job.spec.replica_specs
+    job.spec.replica_specs[0].replicas = 1
+    pod = rewrite_pod(job, make_pod(job, index=0)).pod
+    assert pod["spec"]["initContainers"][0]["env"][0]["value"] == "j-worker-0.ns.svc"
+
+
+def test_no_wait_when_torchrun_rendezvouses_through_etcd() -> None:
+    job = make_job(
+        [TRAINER],
+        torchrunConfig={"enabled": True, "rdzvBackend": "etcd-v2", "extraOptions": ["--x"]},
+    )
+    assert init_names(rewrite_pod(job, make_pod(job)).pod) == ["init"]
+
+
+def test_a_container_already_named_wait_for_master_is_left_alone() -> None:
+    job = make_job([TRAINER])
+    pod = make_pod(job)
+    own = {"name": WAIT_FOR_MASTER, "image": "mine"}
+    pod["spec"]["initContainers"] = [own]
+    assert rewrite_pod(job, pod).pod["spec"]["initContainers"] == [own]
+
+
+def test_the_wait_script_ends_once_the_name_resolves_and_says_it_waits_until_then() -> None:
+    resolved = subprocess.run(
+        [sys.executable, "-c", WAIT_SCRIPT],
+        env={**os.environ, "MASTER_ADDR": "localhost"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert resolved.stdout == "localhost resolves\n"
+    with pytest.raises(subprocess.TimeoutExpired) as waiting:
+        subprocess.run(
+            [sys.executable, "-c", WAIT_SCRIPT],
+            env={**os.environ, "MASTER_ADDR": "no-such-replica.invalid"},
+            capture_output=True,
+            text=True,
+            timeout=3,
+        )
+    output = waiting.value.stdout
+    lines = (output.decode() if isinstance(output, bytes) else output or "").splitlines()
+    # One line at the first failed attempt (unless this machine's resolver takes seconds to
+    # fail), then one every 10 seconds, not one per attempt.
+    assert len(lines) <= 1, lines
+    assert all(
+        line.startswith("waiting for no-such-replica.invalid to resolve (") for line in lines
+    )

@@ -28,6 +28,7 @@ from typing import Any
 from torchjob.api import queries
 from torchjob.api.types import PyTorchTrainingJobSpec, TorchrunConfig
 from torchjob.render.topology import DEFAULT_MASTER_PORT
+from torchjob.render.wait import WAIT_FOR_MASTER
 
 LOOPBACK = "127.0.0.1"
 CLUSTER_DOMAIN = ".cluster.local"
@@ -272,6 +273,7 @@ def _unused_parts(pod_spec: dict[str, Any], training: int) -> list[str]:
     ]
     if others:
         notes.append(f"only the training container runs here; not run: {', '.join(others)}")
-    if pod_spec.get("initContainers"):
+    # Waiting for the master's name means nothing here: every replica's address is loopback.
+    if any(c.get("name") != WAIT_FOR_MASTER for c in pod_spec.get("initContainers") or []):
         notes.append("init containers are not run here")
     return notes

@@ -4,7 +4,8 @@ The reconciler creates the pod from the replica's raw template; this turns it in
 PyTorch replica: the training container gets the environment (the user's own variables win) and,
 with torchrun, the torchrun command line; the pod's restartPolicy becomes Never (the reconciler
 restarts replicas itself so one backoff budget covers them all); debug mode and resuming after a
-pause replace the command and may drop the init containers.
+pause replace the command and may drop the init containers. Outside debug mode the pod's first
+init container waits until the master's name resolves (render/wait.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from torchjob.api.jsoncopy import json_copy
 from torchjob.api.types import PyTorchTrainingJob, PyTorchTrainingJobSpec, ReplicaSpec
 from torchjob.render.environment import replica_env, torchrun_argv
 from torchjob.render.topology import DEFAULT_MASTER_PORT, MASTER_PORT_NAME, Replica, replica_at
+from torchjob.render.wait import add_wait_for_master, python_of, wants_wait
 
 DEFAULT_DEBUG_COMMAND = ["sleep", "inf"]
 
@@ -46,6 +48,7 @@ def rewrite_pod(job: PyTorchTrainingJob, pod: dict[str, Any]) -> Rewrite:
     containers = list(pod_spec.get("containers") or [])
     if not containers:
         raise PodRewriteError("the pod has no container")
+    python = python_of(containers[container_index])  # before torchrun replaces the command
     container = containers[container_index] = json_copy(containers[container_index])
     pod_spec["containers"] = containers
     env = replica_env(
@@ -59,6 +62,8 @@ def rewrite_pod(job: PyTorchTrainingJob, pod: dict[str, Any]) -> Rewrite:
     _merge_env(container, env)
     _ensure_master_port(container)
     _apply_command(spec, replica_spec, container, env, resuming=_resuming(pod), pod_spec=pod_spec)
+    if wants_wait(spec):
+        add_wait_for_master(pod_spec, container, python)
     pod_spec["restartPolicy"] = "Never"
     return Rewrite(out, _patch(pod.get("spec") or {}, pod_spec))
 
