@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from torchjob.api import constants
+
 ROOT = Path(__file__).parents[2]
 BIN = Path(sys.executable).parent
 CRD = ROOT / "crds" / "batch.tensorstack.dev_pytorchtrainingjobs.yaml"
@@ -102,3 +104,10 @@ def test_replica_types_are_a_map_list(openapi: dict[str, Any]) -> None:
     assert replica_specs["x-kubernetes-list-type"] == "map"
     assert replica_specs["x-kubernetes-list-map-keys"] == ["type"]
     assert "type" in replica_specs["items"]["required"]
+
+
+def test_every_reason_is_documented() -> None:
+    """Condition and Event reasons are a closed set, each named in the API reference."""
+    reasons = {v for k, v in vars(constants).items() if k.startswith("REASON_")}
+    documented = (ROOT / "docs" / "api.md").read_text()
+    assert {r for r in reasons if f"`{r}`" not in documented} == set()
