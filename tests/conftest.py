@@ -2,7 +2,8 @@
 started them, or they fail (or slow down) whichever test happens to run next.
 
 And the fixtures of every test that needs Kubernetes (tests/e2e, tests/chart): one real control
-plane per session, an admin API client, the CRD, and a fresh namespace per test."""
+plane per session, an admin API client, the CRD, and a fresh namespace per test; for tests/node,
+one real node per session (`make node-up`) and a fresh namespace on it per test."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import os
 import re
 import secrets
 import signal
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -21,6 +23,7 @@ import pytest
 from kubernetes_asyncio import client, config
 from support import ControlPlane, control_plane_pids
 from support.controlplane import write_to_stderr
+from support.node import Node, node_is_up, release_claims, run_node_script
 
 # Long enough for a cancelled task or a terminated child to finish its clean-up.
 LEFTOVER_GRACE = 1.0
@@ -230,3 +233,30 @@ def crd(control_plane: ControlPlane) -> None:
     while control_plane.kubectl("explain", "ptj", check=False).returncode != 0:
         assert time.monotonic() < deadline, "the CRD's OpenAPI schema was never published"
         time.sleep(0.2)
+
+
+@pytest.fixture(scope="session")
+def node(pytestconfig: pytest.Config) -> Iterator[Node]:
+    """The real node of hack/node.sh with the chart installed. A node that was up before the
+    session is used and left up; one the session brings up is taken down at its end."""
+    announce = _uncaptured_line_writer(pytestconfig)
+    started_here = not node_is_up()
+    log = Path(tempfile.gettempdir()) / "torchjob-node.log"
+    if started_here:
+        announce(f"bringing the real node up (hack/node.sh up; its output in {log})")
+        run_node_script("up", log)
+    try:
+        yield Node.locate()
+    finally:
+        if started_here:
+            run_node_script("down", log)
+
+
+@pytest.fixture
+def node_namespace(node: Node, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A new namespace on the real node, named after the test; deleted without waiting."""
+    name = unique_namespace_name(request.node.name)
+    node.kubectl("create", "namespace", name)
+    yield name
+    node.kubectl("delete", "namespace", name, "--wait=false")
+    release_claims(node, name)
