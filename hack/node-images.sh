@@ -42,9 +42,11 @@ import_image() {  # <name> <image ref> <key>: from buildah's store into containe
   local name=$1 ref=$2 key=$3 archive
   mkdir -p "$IMAGES_DIR"
   archive=$(mktemp -p "$CACHE_ROOT/node" "$name.XXXXXX.tar")
+  trap 'rm -f "$archive"' EXIT
   buildah_ push --quiet "$ref" "docker-archive:$archive:$ref" >/dev/null
-  ctr_ images import --no-unpack=false "$archive" >/dev/null
+  ctr_ images import "$archive" >/dev/null
   rm -f "$archive"
+  trap - EXIT
   echo "$key" >"$IMAGES_DIR/$name.key"
 }
 
@@ -127,6 +129,11 @@ example_image() {
   mkdir -p "$HOME/.cache/pip"
   build example "$EXAMPLE_IMAGE" "$key" -f "$dir/Dockerfile" --build-arg "PYTHON_IMAGE=$BASE_IMAGE" \
     -v "$HOME/.cache/pip:/root/.cache/pip" "$dir"
+  # Several GB: once in containerd's store, buildah's copy and its layers only take up disk.
+  if [[ -n "$(image_id "$EXAMPLE_IMAGE")" ]]; then
+    buildah_ rmi "$EXAMPLE_IMAGE" >/dev/null
+    buildah_ rmi --prune >/dev/null 2>&1 || true
+  fi
 }
 
 mkdir -p "$IMAGES_DIR" "$RUN_DIR"
