@@ -111,6 +111,13 @@ def test_every_service_has_its_objects(rendered: tuple[str, list[Manifest]]) -> 
         assert len(find(component_objects(manifests, part), "NetworkPolicy")) == (
             1 if values.get("networkPolicy") else 0
         )
+    for part in ("reconciler", "housekeeper"):
+        # The leader's Lease is the chart's, so that `helm uninstall` takes it; its spec is the
+        # leader's alone, so that an upgrade leaves it be.
+        lease = component(manifests, "Lease", part)
+        assert "spec" not in lease
+        command = container_command(component(manifests, "Deployment", part), f"{part}-pod")
+        assert command.arg("--lease-name") == lease["metadata"]["name"]
     for m in manifests:
         if m["kind"] not in ("CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding") and (
             not m["kind"].endswith("WebhookConfiguration")

@@ -28,6 +28,7 @@ from torchjob.webhook.certstore import (
     SecretCertificateStore,
     patch_ca_bundle,
     utc_now,
+    webhook_configuration_owner,
 )
 
 SECRET_NAME = "torchjob-webhook-certs"
@@ -82,6 +83,70 @@ async def test_ensure_creates_the_secret_then_leaves_it_alone(
 
     assert await store(kube_client, namespace).ensure() == bundle
     assert await writes_since(kube_client, namespace, secret.metadata.resource_version) == 0
+
+
+async def validating_configuration(kube_client: client.ApiClient, name: str) -> Any:
+    """A webhook configuration with no webhooks: an owner, nothing the apiserver calls."""
+    api = client.AdmissionregistrationV1Api(kube_client)
+    body = client.V1ValidatingWebhookConfiguration(metadata=client.V1ObjectMeta(name=name))
+    return await api.create_validating_webhook_configuration(body)
+
+
+async def test_the_secret_goes_with_its_webhook_configuration(
+    kube_client: client.ApiClient, namespace: str
+) -> None:
+    configuration = await validating_configuration(kube_client, f"{namespace}-validating")
+    owned = SecretCertificateStore(
+        kube_client,
+        namespace,
+        SECRET_NAME,
+        DNS_NAMES,
+        IPS,
+        owner=webhook_configuration_owner(kube_client, configuration.metadata.name),
+    )
+    await owned.ensure()
+    secret = await read_secret(kube_client, namespace)
+    assert [(o.kind, o.uid) for o in secret.metadata.owner_references] == [
+        ("ValidatingWebhookConfiguration", configuration.metadata.uid)
+    ]
+
+    await client.AdmissionregistrationV1Api(kube_client).delete_validating_webhook_configuration(
+        configuration.metadata.name
+    )
+    # The garbage collector of kube-controller-manager deletes the dependent Secret.
+    deadline = asyncio.get_running_loop().time() + 60
+    while True:
+        try:
+            await read_secret(kube_client, namespace)
+        except client.ApiException as error:
+            assert error.status == 404
+            return
+        assert asyncio.get_running_loop().time() < deadline, "the Secret outlived its owner"
+        await asyncio.sleep(0.2)
+
+
+async def test_a_secret_written_without_an_owner_is_adopted_keeping_its_bundle(
+    kube_client: client.ApiClient, namespace: str
+) -> None:
+    bundle = await store(kube_client, namespace).ensure()
+    configuration = await validating_configuration(kube_client, f"{namespace}-validating")
+    try:
+        owned = SecretCertificateStore(
+            kube_client,
+            namespace,
+            SECRET_NAME,
+            DNS_NAMES,
+            IPS,
+            owner=webhook_configuration_owner(kube_client, configuration.metadata.name),
+        )
+        assert await owned.ensure() == bundle
+        secret = await read_secret(kube_client, namespace)
+        assert [o.uid for o in secret.metadata.owner_references] == [configuration.metadata.uid]
+        assert await stored_bundle(kube_client, namespace) == bundle
+    finally:
+        await client.AdmissionregistrationV1Api(
+            kube_client
+        ).delete_validating_webhook_configuration(configuration.metadata.name)
 
 
 async def test_replicas_starting_together_end_with_one_secret_and_one_ca(

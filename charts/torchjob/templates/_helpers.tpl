@@ -242,6 +242,21 @@ metadata:
 automountServiceAccountToken: false
 {{- end }}
 
+{{/*
+A component's leader-election Lease, without a spec: the leader fills it in, and an upgrade of
+the release leaves what it wrote alone (the chart never sets spec). Rendered so that `helm
+uninstall` removes it with the rest. Call with (dict "root" $ "name" "reconciler" "lease" <name>).
+*/}}
+{{- define "torchjob.lease" -}}
+apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata:
+  name: {{ .lease }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "torchjob.componentLabels" . | nindent 4 }}
+{{- end }}
+
 {{/* The Service in front of a component's probe port, for scraping /metrics. */}}
 {{- define "torchjob.metricsService" -}}
 apiVersion: v1

@@ -34,6 +34,7 @@ from torchjob.webhook.certstore import (
     FileCertificateSource,
     SecretCertificateStore,
     patch_ca_bundle,
+    webhook_configuration_owner,
 )
 from torchjob.webhook.settings import Settings
 
@@ -304,6 +305,11 @@ def _secret_refresher(app: web.Application) -> Callable[[], Any]:
         settings.secret_name,
         settings.dns_names,
         list(settings.ip_addresses),
+        owner=(
+            webhook_configuration_owner(app[API], settings.validating_config)
+            if settings.validating_config
+            else None
+        ),
     )
 
     async def refresh() -> None:

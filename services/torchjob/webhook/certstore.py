@@ -41,6 +41,8 @@ MAX_ATTEMPTS: Final = 5
 STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
 
 Clock = Callable[[], datetime.datetime]
+# Who owns the Secret: resolved when it is written, None for no owner.
+OwnerLookup = Callable[[], Awaitable[client.V1OwnerReference | None]]
 
 
 def utc_now() -> datetime.datetime:
@@ -65,8 +67,10 @@ class SecretCertificateStore:
         clock: Clock = utc_now,
         ca_validity: datetime.timedelta = CA_VALIDITY,
         cert_validity: datetime.timedelta = CERT_VALIDITY,
+        owner: OwnerLookup | None = None,
     ) -> None:
         self._core = client.CoreV1Api(api_client)
+        self._owner = owner
         self._namespace = namespace
         self._secret_name = secret_name
         self._dns_names = list(dns_names)
@@ -94,6 +98,8 @@ class SecretCertificateStore:
         if stored is None:
             # Garbled or edited by hand: starting over beats failing on every start forever.
             return await self._replace(secret, self._new_bundle())
+        if await self._needs_owner(secret):
+            return await self._replace(secret, stored)
         renewed = renew(
             stored,
             self._dns_names,
@@ -123,10 +129,25 @@ class SecretCertificateStore:
         except NotFound:
             return None
 
+    async def _owner_references(self) -> list[client.V1OwnerReference] | None:
+        owner = await self._owner() if self._owner is not None else None
+        return [owner] if owner is not None else None
+
+    async def _needs_owner(self, secret: client.V1Secret) -> bool:
+        """A Secret written before it had an owner is adopted, so that it goes with its owner."""
+        owners = await self._owner_references()
+        if not owners:
+            return False
+        present = {reference.uid for reference in secret.metadata.owner_references or []}
+        return owners[0].uid not in present
+
     async def _create(self, bundle: CertBundle) -> CertBundle:
         secret = client.V1Secret(
             metadata=client.V1ObjectMeta(
-                name=self._secret_name, namespace=self._namespace, labels=dict(MANAGED_BY_LABELS)
+                name=self._secret_name,
+                namespace=self._namespace,
+                labels=dict(MANAGED_BY_LABELS),
+                owner_references=await self._owner_references(),
             ),
             type=SECRET_TYPE,
             data=secret_data(bundle),
@@ -141,11 +162,36 @@ class SecretCertificateStore:
         # The resourceVersion read along with the Secret makes this fail with Conflict if anyone
         # wrote since. The type is left as found: it cannot be changed in place.
         secret.data = secret_data(bundle)
+        owners = await self._owner_references()
+        if owners and await self._needs_owner(secret):
+            secret.metadata.owner_references = [*(secret.metadata.owner_references or []), *owners]
         async with translated():
             await self._core.replace_namespaced_secret(
                 self._secret_name, self._namespace, secret, field_manager=FIELD_MANAGER
             )
         return bundle
+
+
+def webhook_configuration_owner(api_client: client.ApiClient, validating_name: str) -> OwnerLookup:
+    """The ValidatingWebhookConfiguration as the owner of the Secret: the Secret's CA exists to be
+    trusted by that configuration, and goes when it goes (`helm uninstall`), through the garbage
+    collector. None while the configuration does not exist."""
+    api = client.AdmissionregistrationV1Api(api_client)
+
+    async def lookup() -> client.V1OwnerReference | None:
+        try:
+            async with translated():
+                configuration = await api.read_validating_webhook_configuration(validating_name)
+        except NotFound:
+            return None
+        return client.V1OwnerReference(
+            api_version="admissionregistration.k8s.io/v1",
+            kind="ValidatingWebhookConfiguration",
+            name=validating_name,
+            uid=configuration.metadata.uid,
+        )
+
+    return lookup
 
 
 async def patch_ca_bundle(
