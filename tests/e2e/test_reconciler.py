@@ -144,6 +144,10 @@ async def happy_path(
     assert master.spec.containers[0].command[0] == "torchrun", (
         "the webhook rewrote the reconciler's pod"
     )
+    [wait] = master.spec.init_containers
+    assert (wait.name, wait.image) == ("wait-for-master", master.spec.containers[0].image)
+    assert wait.command[:2] == ["python", "-c"]
+    assert wait.env[0].value == f"{job.name}-worker-0.{admitted_namespace}.svc"
     assert (await job.status())["phase"] == "Pending"
     await job.run_all()
     status = await job.wait_phase("Running")
@@ -242,6 +246,37 @@ async def test_exit_code_137_restarts_and_exit_1_fails(
     status = await job.wait_phase("Failed")
     assert condition(status, "Failed")["reason"] == "ReplicaFailed"
     assert status["backoffCount"] == 1
+
+
+async def test_an_oom_killed_master_fails_the_job_naming_it(
+    control_plane: ControlPlane,
+    kube_client: client.ApiClient,
+    admitted_namespace: str,
+    reconciler: ServiceProcess,
+) -> None:
+    """The kubelet says OOMKilled: the Failed condition, its Event and the replica's container
+    status name it, not only exit code 137."""
+    job = await Job(kube_client, admitted_namespace, with_policy("basic", "Never")).create()
+    await job.wait_pods(names(job.name, "worker", 2))
+    await job.run_all()
+    master = f"{job.name}-worker-0"
+    await job.kubelet.finish(master, 137, reason="OOMKilled")
+    status = await job.wait_phase("Failed")
+    failed = condition(status, "Failed")
+    assert (failed["reason"], failed["message"]) == (
+        "MasterFailed",
+        f"replica {master} container pytorch was OOMKilled (exit code 137) and is not restarted",
+    )
+    [entry] = [r for t in status["tasks"] for r in t["replicas"] if r["name"] == master]
+    assert entry["containers"] == [
+        {"name": "pytorch", "state": "terminated", "exitCode": 137, "reason": "OOMKilled"}
+    ]
+
+    async def event_names_it() -> bool:
+        events = await client.EventsV1Api(kube_client).list_namespaced_event(admitted_namespace)
+        return any(e.reason == "MasterFailed" and e.note == failed["message"] for e in events.items)
+
+    await job.wait("the MasterFailed Event", event_names_it)
 
 
 async def _field(job: Job, key: str) -> Any:

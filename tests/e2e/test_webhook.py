@@ -25,6 +25,7 @@ from support.operator import (
 from support.processes import ServiceProcess
 
 from torchjob.api import constants
+from torchjob.render.wait import WAIT_SCRIPT
 from torchjob.webhook.certificates import bundle_from_secret_data, renew, secret_data
 
 DATA = Path(__file__).parents[1] / "data" / "t9k"
@@ -173,6 +174,12 @@ def test_reconciler_pod_is_rewritten_and_tenant_pod_refused(
     assert container["command"][0] == "torchrun"
     assert "--nnodes=1:4" in container["command"]
     assert container["args"] == ["dist_mnist.py"]
+    # The first init container waits until the master's name resolves, with the trainer's image.
+    [wait] = stored["spec"]["initContainers"]
+    assert wait["name"] == "wait-for-master"
+    assert wait["image"] == container["image"]
+    assert wait["command"] == ["python", "-c", WAIT_SCRIPT]
+    assert wait["env"] == [{"name": "MASTER_ADDR", "value": env["MASTER_ADDR"]}]
 
 
 def served_certificate(port: int) -> bytes:

@@ -9,8 +9,12 @@ from typing import Any
 from kubernetes_asyncio import client
 
 
+def _format(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _format(datetime.now(UTC))
 
 
 def _container_names(pod: Any) -> list[str]:
@@ -61,9 +65,19 @@ class TestKubelet:
             ]
         await self._patch(name, status)
 
-    async def finish(self, name: str, exit_code: int) -> None:
-        """Every container terminates with `exit_code`; the phase follows from it."""
+    async def finish(
+        self,
+        name: str,
+        exit_code: int,
+        *,
+        reason: str | None = None,
+        started: datetime | None = None,
+    ) -> None:
+        """Every container terminates with `exit_code` (and `reason`, else Completed or Error,
+        as the kubelet says; OOMKilled for a container the kernel killed for memory), having
+        started at `started` (else now); the phase follows from the exit code."""
         pod = await self.core.read_namespaced_pod(name, self.namespace)
+        since = _format(started) if started else _now()
         terminated = [
             {
                 "name": n,
@@ -74,13 +88,18 @@ class TestKubelet:
                 "state": {
                     "terminated": {
                         "exitCode": exit_code,
-                        "reason": "Completed" if exit_code == 0 else "Error",
-                        "startedAt": _now(),
+                        "reason": reason or ("Completed" if exit_code == 0 else "Error"),
+                        "startedAt": since,
                         "finishedAt": _now(),
                     }
                 },
             }
             for n in _container_names(pod)
         ]
-        phase = "Succeeded" if exit_code == 0 else "Failed"
-        await self._patch(name, {"phase": phase, "containerStatuses": terminated})
+        status: dict[str, Any] = {
+            "phase": "Succeeded" if exit_code == 0 else "Failed",
+            "containerStatuses": terminated,
+        }
+        if started:
+            status["startTime"] = since  # the pod started no later than its containers
+        await self._patch(name, status)

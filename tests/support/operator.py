@@ -162,6 +162,11 @@ def reconciler_kubeconfig(control_plane: ControlPlane) -> Path:
     return path
 
 
+# Tests restart replicas after this delay, not the reconciler's default of 10 seconds; a test of
+# the delay itself passes --restart-backoff again (the last one given wins).
+TEST_RESTART_BACKOFF = ("--restart-backoff", "0.2")
+
+
 def start_reconciler(
     control_plane: ControlPlane,
     kubeconfig: Path,
@@ -171,7 +176,8 @@ def start_reconciler(
 ) -> ServiceProcess:
     """The reconciler as a process; returned once it leads and its caches have synced, or with
     `leading=False` once it is ready (a standby is ready at once)."""
-    return _start_controller("torchjob.reconciler", kubeconfig, identity, extra_args, leading)
+    args = (*TEST_RESTART_BACKOFF, *extra_args)
+    return _start_controller("torchjob.reconciler", kubeconfig, identity, args, leading)
 
 
 def _start_controller(
