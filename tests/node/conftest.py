@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 
 NODE_TESTS = Path(__file__).parent
+# Real pods take what the machine gives them: torch starting in four processes on two busy cores,
+# and the first test also waits for the node to come up.
+NODE_TEST_TIMEOUT = 1800
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -18,3 +21,4 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.is_relative_to(NODE_TESTS):
             item.add_marker(pytest.mark.node)
+            item.add_marker(pytest.mark.timeout(NODE_TEST_TIMEOUT))

@@ -19,7 +19,11 @@ def late_master_job(image: str) -> dict[str, Any]:
             "image": image,
             "workingDir": "/workspace",
             "args": ["train.py", "--epochs", "2", "--log_dir", "runs/late"],
-            "resources": {"limits": {"cpu": "1", "memory": "2Gi"}},
+            # Small requests: both replicas and the chart's services fit on two cores.
+            "resources": {
+                "requests": {"cpu": "250m", "memory": "512Mi"},
+                "limits": {"cpu": "1", "memory": "2Gi"},
+            },
         }
         spec: dict[str, Any] = {"containers": [container]}
         if gates:

@@ -265,7 +265,11 @@ def training_job(
         "image": image,
         "command": command or ["python"],
         "args": args,
-        "resources": {"limits": limits or {"cpu": "500m", "memory": "256Mi"}},
+        # Small requests, so that the tests' jobs fit on the node beside the chart's services.
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "64Mi"},
+            "limits": limits or {"cpu": "500m", "memory": "256Mi"},
+        },
     }
     return {
         "apiVersion": "batch.tensorstack.dev/v1beta1",
