@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.lifecycle.observe import ContainerView, PodView, view_pod
-from torchjob.lifecycle.plan import Observed, Plan, plan
+from torchjob.lifecycle.plan import Plan, plan
+from torchjob.lifecycle.round import Observed
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 META = {"name": "j", "namespace": "ns", "uid": "job-uid", "generation": 1}

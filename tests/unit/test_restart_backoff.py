@@ -15,7 +15,8 @@ from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.lifecycle.backoff import RestartBackoff, next_in_a_row
 from torchjob.lifecycle.observe import ContainerView, PodView, view_pod
-from torchjob.lifecycle.plan import Observed, Plan, plan
+from torchjob.lifecycle.plan import Plan, plan
+from torchjob.lifecycle.round import Observed
 from torchjob.lifecycle.times import seconds_text
 from unit.test_lifecycle import META, NOW, conditions, services, settle, spec
 

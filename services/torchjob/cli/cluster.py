@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from torchjob.cli.manifest import AdmittedJob
-from torchjob.lifecycle.plan import Observed, Plan, plan
+from torchjob.lifecycle.plan import Plan, plan
+from torchjob.lifecycle.round import Observed
 from torchjob.render.pod import rewrite_pod
 from torchjob.render.replica import DEFAULT_T9K_SCHEDULER, render_pod, render_service
 from torchjob.render.topology import Replica

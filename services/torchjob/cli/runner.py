@@ -40,7 +40,8 @@ from torchjob.cli.manifest import AdmittedJob
 from torchjob.lifecycle.backoff import DEFAULT_BACKOFF, RestartBackoff
 from torchjob.lifecycle.local import exit_code_of, local_pod_status
 from torchjob.lifecycle.observe import view_pod
-from torchjob.lifecycle.plan import Observed, Plan, PodToCreate, plan
+from torchjob.lifecycle.plan import Plan, PodToCreate, plan
+from torchjob.lifecycle.round import Observed
 from torchjob.lifecycle.status import is_terminal
 from torchjob.lifecycle.times import format_time
 from torchjob.render.local import LocalCommand, local_command

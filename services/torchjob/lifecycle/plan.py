@@ -15,7 +15,7 @@ reconcile that decides to wait asks to be run again when the wait is over.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Literal
 
 from torchjob.api import constants, queries
@@ -28,27 +28,10 @@ from torchjob.lifecycle.backoff import (
     pending_restart,
 )
 from torchjob.lifecycle.observe import FINISHED_PHASES, PodView
-from torchjob.lifecycle.status import (
-    Outcome,
-    build_status,
-    is_terminal,
-    ours,
-    recorded,
-)
+from torchjob.lifecycle.round import Observed, Outcome, Round
+from torchjob.lifecycle.status import build_status, is_terminal, ours, recorded
 from torchjob.lifecycle.times import parse_time, seconds_text
 from torchjob.render.topology import Replica, replica_name, replicas_of
-
-PodKey = tuple[str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class Observed:
-    job_meta: dict[str, Any]
-    spec: PyTorchTrainingJobSpec
-    status: dict[str, Any]
-    pods: list[PodView]
-    services: frozenset[str]
-    now: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,23 +64,11 @@ class Plan:
 
 
 @dataclass(slots=True)
-class _Round:
-    """Working state while one plan is made."""
+class _Planning(Round):
+    """A round's facts, with how the planner decides and what it has decided so far."""
 
-    observed: Observed
-    desired: list[Replica]
-    pods: dict[PodKey, PodView]
-    backoff: int
-    restarts: dict[str, int]
     rule: RestartBackoff = DEFAULT_BACKOFF
     plan: Plan = field(default_factory=Plan)
-    outcome: Outcome | None = None
-    failures: list[str] = field(default_factory=list)
-    cleared: set[str] = field(default_factory=set)  # replicas whose recorded pod uid is dropped
-    waiting: list[PendingRestart] = field(default_factory=list)  # restarts not due yet
-    # Restarts in a row each replica's status shows, where this round decided it (a restart
-    # pending or made); the others show their pod's own, or what the status recorded.
-    in_a_row: dict[str, int] = field(default_factory=dict)
     announced: list[Event] = field(default_factory=list)  # restarts decided this round
 
 
@@ -109,7 +80,7 @@ def plan(observed: Observed, backoff: RestartBackoff = DEFAULT_BACKOFF) -> Plan:
     state = _start_round(observed)
     state.rule = backoff
     if is_terminal(observed.status):
-        state.plan.status = build_status(state, None)
+        state.plan.status = build_status(state, starting=False)
         return state.plan
     if _deadline_passed(state):
         return _finish(state)
@@ -122,7 +93,7 @@ def plan(observed: Observed, backoff: RestartBackoff = DEFAULT_BACKOFF) -> Plan:
     return _finish(state)
 
 
-def _start_round(observed: Observed) -> _Round:
+def _start_round(observed: Observed) -> _Planning:
     desired = replicas_of(observed.spec)
     pods = {(p.replica_type, p.index): p for p in observed.pods}
     recorded = int(observed.status.get("backoffCount") or 0)
@@ -131,7 +102,7 @@ def _start_round(observed: Observed) -> _Round:
         t.get("type", ""): int(t.get("restartCount") or 0)
         for t in observed.status.get("tasks") or []
     }
-    return _Round(observed, desired, pods, backoff, restarts)
+    return _Planning(observed, desired, pods, backoff, restarts)
 
 
 def _paused(spec: PyTorchTrainingJobSpec) -> bool:
@@ -139,7 +110,7 @@ def _paused(spec: PyTorchTrainingJobSpec) -> bool:
     return bool(pause and pause.enabled)
 
 
-def _deadline_passed(state: _Round) -> bool:
+def _deadline_passed(state: _Planning) -> bool:
     policy = state.observed.spec.run_policy
     started = parse_time(state.observed.status.get("startTime"))
     if not policy or not policy.active_deadline_seconds or started is None:
@@ -157,21 +128,21 @@ def _deadline_passed(state: _Round) -> bool:
     return True
 
 
-def _delete_unfinished(state: _Round) -> None:
+def _delete_unfinished(state: _Planning) -> None:
     for pod in state.pods.values():
         if not pod.finished and not pod.deleting:
             state.plan.delete_pods.append((pod.name, pod.uid))
 
 
-def _pause(state: _Round) -> None:
+def _pause(state: _Planning) -> None:
     for pod in state.pods.values():
         if not pod.deleting:
             state.plan.delete_pods.append((pod.name, pod.uid))
-        state.cleared.add(pod.name)  # pods deleted by a pause are not restarts
+        state.uid_dropped.add(pod.name)  # pods deleted by a pause are not restarts
     _ensure_services(state)
 
 
-def _debug(state: _Round) -> None:
+def _debug(state: _Planning) -> None:
     """Debug pods run the debug command and are never restarted."""
     _ensure_services(state)
     for replica in state.desired:
@@ -180,10 +151,10 @@ def _debug(state: _Round) -> None:
             _create(state, replica, counted=False, extra={constants.ANNOTATION_DEBUG: "true"})
         elif not pod.debug and not pod.deleting:
             state.plan.delete_pods.append((pod.name, pod.uid))
-            state.cleared.add(pod.name)
+            state.uid_dropped.add(pod.name)
 
 
-def _run(state: _Round) -> None:
+def _run(state: _Planning) -> None:
     _ensure_services(state)
     _delete_surplus(state)
     for replica in state.desired:
@@ -194,21 +165,21 @@ def _run(state: _Round) -> None:
             _create_missing(state, replica)
         elif pod.debug and not pod.deleting:
             state.plan.delete_pods.append((pod.name, pod.uid))  # debug mode was switched off
-            state.cleared.add(pod.name)
+            state.uid_dropped.add(pod.name)
         elif pod.finished and not pod.deleting:
             _judge_finished(state, replica, pod)
         elif pod.finished:  # deleted after it ended: its replacement is the next in its row
             state.in_a_row[pod.name] = next_in_a_row(pod, state.rule)
 
 
-def _ensure_services(state: _Round) -> None:
+def _ensure_services(state: _Planning) -> None:
     name = state.observed.job_meta["name"]
     for replica in state.desired:
         if replica_name(name, replica.type, replica.index) not in state.observed.services:
             state.plan.create_services.append(replica)
 
 
-def _delete_surplus(state: _Round) -> None:
+def _delete_surplus(state: _Planning) -> None:
     """Pods and Services beyond the desired replicas (an elastic job scaled down), highest
     index first."""
     wanted = {(r.type, r.index) for r in state.desired}
@@ -225,12 +196,12 @@ def _by_index_down(name: str) -> tuple[str, int]:
     return kind, -int(index) if index.isdigit() else 0
 
 
-def _recorded_uid(state: _Round, name: str) -> str | None:
+def _recorded_uid(state: _Planning, name: str) -> str | None:
     uid = recorded(state.observed.status, name).get("uid")
     return str(uid) if uid else None
 
 
-def _create_missing(state: _Round, replica: Replica) -> None:
+def _create_missing(state: _Planning, replica: Replica) -> None:
     name = replica_name(state.observed.job_meta["name"], replica.type, replica.index)
     # The restarts in a row the replica's status carried past its pod's deletion.
     carried = recorded(state.observed.status, name).get("consecutiveRestarts")
@@ -245,33 +216,33 @@ def _create_missing(state: _Round, replica: Replica) -> None:
         Event(
             "Normal",
             constants.REASON_REPLICA_RESTARTING,
-            f"recreating replica {name} (restart {state.backoff})",
+            f"recreating replica {name} (restart {state.backoff_count})",
         )
     )
 
 
 def _create(
-    state: _Round, replica: Replica, *, counted: bool, extra: dict[str, str] | None = None
+    state: _Planning, replica: Replica, *, counted: bool, extra: dict[str, str] | None = None
 ) -> None:
     if counted:
-        state.backoff += 1
-        state.restarts[replica.type] = state.restarts.get(replica.type, 0) + 1
+        state.backoff_count += 1
+        state.restarts_by_type[replica.type] = state.restarts_by_type.get(replica.type, 0) + 1
     name = replica_name(state.observed.job_meta["name"], replica.type, replica.index)
     in_a_row = state.in_a_row.get(name, 0)
     annotations = {
-        constants.ANNOTATION_BACKOFF_COUNT: str(state.backoff),
+        constants.ANNOTATION_BACKOFF_COUNT: str(state.backoff_count),
         constants.ANNOTATION_CONSECUTIVE_RESTARTS: str(in_a_row),
         **(extra or {}),
     }
     if state.observed.status.get("phase") in ("Paused", "Resuming"):
         annotations[constants.ANNOTATION_RESUMING] = "true"
-    state.cleared.add(name)
+    state.uid_dropped.add(name)
     state.plan.create_pods.append(PodToCreate(replica, annotations))
 
 
-def _within_budget(state: _Round, ended: PodView | None = None) -> bool:
+def _within_budget(state: _Planning, ended: PodView | None = None) -> bool:
     limit = queries.backoff_limit(state.observed.spec)
-    if state.backoff + 1 <= limit:
+    if state.backoff_count + 1 <= limit:
         return True
     last = f"; the last: {describe_failure(ended)}" if ended and ended.phase == "Failed" else ""
     state.outcome = Outcome(
@@ -282,7 +253,7 @@ def _within_budget(state: _Round, ended: PodView | None = None) -> bool:
     return False
 
 
-def _judge_finished(state: _Round, replica: Replica, pod: PodView) -> None:
+def _judge_finished(state: _Planning, replica: Replica, pod: PodView) -> None:
     policy = _replica_spec(state, replica).restart_policy or "OnFailure"
     if pod.phase == "Succeeded":
         if replica.is_master:
@@ -329,7 +300,7 @@ def _retryable(policy: str, exit_code: int | None) -> bool:
     return False
 
 
-def _restart(state: _Round, pod: PodView) -> None:
+def _restart(state: _Planning, pod: PodView) -> None:
     """Delete the finished pod once its restart delay has passed, else look again then; its
     recreation is counted once the pod is gone."""
     if not _within_budget(state, pod):
@@ -345,7 +316,7 @@ def _restart(state: _Round, pod: PodView) -> None:
         state.plan.delete_pods.append((pod.name, pod.uid))
 
 
-def _announce(state: _Round, pending: PendingRestart, wait: float) -> None:
+def _announce(state: _Planning, pending: PendingRestart, wait: float) -> None:
     """An Event the first time the end is seen: a status already showing this pod ended has
     had its Event (it is recorded once that status is written)."""
     pod = pending.pod
@@ -368,13 +339,13 @@ def _ending(pod: PodView) -> str:
     return f"it failed ({pod.reason})" if pod.reason else "it failed"
 
 
-def _requeue(state: _Round, seconds: float) -> None:
+def _requeue(state: _Planning, seconds: float) -> None:
     """Look again after `seconds`, or sooner if something else asked for sooner."""
     current = state.plan.requeue_after
     state.plan.requeue_after = seconds if current is None else min(current, seconds)
 
 
-def _elastic_survives(state: _Round) -> bool:
+def _elastic_survives(state: _Planning) -> bool:
     elastic = state.observed.spec.elastic
     low = elastic.min_replicas if elastic and elastic.enabled else None
     if low is None and state.observed.spec.torchrun_config:
@@ -385,12 +356,12 @@ def _elastic_survives(state: _Round) -> bool:
     return alive >= low
 
 
-def _replica_spec(state: _Round, replica: Replica) -> ReplicaSpec:
+def _replica_spec(state: _Planning, replica: Replica) -> ReplicaSpec:
     return next(r for r in state.observed.spec.replica_specs or [] if r.type == replica.type)
 
 
-def _finish(state: _Round) -> Plan:
-    state.plan.status = build_status(state, state.outcome)
+def _finish(state: _Planning) -> Plan:
+    state.plan.status = build_status(state, starting=bool(state.plan.create_pods))
     if state.outcome is not None:
         state.plan.create_pods.clear()
         state.plan.requeue_after = None
@@ -402,11 +373,11 @@ def _finish(state: _Round) -> Plan:
     return state.plan
 
 
-def _status_can_wait(state: _Round) -> bool:
+def _status_can_wait(state: _Planning) -> bool:
     plan, recorded = state.plan, int(state.observed.status.get("backoffCount") or 0)
     creates = bool(plan.create_pods or plan.create_services)
     deletes = bool(plan.delete_pods or plan.delete_services)
-    return creates and not deletes and state.outcome is None and state.backoff == recorded
+    return creates and not deletes and state.outcome is None and state.backoff_count == recorded
 
 
 def _transition_events(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:

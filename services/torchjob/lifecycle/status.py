@@ -1,28 +1,18 @@
-"""The job's status as a function of what one reconcile observed and decided. Pure."""
+"""The job's status as a function of what one round of planning observed and decided (its
+`Round`). Pure."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torchjob.api import constants
+from torchjob.lifecycle.backoff import PendingRestart
+from torchjob.lifecycle.observe import ContainerView
+from torchjob.lifecycle.round import Outcome, Round
 from torchjob.lifecycle.times import format_time, seconds_text
 from torchjob.render.topology import replica_name
 
-if TYPE_CHECKING:
-    from torchjob.lifecycle.backoff import PendingRestart
-    from torchjob.lifecycle.observe import ContainerView
-    from torchjob.lifecycle.plan import _Round
-
 TERMINAL_CONDITIONS = ("Completed", "Failed")
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    succeeded: bool
-    reason: str
-    message: str
-
 
 # Status fields another service writes; the reconciler's merge patches leave them alone.
 NOT_OURS = ("tensorboard",)
@@ -39,18 +29,21 @@ def is_terminal(status: dict[str, Any]) -> bool:
     )
 
 
-def build_status(state: _Round, outcome: Outcome | None) -> dict[str, Any]:
+def build_status(state: Round, *, starting: bool) -> dict[str, Any]:
+    """The status `state` shows; `starting` says whether the round creates pods (the job has
+    started once it has a pod or is about to)."""
     observed = state.observed
     old = observed.status
+    outcome = state.outcome
     now = format_time(observed.now)
     phase = _phase(state, outcome)
-    start = old.get("startTime") or (now if state.plan.create_pods or state.pods else None)
+    start = old.get("startTime") or (now if starting or state.pods else None)
     status: dict[str, Any] = {
         "phase": phase,
         "conditions": _conditions(state, phase, outcome, now),
         "tasks": _tasks(state),
         "aggregate": _aggregate(state),
-        "backoffCount": state.backoff,
+        "backoffCount": state.backoff_count,
         "observedGeneration": observed.job_meta.get("generation", 0),
     }
     if start:
@@ -61,7 +54,7 @@ def build_status(state: _Round, outcome: Outcome | None) -> dict[str, Any]:
     return status
 
 
-def _phase(state: _Round, outcome: Outcome | None) -> str:
+def _phase(state: Round, outcome: Outcome | None) -> str:
     old = state.observed.status
     if is_terminal(old):
         return str(old.get("phase"))
@@ -77,7 +70,7 @@ def _phase(state: _Round, outcome: Outcome | None) -> str:
     return "Running" if old.get("phase") == "Running" else "Pending"
 
 
-def _all_started(state: _Round) -> bool:
+def _all_started(state: Round) -> bool:
     for replica in state.desired:
         pod = state.pods.get((replica.type, replica.index))
         if pod is None or pod.deleting or pod.phase not in ("Running", "Succeeded"):
@@ -86,7 +79,7 @@ def _all_started(state: _Round) -> bool:
 
 
 def _conditions(
-    state: _Round, phase: str, outcome: Outcome | None, now: str
+    state: Round, phase: str, outcome: Outcome | None, now: str
 ) -> list[dict[str, Any]]:
     generation = state.observed.job_meta.get("generation", 0)
     previous = {c.get("type"): c for c in state.observed.status.get("conditions") or []}
@@ -121,7 +114,7 @@ def condition(
 
 
 def _wanted_conditions(
-    state: _Round, phase: str, outcome: Outcome | None
+    state: Round, phase: str, outcome: Outcome | None
 ) -> dict[str, tuple[str, str, str]]:
     old = {c.get("type"): c for c in state.observed.status.get("conditions") or []}
     if is_terminal(state.observed.status):
@@ -179,7 +172,7 @@ def _waiting(pending: PendingRestart) -> str:
     )
 
 
-def _all_created(state: _Round) -> bool:
+def _all_created(state: Round) -> bool:
     name = state.observed.job_meta["name"]
     for replica in state.desired:
         if replica_name(name, replica.type, replica.index) not in state.observed.services:
@@ -189,12 +182,13 @@ def _all_created(state: _Round) -> bool:
     return True
 
 
-def _tasks(state: _Round) -> list[dict[str, Any]]:
+def _tasks(state: Round) -> list[dict[str, Any]]:
     name = state.observed.job_meta["name"]
     tasks: dict[str, dict[str, Any]] = {}
     for spec in state.observed.spec.replica_specs or []:
         kind = spec.type or ""
-        tasks[kind] = {"type": kind, "restartCount": state.restarts.get(kind, 0), "replicas": []}
+        restarts = state.restarts_by_type.get(kind, 0)
+        tasks[kind] = {"type": kind, "restartCount": restarts, "replicas": []}
     for replica in sorted(state.desired, key=lambda r: (r.type, r.index)):
         pod_name = replica_name(name, replica.type, replica.index)
         tasks[replica.type]["replicas"].append(
@@ -203,10 +197,10 @@ def _tasks(state: _Round) -> list[dict[str, Any]]:
     return list(tasks.values())
 
 
-def _replica_status(state: _Round, kind: str, index: int, pod_name: str) -> dict[str, Any]:
+def _replica_status(state: Round, kind: str, index: int, pod_name: str) -> dict[str, Any]:
     pod = state.pods.get((kind, index))
-    if pod is None or pod_name in state.cleared or pod.deleting:
-        seen = {} if pod_name in state.cleared else recorded(state.observed.status, pod_name)
+    if pod is None or pod_name in state.uid_dropped or pod.deleting:
+        seen = {} if pod_name in state.uid_dropped else recorded(state.observed.status, pod_name)
         uid = seen.get("uid")
         carried = seen.get("consecutiveRestarts")
         in_a_row = state.in_a_row.get(pod_name, carried if isinstance(carried, int) else 0)
@@ -240,7 +234,7 @@ def recorded(status: dict[str, Any], pod_name: str) -> dict[str, Any]:
     return {}
 
 
-def _aggregate(state: _Round) -> dict[str, int]:
+def _aggregate(state: Round) -> dict[str, int]:
     counts = dict.fromkeys(
         ("creating", "pending", "running", "succeeded", "failed", "unknown", "deleted"), 0
     )

@@ -28,7 +28,8 @@ from torchjob.kube.resources import (
 from torchjob.kube.workqueue import WorkQueue
 from torchjob.lifecycle.backoff import RestartBackoff
 from torchjob.lifecycle.observe import view_pod
-from torchjob.lifecycle.plan import Observed, plan
+from torchjob.lifecycle.plan import plan
+from torchjob.lifecycle.round import Observed
 from torchjob.reconciler.executor import Executor
 from torchjob.reconciler.settings import Settings
 

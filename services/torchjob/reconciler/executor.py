@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 from kubernetes_asyncio import client
@@ -19,7 +19,7 @@ from torchjob.kube.errors import Conflict, Forbidden, Invalid, KubeError, NotFou
 from torchjob.kube.events import EventRecorder
 from torchjob.kube.expectations import Expectations
 from torchjob.kube.jobs import patch_status
-from torchjob.lifecycle.failures import creation_failed
+from torchjob.lifecycle.failures import Refusal, creation_failed
 from torchjob.lifecycle.plan import Plan
 from torchjob.lifecycle.status import ours
 from torchjob.render.replica import render_pod, render_service
@@ -32,7 +32,7 @@ class CreationRefused(Exception):
     """The apiserver refused to create a replica's pod (invalid, or forbidden) or Service
     (forbidden: a quota, say)."""
 
-    def __init__(self, kind: str, name: str, error: KubeError) -> None:
+    def __init__(self, kind: Literal["pod", "service"], name: str, error: KubeError) -> None:
         super().__init__(f"creating {kind} {name}: {error}")
         self.kind = kind
         self.name = name
@@ -122,10 +122,10 @@ class Executor:
             )
 
         services = [
-            (f"service/{replica_name(meta['name'], r.type, r.index)}", render_service(meta, r))
+            (replica_name(meta["name"], r.type, r.index), render_service(meta, r))
             for r in plan.create_services
         ]
-        await self._create_each(key, services, create, refusals=(Forbidden,))
+        await self._create_each(key, "service", services, create, refusals=(Forbidden,))
 
     async def _create_pods(
         self, key: str, job: dict[str, Any], spec: PyTorchTrainingJobSpec, plan: Plan
@@ -139,62 +139,55 @@ class Executor:
 
         pods = [
             (
-                f"pod/{replica_name(meta['name'], p.replica.type, p.replica.index)}",
+                replica_name(meta["name"], p.replica.type, p.replica.index),
                 render_pod(meta, spec, p.replica, p.annotations, self.scheduler_name),
             )
             for p in plan.create_pods
         ]
-        await self._create_each(key, pods, create, refusals=(Invalid, Forbidden))
+        await self._create_each(key, "pod", pods, create, refusals=(Invalid, Forbidden))
 
     async def _create_each(
         self,
         key: str,
+        kind: Literal["pod", "service"],
         objects: list[tuple[str, dict[str, Any]]],
         create: Callable[[Any], Awaitable[None]],
         refusals: tuple[type[KubeError], ...] = (),
     ) -> None:
-        """Create each `(kind/name, body)` in turn, expecting the informer to report it. After a
-        failure neither the failed object nor those not sent will ever be reported, so they are
-        no longer expected; a refusal of one of the `refusals` kinds is raised as
+        """Create each `(name, body)` of `kind` in turn, expecting the informer to report it.
+        After a failure neither the failed object nor those not sent will ever be reported, so
+        they are no longer expected; a refusal of one of the `refusals` kinds is raised as
         CreationRefused."""
         if not objects:
             return
-        expected = [name for name, _ in objects]
+        expected = [f"{kind}/{name}" for name, _ in objects]
         self.expectations.expect_creations(key, expected)
         for sent, (name, body) in enumerate(objects):
             try:
                 async with translated():
                     await create(body)  # the client sends a dict as it is
             except Conflict:
-                self.expectations.observed_creation(key, name)  # it exists already
+                self.expectations.observed_creation(key, expected[sent])  # it exists already
             except BaseException as error:
                 for unsent in expected[sent:]:
                     self.expectations.observed_creation(key, unsent)
                 if isinstance(error, refusals):
-                    kind, _, object_name = name.partition("/")
-                    raise CreationRefused(kind, object_name, error) from error
+                    raise CreationRefused(kind, name, error) from error
                 raise
 
     async def _creation_refused(
         self, job: dict[str, Any], status: dict[str, Any], refused: CreationRefused
     ) -> None:
-        """An invalid pod template fails the job; a refusal (quota, webhook) is retried with
-        backoff."""
+        """Shown in the status and as an Event; a refusal that is not permanent (lifecycle.
+        failures) is raised again, so the job is retried with backoff."""
         error = refused.error
-        is_pod = refused.kind == "pod"
-        permanent = is_pod and isinstance(error, Invalid)
-        reason = (
-            constants.REASON_POD_CREATION_FAILED
-            if is_pod
-            else constants.REASON_SERVICE_CREATION_FAILED
+        refusal = Refusal(
+            refused.kind, refused.name, error.message, invalid=isinstance(error, Invalid)
         )
-        message = f"creating {refused.kind} {refused.name}: {error.message}"
         meta = job["metadata"]
-        await self.events.record(job, "Warning", reason, message)
+        await self.events.record(job, "Warning", refusal.reason, refusal.message)
         generation = int(meta.get("generation") or 0)
-        new_status = creation_failed(
-            status, reason, message, permanent, generation, datetime.now(UTC)
-        )
+        new_status = creation_failed(status, refusal, generation, datetime.now(UTC))
         await self.write_status(meta, new_status)
-        if not permanent:
+        if not refusal.permanent:
             raise error

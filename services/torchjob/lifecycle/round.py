@@ -1,0 +1,69 @@
+"""What one round of planning starts from and what it has found out, in the terms both the
+planner (lifecycle/plan.py) and the status builder (lifecycle/status.py) use. Pure.
+
+The planner fills a `Round` while it walks the replicas; the status is then built from the
+round's facts alone, so the status builder never needs to know how the planner decided.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from torchjob.api.types import PyTorchTrainingJobSpec
+from torchjob.lifecycle.backoff import PendingRestart
+from torchjob.lifecycle.observe import PodView
+from torchjob.render.topology import Replica
+
+# A replica's identity within its job: (replica type, index).
+PodKey = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """The job and what the caches show of its pods and Services at `now`."""
+
+    job_meta: dict[str, Any]
+    spec: PyTorchTrainingJobSpec
+    status: dict[str, Any]
+    pods: list[PodView]
+    services: frozenset[str]  # names of the job's Services
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How the job ended: succeeded or failed, with the reason and message its conditions
+    carry."""
+
+    succeeded: bool
+    reason: str
+    message: str
+
+
+@dataclass(slots=True)
+class Round:
+    """The facts one round of planning gathers about the job."""
+
+    observed: Observed
+    # Every replica the spec asks for now.
+    desired: list[Replica]
+    # The observed pod of each replica that has one.
+    pods: dict[PodKey, PodView]
+    # Restarts counted against backoffLimit, this round's recreations included.
+    backoff_count: int
+    # Restarts counted per replica type (status.tasks[].restartCount), this round's included.
+    restarts_by_type: dict[str, int]
+    # How the job ended, when this round decided it.
+    outcome: Outcome | None = None
+    # How each replica that failed this round failed (`j-worker-0 failed with exit code 1`).
+    failures: list[str] = field(default_factory=list)
+    # Replicas (by pod name) whose recorded pod uid the status drops: their pod is recreated,
+    # or deleted by a pause or a change of mode, so it will not count as a restart.
+    uid_dropped: set[str] = field(default_factory=set)
+    # Restarts decided but not due yet.
+    waiting: list[PendingRestart] = field(default_factory=list)
+    # Restarts in a row each replica's status shows, where this round decided it (a restart
+    # pending or made); the others show their pod's own, or what the status recorded.
+    in_a_row: dict[str, int] = field(default_factory=dict)
