@@ -28,10 +28,10 @@ until [[ $phase == Succeeded || $phase == Failed ]]; do
   phase=$(kubectl_ -n "$NAMESPACE" get ptj "$JOB" -o jsonpath='{.status.phase}')
 done
 kubectl_ -n "$NAMESPACE" get ptj "$JOB"
-accuracy=$(kubectl_ -n "$NAMESPACE" logs "$MASTER_POD" | sed -n 's/.*test accuracy \([0-9.]*\).*/\1/p' | tail -n1)
+accuracy=$(kubectl_ -n "$NAMESPACE" logs "$MASTER_POD" -c python | sed -n 's/.*test accuracy \([0-9.]*\).*/\1/p' | tail -n1)
 if [[ $phase != Succeeded || -z $accuracy ]]; then
   log "$JOB ended $phase; the master's last lines:"
-  kubectl_ -n "$NAMESPACE" logs "$MASTER_POD" --tail=30 >&2 || true
+  kubectl_ -n "$NAMESPACE" logs "$MASTER_POD" -c python --tail=30 >&2 || true
   exit 1
 fi
 echo "test accuracy: $accuracy"
