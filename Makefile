@@ -9,6 +9,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EXAMPLE_STAMP := $(VENV)/.example-installed
 CACHE := $(or $(TORCHJOB_CACHE),$(HOME)/.cache/torchjob)
+# The example's wheels (torch's CUDA build: about 4 GB), downloaded once for every venv and image:
+# PyPI's answers through this machine's proxy are not kept by pip's own cache.
+WHEELS := $(CACHE)/wheels
+EXAMPLE_REQUIREMENTS := examples/mnist-ddp/requirements.txt
 PROTO_FILES := $(shell find proto -name '*.proto' | sort)
 PYTEST_FLAGS ?=
 
@@ -26,10 +30,11 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	@touch $@
 
 # torch, scikit-learn and tensorboard, for the example and the tests that run real torch; never
-# a dependency of the services. PyPI's Linux torch is the CUDA build (about 3 GB with its nvidia
-# packages); it runs on CPU as well.
-$(EXAMPLE_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[example]'
+# a dependency of the services. PyPI's Linux torch is the CUDA build (about 4 GB with its nvidia
+# packages); it runs on CPU as well. `pip download` skips the files it already has.
+$(EXAMPLE_STAMP): $(EXAMPLE_REQUIREMENTS) | $(BIN)/python
+	$(BIN)/python -m pip download --quiet --dest $(WHEELS) -r $(EXAMPLE_REQUIREMENTS)
+	$(BIN)/python -m pip install --quiet --no-index --find-links $(WHEELS) -r $(EXAMPLE_REQUIREMENTS)
 	@touch $@
 
 .PHONY: setup
@@ -44,11 +49,11 @@ helm: ## install helm from the Go module proxy into ~/.cache/torchjob (cached)
 	hack/install-helm.sh install
 
 .PHONY: node-build
-node-build: ## build what a real node needs: Debian packages, Go-built binaries, helm, images (cached)
+node-build: $(EXAMPLE_STAMP) ## build what a real node needs: Debian packages, Go-built binaries, helm, images (cached)
 	hack/node.sh build
 
 .PHONY: node-up
-node-up: ## start a real single-node cluster here (as root) with the chart installed; safe to repeat
+node-up: $(EXAMPLE_STAMP) ## start a real single-node cluster here (as root) with the chart installed; safe to repeat
 	hack/node.sh up
 
 .PHONY: node-down

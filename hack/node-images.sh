@@ -22,6 +22,7 @@ BASE_RECIPE=1
 BASE_ROOTFS="$CACHE_ROOT/node/rootfs-$DEBIAN_SUITE-r$BASE_RECIPE"
 
 log() { printf '[node-images] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
 
 buildah_() {
   buildah --root "$BUILDAH_ROOT/storage" --runroot "$RUN_DIR/buildah" --storage-driver overlay "$@"
@@ -125,10 +126,11 @@ torchjob_image() {
 example_image() {
   local dir="$REPO/examples/mnist-ddp" key
   key=$(inputs_key "$dir/Dockerfile" "$dir/requirements.txt" "$dir/train.py" -- "$(image_id "$BASE_IMAGE")")
-  # The host's pip cache: torch and its CUDA libraries are downloaded once for the machine.
-  mkdir -p "$HOME/.cache/pip"
+  # The wheels `make` downloaded for the venv (WHEELS in the Makefile): torch and its CUDA
+  # libraries come from PyPI once for the machine.
+  [[ -d "$WHEELS_DIR" ]] || die "no wheels in $WHEELS_DIR: run make node-build (it downloads them)"
   build example "$EXAMPLE_IMAGE" "$key" -f "$dir/Dockerfile" --build-arg "PYTHON_IMAGE=$BASE_IMAGE" \
-    -v "$HOME/.cache/pip:/root/.cache/pip" "$dir"
+    --build-arg PIP_FIND_LINKS=/wheels --build-arg PIP_NO_INDEX=1 -v "$WHEELS_DIR:/wheels:ro" "$dir"
   # Several GB: once in containerd's store, buildah's copy and its layers only take up disk.
   if [[ -n "$(image_id "$EXAMPLE_IMAGE")" ]]; then
     buildah_ rmi "$EXAMPLE_IMAGE" >/dev/null

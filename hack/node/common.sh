@@ -11,6 +11,8 @@ CONTAINERD_ROOT="$CACHE_ROOT/node/containerd"
 CONTAINERD_SOCKET="$RUN_DIR/containerd.sock"
 BUILDAH_ROOT="$CACHE_ROOT/node/buildah"
 IMAGES_DIR="$CACHE_ROOT/node/images"
+# The example's wheels, downloaded by `make` (WHEELS in the Makefile).
+WHEELS_DIR="$CACHE_ROOT/wheels"
 KUBELET_DIR="$NODE_DIR/kubelet"
 KUBECONFIG_ADMIN="$NODE_DIR/admin.kubeconfig"
 
