@@ -14,7 +14,8 @@ import structlog
 from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
-from torchjob.kube.controller import Result, TerminalError, run_workers
+from torchjob.kube.controller import run_workers
+from torchjob.kube.reconcile import Result, TerminalError
 from torchjob.kube.workqueue import WorkQueue
 
 BACKOFF = 0.02

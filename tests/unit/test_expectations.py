@@ -3,9 +3,12 @@ and give up after their TTL so a lost watch event cannot block a job forever."""
 
 from __future__ import annotations
 
-from torchjob.kube.expectations import Expectations
+from torchjob.kube.expectations import Expectations, ObjectRef
+from torchjob.kube.reconcile import JobKey
 
-KEY = "ns/job"
+KEY = JobKey("ns", "job")
+OTHER = JobKey("ns", "other")
+A, B = ObjectRef("pod", "a"), ObjectRef("pod", "b")
 
 
 class FakeClock:
@@ -22,52 +25,52 @@ def test_a_key_with_no_expectations_is_satisfied() -> None:
 
 def test_satisfied_once_every_creation_is_observed() -> None:
     expectations = Expectations()
-    expectations.expect_creations(KEY, ["pod/a", "pod/b"])
+    expectations.expect_creations(KEY, [A, B])
     assert not expectations.satisfied(KEY)
-    expectations.observed_creation(KEY, "pod/a")
+    expectations.observed_creation(KEY, A)
     assert not expectations.satisfied(KEY)
-    expectations.observed_creation(KEY, "pod/b")
+    expectations.observed_creation(KEY, B)
     assert expectations.satisfied(KEY)
 
 
 def test_satisfied_once_every_deletion_is_observed() -> None:
     expectations = Expectations()
-    expectations.expect_deletions(KEY, ["a"])
-    expectations.expect_creations(KEY, ["b"])
-    expectations.observed_creation(KEY, "b")
+    expectations.expect_deletions(KEY, [A])
+    expectations.expect_creations(KEY, [B])
+    expectations.observed_creation(KEY, B)
     assert not expectations.satisfied(KEY)
-    expectations.observed_deletion(KEY, "a")
+    expectations.observed_deletion(KEY, A)
     assert expectations.satisfied(KEY)
 
 
 def test_observing_a_creation_does_not_count_as_a_deletion() -> None:
     expectations = Expectations()
-    expectations.expect_deletions(KEY, ["a"])
-    expectations.observed_creation(KEY, "a")
+    expectations.expect_deletions(KEY, [A])
+    expectations.observed_creation(KEY, A)
     assert not expectations.satisfied(KEY)
 
 
 def test_keys_are_independent() -> None:
     expectations = Expectations()
-    expectations.expect_creations(KEY, ["a"])
-    expectations.observed_creation("ns/other", "a")
+    expectations.expect_creations(KEY, [A])
+    expectations.observed_creation(OTHER, A)
     assert not expectations.satisfied(KEY)
-    assert expectations.satisfied("ns/other")
+    assert expectations.satisfied(OTHER)
 
 
 def test_observations_for_unexpected_names_or_keys_are_ignored() -> None:
     expectations = Expectations()
-    expectations.observed_creation(KEY, "a")
-    expectations.observed_deletion(KEY, "a")
-    expectations.expect_creations(KEY, ["b"])
-    expectations.observed_creation(KEY, "a")
+    expectations.observed_creation(KEY, A)
+    expectations.observed_deletion(KEY, A)
+    expectations.expect_creations(KEY, [B])
+    expectations.observed_creation(KEY, A)
     assert not expectations.satisfied(KEY)
 
 
 def test_forget_drops_everything_outstanding() -> None:
     expectations = Expectations()
-    expectations.expect_creations(KEY, ["a"])
-    expectations.expect_deletions(KEY, ["b"])
+    expectations.expect_creations(KEY, [A])
+    expectations.expect_deletions(KEY, [B])
     expectations.forget(KEY)
     assert expectations.satisfied(KEY)
 
@@ -75,7 +78,7 @@ def test_forget_drops_everything_outstanding() -> None:
 def test_expectations_expire_after_their_ttl() -> None:
     clock = FakeClock()
     expectations = Expectations(ttl=10, clock=clock)
-    expectations.expect_creations(KEY, ["a"])
+    expectations.expect_creations(KEY, [A])
     clock.now = 9.9
     assert not expectations.satisfied(KEY)
     clock.now = 10
@@ -87,8 +90,8 @@ def test_expectations_expire_after_their_ttl() -> None:
 def test_new_expectations_restart_the_ttl() -> None:
     clock = FakeClock()
     expectations = Expectations(ttl=10, clock=clock)
-    expectations.expect_creations(KEY, ["a"])
+    expectations.expect_creations(KEY, [A])
     clock.now = 8
-    expectations.expect_creations(KEY, ["b"])
+    expectations.expect_creations(KEY, [B])
     clock.now = 12
     assert not expectations.satisfied(KEY)

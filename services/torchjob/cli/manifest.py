@@ -18,6 +18,7 @@ from torchjob.api.defaults import default_job
 from torchjob.api.jsoncopy import json_copy
 from torchjob.api.types import PyTorchTrainingJob, PyTorchTrainingJobSpec
 from torchjob.api.validation import validate
+from torchjob.kube.reconcile import JobKey
 from torchjob.lifecycle.times import format_time
 
 DEFAULT_NAMESPACE = "default"
@@ -50,8 +51,8 @@ class AdmittedJob:
         return meta
 
     @property
-    def key(self) -> str:
-        return f"{self.meta['namespace']}/{self.meta['name']}"
+    def key(self) -> JobKey:
+        return JobKey.of(self.job)
 
 
 def read_manifest(path: str) -> dict[str, Any]:
@@ -92,7 +93,9 @@ def admit(
     job_meta = job["metadata"]
     if not job_meta.get("name"):
         job_meta["name"] = job_meta["generateName"] + _suffix(uid)
-    job_meta["uid"] = uid or str(uuid.uuid5(uuid.NAMESPACE_URL, f"torchjob:{_key(job_meta)}"))
+    job_meta["uid"] = uid or str(
+        uuid.uuid5(uuid.NAMESPACE_URL, f"torchjob:{JobKey.of({'metadata': job_meta})}")
+    )
     job_meta.setdefault("generation", 1)
     job_meta.setdefault("creationTimestamp", format_time(datetime.now(UTC)))
     typed = PyTorchTrainingJob.from_dict(job)
@@ -125,7 +128,3 @@ def _suffix(uid: str | None) -> str:
     if uid is None:  # a stable name for a stable rendering
         return alphabet[0] * GENERATED_SUFFIX
     return "".join(secrets.choice(alphabet) for _ in range(GENERATED_SUFFIX))
-
-
-def _key(meta: dict[str, Any]) -> str:
-    return f"{meta.get('namespace')}/{meta.get('name')}"

@@ -1,6 +1,6 @@
 """The housekeeper: informer caches of jobs, of their replica pods and Services (the job-name
 label) and of their TensorBoards' Deployments, Services and pods (the tensorboard label) feed a
-work queue keyed by `namespace/name`; `reconcile(key)` reads the caches (never LISTs), asks the
+work queue keyed by job (`JobKey`); `reconcile(key)` reads the caches (never LISTs), asks the
 pure `lifecycle.housekeeping.plan` what to do and has the executor carry it out."""
 
 from __future__ import annotations
@@ -15,16 +15,15 @@ from torchjob.api import constants
 from torchjob.api.model import ModelError
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.housekeeper.executor import Executor
-from torchjob.kube.controller import Result, TerminalError
 from torchjob.kube.events import EventRecorder
 from torchjob.kube.informer import Informer, controller_uid
+from torchjob.kube.reconcile import JobKey, Result, TerminalError
 from torchjob.kube.resources import (
     DEPLOYMENTS,
     JOBS,
     OWNER_INDEX,
     PODS,
     SERVICES,
-    job_key,
     owner_job_key,
 )
 from torchjob.kube.workqueue import WorkQueue
@@ -37,10 +36,11 @@ TENSORBOARD_INDEX = "tensorboard-of"
 
 
 def tensorboard_job_key(obj: dict[str, Any]) -> list[str]:
-    """Index function: the key of the job whose TensorBoard this object is."""
+    """Index function: the key of the job whose TensorBoard this object is, written as
+    `str(JobKey)`."""
     meta = obj.get("metadata") or {}
     job = (meta.get("labels") or {}).get(constants.LABEL_TENSORBOARD)
-    return [f"{meta.get('namespace')}/{job}"] if job else []
+    return [str(JobKey(str(meta.get("namespace")), job))] if job else []
 
 
 def _relevant(job: dict[str, Any]) -> tuple[Any, ...]:
@@ -58,7 +58,7 @@ def _relevant(job: dict[str, Any]) -> tuple[Any, ...]:
 
 class Housekeeper:
     def __init__(self, api: client.ApiClient, identity: str) -> None:
-        self.queue: WorkQueue[str] = WorkQueue()
+        self.queue: WorkQueue[JobKey] = WorkQueue()
         self.events = EventRecorder(api, "torchjob-housekeeper", identity)
         self.executor = Executor(api, self.events)
         self.jobs = Informer(api, JOBS, on_add=self._job_added, on_update=self._job_updated)
@@ -109,30 +109,29 @@ class Housekeeper:
         }
 
     def _job_added(self, job: dict[str, Any]) -> None:
-        self.queue.add(job_key(job))
+        self.queue.add(JobKey.of(job))
 
     def _job_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         if _relevant(old) != _relevant(new):
-            self.queue.add(job_key(new))
+            self.queue.add(JobKey.of(new))
 
     def _replica(self, obj: dict[str, Any]) -> None:
         """Replica pods and Services matter once their job has finished (the clean-up)."""
         key = owner_job_key(obj)
         if key is None:
             return  # a labelled object someone else made
-        namespace, name = key.split("/", 1)
-        job = self.jobs.get(namespace, name)
+        job = self.jobs.get(key.namespace, key.name)
         if job is not None and is_terminal(job.get("status") or {}):
             self.queue.add(key)
 
     def _tensorboard(self, obj: dict[str, Any]) -> None:
         for key in tensorboard_job_key(obj):
-            self.queue.add(key)
+            self.queue.add(JobKey.parse(key))
 
     # -- reconcile -------------------------------------------------------------------------------
 
-    async def reconcile(self, key: str) -> Result:
-        namespace, name = key.split("/", 1)
+    async def reconcile(self, key: JobKey) -> Result:
+        namespace, name = key.namespace, key.name
         job = self.jobs.get(namespace, name)
         if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
             return Result()  # the garbage collector removes what the job owned
@@ -148,7 +147,7 @@ class Housekeeper:
             await self.executor.execute(job, decision)
         return Result(requeue_after=decision.requeue_after)
 
-    def _observe(self, key: str, job: dict[str, Any], spec: PyTorchTrainingJobSpec) -> Observed:
+    def _observe(self, key: JobKey, job: dict[str, Any], spec: PyTorchTrainingJobSpec) -> Observed:
         meta = job["metadata"]
         uid = meta["uid"]
         deployments = self.tensorboard_deployments.by_index(OWNER_INDEX, uid)
@@ -156,7 +155,7 @@ class Housekeeper:
         tensorboard = TensorBoardObserved(
             deployments[0] if deployments else None,
             services[0] if services else None,
-            self.tensorboard_pods.by_index(TENSORBOARD_INDEX, key),
+            self.tensorboard_pods.by_index(TENSORBOARD_INDEX, str(key)),
         )
         return Observed(
             meta,

@@ -7,16 +7,12 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Hashable
-from dataclasses import dataclass
-from typing import TypeVar
 
 import structlog
 from prometheus_client import Counter, Gauge, Histogram
 
+from torchjob.kube.reconcile import K, Reconcile, TerminalError
 from torchjob.kube.workqueue import QueueShutDown, WorkQueue
-
-K = TypeVar("K", bound=Hashable)
 
 log = structlog.get_logger("torchjob.kube.controller")
 
@@ -32,21 +28,6 @@ RECONCILE_SECONDS = Histogram(
 QUEUE_DEPTH = Gauge(
     "torchjob_workqueue_depth", "Keys ready and waiting for a worker", ["controller"]
 )
-
-
-@dataclass(frozen=True)
-class Result:
-    """What a successful reconcile asks for: nothing, or another run after `requeue_after`
-    seconds (a deadline, a timed check) even if no event arrives."""
-
-    requeue_after: float | None = None
-
-
-class TerminalError(Exception):
-    """A reconcile failure that retrying cannot fix (an invalid object, a refused request)."""
-
-
-Reconcile = Callable[[K], Awaitable[Result]]
 
 
 async def run_workers(

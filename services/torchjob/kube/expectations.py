@@ -10,8 +10,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import structlog
+
+from torchjob.kube.reconcile import JobKey
 
 log = structlog.get_logger("torchjob.kube.expectations")
 
@@ -20,10 +23,20 @@ log = structlog.get_logger("torchjob.kube.expectations")
 DEFAULT_TTL = 300.0
 
 
+class ObjectRef(NamedTuple):
+    """An object a job owns, by its lower-case kind and its name: `pod/j-worker-0`."""
+
+    kind: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+
 @dataclass
 class _Pending:
-    creations: set[str] = field(default_factory=set)
-    deletions: set[str] = field(default_factory=set)
+    creations: set[ObjectRef] = field(default_factory=set)
+    deletions: set[ObjectRef] = field(default_factory=set)
     deadline: float = 0.0
 
     def empty(self) -> bool:
@@ -31,32 +44,32 @@ class _Pending:
 
 
 class Expectations:
-    """Per job key, the names still expected to appear in (or vanish from) the cache."""
+    """Per job, the objects still expected to appear in (or vanish from) the cache."""
 
     def __init__(self, ttl: float = DEFAULT_TTL, clock: Callable[[], float] = time.monotonic):
         self._ttl = ttl
         self._clock = clock
-        self._pending: dict[str, _Pending] = {}
+        self._pending: dict[JobKey, _Pending] = {}
 
-    def expect_creations(self, key: str, names: Iterable[str]) -> None:
-        self._expect(key).creations.update(names)
+    def expect_creations(self, key: JobKey, refs: Iterable[ObjectRef]) -> None:
+        self._expect(key).creations.update(refs)
 
-    def expect_deletions(self, key: str, names: Iterable[str]) -> None:
-        self._expect(key).deletions.update(names)
+    def expect_deletions(self, key: JobKey, refs: Iterable[ObjectRef]) -> None:
+        self._expect(key).deletions.update(refs)
 
-    def observed_creation(self, key: str, name: str) -> None:
-        """The informer saw `name` appear (or the create failed, so it never will)."""
+    def observed_creation(self, key: JobKey, ref: ObjectRef) -> None:
+        """The informer saw `ref` appear (or the create failed, so it never will)."""
         pending = self._pending.get(key)
         if pending is not None:
-            pending.creations.discard(name)
+            pending.creations.discard(ref)
 
-    def observed_deletion(self, key: str, name: str) -> None:
-        """The informer saw `name` vanish (or the delete failed, so it never will)."""
+    def observed_deletion(self, key: JobKey, ref: ObjectRef) -> None:
+        """The informer saw `ref` vanish (or the delete failed, so it never will)."""
         pending = self._pending.get(key)
         if pending is not None:
-            pending.deletions.discard(name)
+            pending.deletions.discard(ref)
 
-    def satisfied(self, key: str) -> bool:
+    def satisfied(self, key: JobKey) -> bool:
         """Whether the cache has caught up with every write made for `key`."""
         pending = self._pending.get(key)
         if pending is None:
@@ -67,18 +80,18 @@ class Expectations:
         if self._clock() >= pending.deadline:
             log.warning(
                 "expectations expired; trusting the cache",
-                key=key,
-                creations=sorted(pending.creations),
-                deletions=sorted(pending.deletions),
+                key=str(key),
+                creations=sorted(map(str, pending.creations)),
+                deletions=sorted(map(str, pending.deletions)),
             )
             del self._pending[key]
             return True
         return False
 
-    def forget(self, key: str) -> None:
+    def forget(self, key: JobKey) -> None:
         self._pending.pop(key, None)
 
-    def _expect(self, key: str) -> _Pending:
+    def _expect(self, key: JobKey) -> _Pending:
         pending = self._pending.setdefault(key, _Pending())
         pending.deadline = self._clock() + self._ttl
         return pending

@@ -7,6 +7,7 @@ from typing import Any
 
 from torchjob.api import constants, types
 from torchjob.kube.informer import ResourceKind, controller_uid
+from torchjob.kube.reconcile import JobKey
 
 JOBS = ResourceKind(types.GROUP, types.VERSION, types.PLURAL)
 PODS = ResourceKind("", "v1", "pods")
@@ -16,16 +17,11 @@ DEPLOYMENTS = ResourceKind("apps", "v1", "deployments")
 OWNER_INDEX = "owner"
 
 
-def job_key(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace')}/{meta.get('name')}"
-
-
-def owner_job_key(obj: dict[str, Any]) -> str | None:
+def owner_job_key(obj: dict[str, Any]) -> JobKey | None:
     """The key of the job controlling a labelled pod or Service; None for one that no job
     controls (someone else made it: ignored, never adopted)."""
     if not controller_uid(obj):
         return None
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
-    return f"{meta.get('namespace')}/{labels.get(constants.LABEL_JOB_NAME)}"
+    return JobKey(str(meta.get("namespace")), str(labels.get(constants.LABEL_JOB_NAME)))

@@ -1,5 +1,5 @@
 """The reconciler: informer caches of jobs, pods and services feed a work queue keyed by
-`namespace/name`; `reconcile(key)` reads the caches (never LISTs), asks the pure lifecycle for a
+job (`JobKey`); `reconcile(key)` reads the caches (never LISTs), asks the pure lifecycle for a
 plan and has the executor carry it out."""
 
 from __future__ import annotations
@@ -13,16 +13,15 @@ from kubernetes_asyncio import client
 from torchjob.api import constants
 from torchjob.api.model import ModelError
 from torchjob.api.types import PyTorchTrainingJobSpec
-from torchjob.kube.controller import Result, TerminalError
 from torchjob.kube.events import EventRecorder
-from torchjob.kube.expectations import Expectations
+from torchjob.kube.expectations import Expectations, ObjectRef
 from torchjob.kube.informer import Informer, controller_uid
+from torchjob.kube.reconcile import JobKey, Result, TerminalError
 from torchjob.kube.resources import (
     JOBS,
     OWNER_INDEX,
     PODS,
     SERVICES,
-    job_key,
     owner_job_key,
 )
 from torchjob.kube.workqueue import WorkQueue
@@ -38,7 +37,7 @@ log = structlog.get_logger("torchjob.reconciler")
 
 class Reconciler:
     def __init__(self, api: client.ApiClient, settings: Settings) -> None:
-        self.queue: WorkQueue[str] = WorkQueue()
+        self.queue: WorkQueue[JobKey] = WorkQueue()
         self.expectations = Expectations()
         self.events = EventRecorder(api, "torchjob-reconciler", settings.identity)
         self.executor = Executor(api, self.events, self.expectations, settings.scheduler_name)
@@ -70,7 +69,6 @@ class Reconciler:
             on_update=self._owned_updated,
             on_delete=self._owned_changed,
         )
-        self._uid_to_key: dict[str, str] = {}
 
     @property
     def informers(self) -> list[Informer]:
@@ -79,7 +77,7 @@ class Reconciler:
     # -- event handlers: map every change to its job's key --------------------------------------
 
     def _job_changed(self, job: dict[str, Any]) -> None:
-        self.queue.add(job_key(job))
+        self.queue.add(JobKey.of(job))
 
     def _job_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         # Our own status writes come back as updates; only a spec or deletion change matters.
@@ -87,7 +85,7 @@ class Reconciler:
         if old.get("spec") != new.get("spec") or (new.get("metadata") or {}).get(
             "deletionTimestamp"
         ):
-            self.queue.add(job_key(new))
+            self.queue.add(JobKey.of(new))
 
     def _pod_added(self, pod: dict[str, Any]) -> None:
         self._created(pod, "pod")
@@ -98,13 +96,13 @@ class Reconciler:
     def _created(self, obj: dict[str, Any], kind: str) -> None:
         key = owner_job_key(obj)
         if key:
-            self.expectations.observed_creation(key, f"{kind}/{obj['metadata']['name']}")
+            self.expectations.observed_creation(key, ObjectRef(kind, obj["metadata"]["name"]))
             self.queue.add(key)
 
     def _pod_deleted(self, pod: dict[str, Any]) -> None:
         key = owner_job_key(pod)
         if key:
-            self.expectations.observed_deletion(key, pod["metadata"]["name"])
+            self.expectations.observed_deletion(key, ObjectRef("pod", pod["metadata"]["name"]))
             self.queue.add(key)
 
     def _owned_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
@@ -117,9 +115,8 @@ class Reconciler:
 
     # -- reconcile -------------------------------------------------------------------------------
 
-    async def reconcile(self, key: str) -> Result:
-        namespace, name = key.split("/", 1)
-        job = self.jobs.get(namespace, name)
+    async def reconcile(self, key: JobKey) -> Result:
+        job = self.jobs.get(key.namespace, key.name)
         if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
             self.expectations.forget(key)
             return Result()  # the garbage collector removes what the job owned

@@ -17,8 +17,9 @@ from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.kube.errors import Conflict, Forbidden, Invalid, KubeError, NotFound, translated
 from torchjob.kube.events import EventRecorder
-from torchjob.kube.expectations import Expectations
+from torchjob.kube.expectations import Expectations, ObjectRef
 from torchjob.kube.jobs import patch_status
+from torchjob.kube.reconcile import JobKey
 from torchjob.lifecycle.failures import Refusal, creation_failed
 from torchjob.lifecycle.plan import Plan
 from torchjob.lifecycle.status import ours
@@ -54,7 +55,7 @@ class Executor:
         self.scheduler_name = scheduler_name
 
     async def execute(
-        self, key: str, job: dict[str, Any], spec: PyTorchTrainingJobSpec, plan: Plan
+        self, key: JobKey, job: dict[str, Any], spec: PyTorchTrainingJobSpec, plan: Plan
     ) -> None:
         meta = job["metadata"]
         unwritten = plan.status != ours(job.get("status") or {})
@@ -86,11 +87,11 @@ class Executor:
         # housekeeper writes, is never in `status` (lifecycle.status.ours), so it is left alone.
         await patch_status(self.objects, meta, status)
 
-    async def _delete_pods(self, key: str, meta: dict[str, Any], plan: Plan) -> None:
+    async def _delete_pods(self, key: JobKey, meta: dict[str, Any], plan: Plan) -> None:
         if not plan.delete_pods:
             return
-        names = [name for name, _ in plan.delete_pods]
-        self.expectations.expect_deletions(key, names)
+        refs = [ObjectRef("pod", name) for name, _ in plan.delete_pods]
+        self.expectations.expect_deletions(key, refs)
         for sent, (name, uid) in enumerate(plan.delete_pods):
             try:
                 async with translated():
@@ -101,10 +102,10 @@ class Executor:
                     )
             except (NotFound, Conflict):
                 # Already gone, or already replaced: the informer reports what is there now.
-                self.expectations.observed_deletion(key, name)
+                self.expectations.observed_deletion(key, refs[sent])
             except BaseException:
                 # Neither this deletion nor those not sent will ever be observed.
-                for unsent in names[sent:]:
+                for unsent in refs[sent:]:
                     self.expectations.observed_deletion(key, unsent)
                 raise
 
@@ -115,7 +116,7 @@ class Executor:
                 async with translated():
                     await self.core.delete_namespaced_service(name, meta["namespace"])
 
-    async def _create_services(self, key: str, meta: dict[str, Any], plan: Plan) -> None:
+    async def _create_services(self, key: JobKey, meta: dict[str, Any], plan: Plan) -> None:
         async def create(body: Any) -> None:
             await self.core.create_namespaced_service(
                 meta["namespace"], body, field_manager=constants.FIELD_MANAGER
@@ -128,7 +129,7 @@ class Executor:
         await self._create_each(key, "service", services, create, refusals=(Forbidden,))
 
     async def _create_pods(
-        self, key: str, job: dict[str, Any], spec: PyTorchTrainingJobSpec, plan: Plan
+        self, key: JobKey, job: dict[str, Any], spec: PyTorchTrainingJobSpec, plan: Plan
     ) -> None:
         meta = job["metadata"]
 
@@ -148,7 +149,7 @@ class Executor:
 
     async def _create_each(
         self,
-        key: str,
+        key: JobKey,
         kind: Literal["pod", "service"],
         objects: list[tuple[str, dict[str, Any]]],
         create: Callable[[Any], Awaitable[None]],
@@ -160,7 +161,7 @@ class Executor:
         CreationRefused."""
         if not objects:
             return
-        expected = [f"{kind}/{name}" for name, _ in objects]
+        expected = [ObjectRef(kind, name) for name, _ in objects]
         self.expectations.expect_creations(key, expected)
         for sent, (name, body) in enumerate(objects):
             try:

@@ -22,9 +22,10 @@ from aiohttp import web
 from kubernetes_asyncio import client
 
 from torchjob.kube.client import new_api_client
-from torchjob.kube.controller import Result, run_workers
+from torchjob.kube.controller import run_workers
 from torchjob.kube.informer import Informer
 from torchjob.kube.leader import LeaderElector
+from torchjob.kube.reconcile import JobKey, Result
 from torchjob.kube.workqueue import WorkQueue
 from torchjob.runtime import logging as runtime_logging
 from torchjob.runtime.health import Health
@@ -36,12 +37,12 @@ log = structlog.get_logger("torchjob.runtime.service")
 class Controller(Protocol):
     """Informers feeding a queue of keys, and the reconcile that drains it."""
 
-    queue: WorkQueue[str]
+    queue: WorkQueue[JobKey]
 
     @property
     def informers(self) -> list[Informer]: ...
 
-    async def reconcile(self, key: str) -> Result: ...
+    async def reconcile(self, key: JobKey) -> Result: ...
 
 
 # A job of N replicas asks for 2N creations at once (a pod and a Service each), then a status
