@@ -121,6 +121,15 @@ torchjob_image() {
   echo "$key" >"$IMAGES_DIR/torchjob.tag"
   build torchjob "$TORCHJOB_IMAGE_REPOSITORY:$key" "$key" \
     -f "$REPO/Dockerfile" --build-arg "PYTHON_IMAGE=$BASE_IMAGE" "$REPO"
+  # Earlier builds of the code are not run again: their tags only take up disk.
+  local ref
+  for ref in $(ctr_ images ls -q | grep "^$TORCHJOB_IMAGE_REPOSITORY:" | grep -v ":$key"); do
+    ctr_ images rm "$ref" >/dev/null
+  done
+  for ref in $(buildah_ images --noheading --format '{{.Name}}:{{.Tag}}' | grep "^$TORCHJOB_IMAGE_REPOSITORY:" | grep -v ":$key"); do
+    buildah_ rmi "$ref" >/dev/null 2>&1 || true
+  done
+  buildah_ rmi --prune >/dev/null 2>&1 || true
 }
 
 example_image() {
