@@ -35,6 +35,14 @@ ANNOTATION_SPEC_HASH: Final = f"{GROUP}/spec-hash"
 LABEL_T9K_QUEUE: Final = "scheduling.tensorstack.dev/queue"
 LABEL_T9K_PRIORITY: Final = "scheduling.tensorstack.dev/priority"
 RETRYABLE_EXIT_CODES: Final = frozenset({130, 137, 143, 138})
+# The scheduler of pods whose job asks for the T9k scheduler, unless the reconciler is told another.
+T9K_SCHEDULER_NAME: Final = "t9k-scheduler"
+# A TensorBoard log source: t9k://pvc/<claim>/<subpath>.
+T9K_PVC_PREFIX: Final = "t9k://pvc/"
+
+# Kubernetes' own limits on names.
+DNS_LABEL_MAX: Final = 63  # a Service name, a label value, a DNS label
+GENERATE_NAME_SUFFIX: Final = 5  # characters the apiserver appends to metadata.generateName
 
 # Condition reasons: a closed, documented set.
 REASON_CREATED: Final = "ReplicasCreated"

@@ -26,6 +26,35 @@ TORCHRUN_ENV = (
 )
 
 
+def replica_spec(spec: PyTorchTrainingJobSpec, replica_type: str) -> ReplicaSpec:
+    """The replica spec of type `replica_type` (which the caller knows the job has)."""
+    return next(r for r in spec.replica_specs or [] if r.type == replica_type)
+
+
+def elastic_bounds(spec: PyTorchTrainingJobSpec) -> tuple[int | None, int | None]:
+    """The fewest and the most replicas the job runs with: spec.elastic's while it is enabled;
+    torchrunConfig.minNodes, the older spelling of the lower bound, otherwise."""
+    elastic = spec.elastic if spec.elastic and spec.elastic.enabled else None
+    return _lower_bound(spec, elastic.min_replicas if elastic else None), (
+        elastic.max_replicas if elastic else None
+    )
+
+
+def written_elastic_bounds(spec: PyTorchTrainingJobSpec) -> tuple[int | None, int | None]:
+    """The bounds as written, whether or not spec.elastic is enabled (what an update may not
+    change)."""
+    elastic = spec.elastic
+    return _lower_bound(spec, elastic.min_replicas if elastic else None), (
+        elastic.max_replicas if elastic else None
+    )
+
+
+def _lower_bound(spec: PyTorchTrainingJobSpec, min_replicas: int | None) -> int | None:
+    if min_replicas is None and spec.torchrun_config:
+        return spec.torchrun_config.min_nodes
+    return min_replicas
+
+
 def torchrun_enabled(spec: PyTorchTrainingJobSpec) -> bool:
     """Either spelling; validation refuses a job where they disagree."""
     config = spec.torchrun_config

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchjob.api import queries
+from torchjob.api import constants, queries
 from torchjob.api.model import Limits, Model, ModelError, child
 from torchjob.api.types import (
     Elastic,
@@ -21,9 +21,10 @@ from torchjob.api.types import (
 )
 
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-DNS_LABEL_MAX = 63
-FILESET = re.compile(r"^t9k://pvc/(?P<claim>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)(?P<subpath>/.*)?$")
-GENERATE_NAME_SUFFIX = 5  # characters the apiserver appends to metadata.generateName
+FILESET = re.compile(
+    rf"^{re.escape(constants.T9K_PVC_PREFIX)}"
+    r"(?P<claim>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)(?P<subpath>/.*)?$"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,13 +178,13 @@ def _replica_type_errors(
     if kind in seen:
         yield FieldError(f"{path}.type", f"{kind!r} is used by another replica spec")
     seen.add(kind)
-    job_name = queries.job_name_for_length(job.metadata or {}, GENERATE_NAME_SUFFIX)
+    job_name = queries.job_name_for_length(job.metadata or {}, constants.GENERATE_NAME_SUFFIX)
     last = f"{job_name}-{kind}-{max((replica.replicas or 1) - 1, 0)}"
-    if len(last) > DNS_LABEL_MAX:
+    if len(last) > constants.DNS_LABEL_MAX:
         yield FieldError(
             f"{path}.type",
             f"replica name {last!r} is {len(last)} characters; job name, type and index must fit "
-            f"in {DNS_LABEL_MAX}",
+            f"in {constants.DNS_LABEL_MAX}",
         )
 
 
@@ -281,13 +282,13 @@ def _run_policy_errors(spec: PyTorchTrainingJobSpec) -> Iterator[FieldError]:
 def _tensorboard_errors(tensorboard: TensorBoardSpec) -> Iterator[FieldError]:
     for index, fileset in enumerate(tensorboard.training_log_filesets or []):
         path = f"spec.tensorboardSpec.trainingLogFilesets[{index}]"
-        if not fileset.startswith("t9k://pvc/"):
+        if not fileset.startswith(constants.T9K_PVC_PREFIX):
             scheme = fileset.split("://", 1)[0] if "://" in fileset else fileset
             yield FieldError(path, f"{scheme!r} is not supported: use t9k://pvc/<claim>/<subpath>")
         elif not FILESET.match(fileset):
             yield FieldError(path, f"{fileset!r} must be t9k://pvc/<claim>/<subpath>")
         else:
-            yield from _log_path_errors(path, fileset.removeprefix("t9k://pvc/"))
+            yield from _log_path_errors(path, fileset.removeprefix(constants.T9K_PVC_PREFIX))
     pvcs = tensorboard.log_dir.pvc if tensorboard.log_dir else None
     for index, pvc in enumerate(pvcs or []):
         for sub_index, sub_path in enumerate(pvc.sub_path or []):
@@ -334,8 +335,7 @@ def _update_errors(old: PyTorchTrainingJob, new: PyTorchTrainingJob) -> Iterator
     ):
         allowed = " except replicas of an elastic job" if elastic else ""
         yield FieldError("spec.replicaSpecs", f"is immutable{allowed}")
-    old_bounds = _elastic_bounds(old_spec)
-    if old_bounds != _elastic_bounds(new_spec):
+    if queries.written_elastic_bounds(old_spec) != queries.written_elastic_bounds(new_spec):
         yield FieldError("spec.elastic", "minReplicas and maxReplicas are immutable")
     if _resume_specs(old_spec) != _resume_specs(new_spec):
         yield FieldError("spec.runMode.pause.resumeSpecs", "is immutable")
@@ -347,13 +347,6 @@ def _replica_specs_for_compare(spec: PyTorchTrainingJobSpec, elastic: bool) -> l
         for replica in out:
             replica.pop("replicas", None)
     return out
-
-
-def _elastic_bounds(spec: PyTorchTrainingJobSpec) -> tuple[int | None, int | None]:
-    low = spec.elastic.min_replicas if spec.elastic else None
-    if low is None and spec.torchrun_config:
-        low = spec.torchrun_config.min_nodes
-    return low, spec.elastic.max_replicas if spec.elastic else None
 
 
 def _resume_specs(spec: PyTorchTrainingJobSpec) -> list[dict[str, Any]]:

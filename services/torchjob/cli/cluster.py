@@ -6,11 +6,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from torchjob.api import constants
 from torchjob.cli.manifest import AdmittedJob
 from torchjob.lifecycle.plan import Plan, plan
 from torchjob.lifecycle.round import Observed
 from torchjob.render.pod import rewrite_pod
-from torchjob.render.replica import DEFAULT_T9K_SCHEDULER, render_pod, render_service
+from torchjob.render.replica import render_pod, render_service
 from torchjob.render.topology import Replica
 
 
@@ -23,7 +24,7 @@ def admitted_pod(
     job: AdmittedJob,
     replica: Replica,
     annotations: dict[str, str],
-    scheduler_name: str = DEFAULT_T9K_SCHEDULER,
+    scheduler_name: str = constants.T9K_SCHEDULER_NAME,
 ) -> dict[str, Any]:
     """The replica's pod as created by the reconciler and rewritten by the webhook."""
     pod = render_pod(job.meta, job.spec, replica, annotations, scheduler_name)

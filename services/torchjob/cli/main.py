@@ -161,8 +161,7 @@ def _gpu_shares(job: AdmittedJob, console: Console) -> dict[int, list[str]] | No
         return None
     limits = []
     for replica in replicas_of(job.spec):
-        replica_spec = next(r for r in job.spec.replica_specs or [] if r.type == replica.type)
-        _, container = queries.training_container(replica_spec)
+        _, container = queries.training_container(queries.replica_spec(job.spec, replica.type))
         limits.append(queries.gpu_limit(container or {}))
     shares = gpu_shares(limits, available)
     console.say(

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from torchjob.api import types
+from torchjob.api import constants, types
 from torchjob.api.defaults import default_job
 from torchjob.api.jsoncopy import json_copy
 from torchjob.api.types import PyTorchTrainingJob, PyTorchTrainingJobSpec
@@ -22,7 +22,6 @@ from torchjob.kube.reconcile import JobKey
 from torchjob.lifecycle.times import format_time
 
 DEFAULT_NAMESPACE = "default"
-GENERATED_SUFFIX = 5  # characters the apiserver appends to metadata.generateName
 API_VERSION = f"{types.GROUP}/{types.VERSION}"
 
 
@@ -126,5 +125,5 @@ def _identity_errors(document: dict[str, Any], namespace: str | None) -> list[st
 def _suffix(uid: str | None) -> str:
     alphabet = "bcdfghjklmnpqrstvwxz2456789"  # the apiserver's: no vowels, no look-alikes
     if uid is None:  # a stable name for a stable rendering
-        return alphabet[0] * GENERATED_SUFFIX
-    return "".join(secrets.choice(alphabet) for _ in range(GENERATED_SUFFIX))
+        return alphabet[0] * constants.GENERATE_NAME_SUFFIX
+    return "".join(secrets.choice(alphabet) for _ in range(constants.GENERATE_NAME_SUFFIX))

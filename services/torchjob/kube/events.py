@@ -21,6 +21,7 @@ import structlog
 from kubernetes_asyncio import client
 
 from torchjob.kube.errors import Conflict, NotFound, translated
+from torchjob.lifecycle.times import format_micro_time
 
 log = structlog.get_logger("torchjob.kube.events")
 
@@ -48,8 +49,7 @@ class _Series:
 
 
 def _micro_time() -> str:
-    # The exact layout of metav1.MicroTime: six fractional digits and a literal Z.
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return format_micro_time(datetime.now(UTC))
 
 
 def _reference(obj: dict[str, Any]) -> dict[str, Any]:

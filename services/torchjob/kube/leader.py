@@ -25,6 +25,7 @@ from kubernetes_asyncio import client
 from prometheus_client import Gauge
 
 from torchjob.kube.errors import Conflict, KubeError, NotFound, translated
+from torchjob.lifecycle.times import format_micro_time
 
 LOGGER_NAME = "torchjob.kube.leader"
 log = structlog.get_logger(LOGGER_NAME)
@@ -41,8 +42,7 @@ IS_LEADER = Gauge(
 
 
 def _micro_time() -> str:
-    # The exact layout of metav1.MicroTime: six fractional digits and a literal Z.
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return format_micro_time(datetime.now(UTC))
 
 
 class LeaderElector:

@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from torchjob.api import constants, queries
-from torchjob.api.types import PyTorchTrainingJobSpec, ReplicaSpec
+from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.lifecycle.backoff import (
     DEFAULT_BACKOFF,
     PendingRestart,
@@ -254,7 +254,7 @@ def _within_budget(state: _Planning, ended: PodView | None = None) -> bool:
 
 
 def _judge_finished(state: _Planning, replica: Replica, pod: PodView) -> None:
-    policy = _replica_spec(state, replica).restart_policy or "OnFailure"
+    policy = queries.replica_spec(state.observed.spec, replica.type).restart_policy or "OnFailure"
     if pod.phase == "Succeeded":
         if replica.is_master:
             state.outcome = Outcome(
@@ -346,18 +346,11 @@ def _requeue(state: _Planning, seconds: float) -> None:
 
 
 def _elastic_survives(state: _Planning) -> bool:
-    elastic = state.observed.spec.elastic
-    low = elastic.min_replicas if elastic and elastic.enabled else None
-    if low is None and state.observed.spec.torchrun_config:
-        low = state.observed.spec.torchrun_config.min_nodes
+    low, _ = queries.elastic_bounds(state.observed.spec)
     if low is None:
         return False
     alive = sum(1 for p in state.pods.values() if p.phase != "Failed")
     return alive >= low
-
-
-def _replica_spec(state: _Planning, replica: Replica) -> ReplicaSpec:
-    return next(r for r in state.observed.spec.replica_specs or [] if r.type == replica.type)
 
 
 def _finish(state: _Planning) -> Plan:

@@ -13,7 +13,13 @@ def parse_time(value: Any) -> datetime | None:
 
 
 def format_time(moment: datetime) -> str:
+    """metav1.Time: whole seconds and a literal Z."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_micro_time(moment: datetime) -> str:
+    """metav1.MicroTime (Events, Leases): exactly six fractional digits and a literal Z."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def seconds_text(seconds: float) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from torchjob.api import constants
 from torchjob.lifecycle.backoff import BASE_DELAY, MAX_DELAY
 from torchjob.runtime import service
 from torchjob.runtime.service import DEFAULT_BURST, DEFAULT_QPS, common_settings, settings_parser
@@ -16,7 +17,7 @@ DEFAULT_WORKERS = 4
 
 @dataclass(frozen=True, slots=True)
 class Settings(service.Settings):
-    scheduler_name: str = "t9k-scheduler"
+    scheduler_name: str = constants.T9K_SCHEDULER_NAME
     restart_backoff: float = BASE_DELAY
 
 
@@ -24,7 +25,7 @@ def parse(argv: list[str] | None = None) -> Settings:
     p = settings_parser("python -m torchjob.reconciler", "reconciler", DEFAULT_WORKERS)
     p.add_argument(
         "--scheduler-name",
-        default=service.env("T9K_SCHEDULER_NAME", "t9k-scheduler"),
+        default=service.env("T9K_SCHEDULER_NAME", constants.T9K_SCHEDULER_NAME),
         help="the scheduler of jobs that ask for the T9k scheduler",
     )
     service.number(

@@ -63,20 +63,10 @@ def replica_env(
 
 def nnodes(spec: PyTorchTrainingJobSpec, world: int) -> str:
     """`N`, or `min:max` for an elastic job."""
-    low, high = elastic_bounds(spec)
+    low, high = queries.elastic_bounds(spec)
     if low is None and high is None:
         return str(world)
     return f"{low or 1}:{high or world}"
-
-
-def elastic_bounds(spec: PyTorchTrainingJobSpec) -> tuple[int | None, int | None]:
-    elastic = spec.elastic
-    low = elastic.min_replicas if elastic and elastic.enabled else None
-    high = elastic.max_replicas if elastic and elastic.enabled else None
-    config = spec.torchrun_config
-    if low is None and config and config.min_nodes is not None:
-        low = config.min_nodes  # the older spelling of an elastic lower bound
-    return low, high
 
 
 def proc_per_node(config: TorchrunConfig, container: dict[str, Any]) -> int:

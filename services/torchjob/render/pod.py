@@ -75,8 +75,7 @@ def _locate(spec: PyTorchTrainingJobSpec, labels: dict[str, Any]) -> tuple[Repli
     replica = replica_at(spec, kind, index) if isinstance(kind, str) else None
     if replica is None:
         raise PodRewriteError(f"the job has no replica {kind}/{index_text}")
-    replica_spec = next(r for r in spec.replica_specs or [] if r.type == kind)
-    return replica, replica_spec
+    return replica, queries.replica_spec(spec, replica.type)
 
 
 def _merge_env(container: dict[str, Any], injected: list[dict[str, Any]]) -> None:

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchjob.api import constants
+from torchjob.api import constants, queries
 from torchjob.api.jsoncopy import json_copy
 from torchjob.api.types import API_VERSION, KIND, PyTorchTrainingJobSpec
 from torchjob.render.topology import DEFAULT_MASTER_PORT, MASTER_PORT_NAME, Replica, replica_name
-
-DEFAULT_T9K_SCHEDULER = "t9k-scheduler"
 
 
 def owner_reference(job_meta: dict[str, Any]) -> dict[str, Any]:
@@ -45,10 +43,10 @@ def render_pod(
     spec: PyTorchTrainingJobSpec,
     replica: Replica,
     annotations: dict[str, str],
-    scheduler_name: str = DEFAULT_T9K_SCHEDULER,
+    scheduler_name: str = constants.T9K_SCHEDULER_NAME,
 ) -> dict[str, Any]:
     """The replica's pod as the reconciler creates it."""
-    replica_spec = next(r for r in spec.replica_specs or [] if r.type == replica.type)
+    replica_spec = queries.replica_spec(spec, replica.type)
     template = replica_spec.template
     metadata = json_copy(template.metadata or {}) if template else {}
     pod_spec = json_copy(template.spec or {}) if template else {}

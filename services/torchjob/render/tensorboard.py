@@ -21,9 +21,7 @@ from torchjob.api.jsoncopy import json_copy
 from torchjob.api.types import TensorBoardSpec
 from torchjob.render.replica import owner_reference
 
-FILESET_PREFIX = "t9k://pvc/"
 NAME_SUFFIX = "-tensorboard"
-DNS_LABEL_MAX = 63
 CONTAINER_NAME = "tensorboard"
 PORT = 6006
 PORT_NAME = "http"
@@ -60,9 +58,9 @@ def log_sources(spec: TensorBoardSpec) -> list[LogSource]:
     """Filesets first, then logDir.pvc, in the order written, each directory once."""
     sources: list[LogSource] = []
     for fileset in spec.training_log_filesets or []:
-        if not fileset.startswith(FILESET_PREFIX):
+        if not fileset.startswith(constants.T9K_PVC_PREFIX):
             continue  # validation refuses other schemes
-        claim, _, subpath = fileset.removeprefix(FILESET_PREFIX).partition("/")
+        claim, _, subpath = fileset.removeprefix(constants.T9K_PVC_PREFIX).partition("/")
         if claim:
             sources.append(LogSource(claim, _clean_subpath(subpath)))
     for pvc in (spec.log_dir.pvc if spec.log_dir else None) or []:
@@ -77,10 +75,10 @@ def tensorboard_name(job_name: str) -> str:
     """`<job>-tensorboard`; a name too long for a Service is shortened with a hash of it, so two
     long job names sharing a prefix still get different TensorBoards."""
     name = job_name + NAME_SUFFIX
-    if len(name) <= DNS_LABEL_MAX:
+    if len(name) <= constants.DNS_LABEL_MAX:
         return name
     digest = hashlib.sha256(job_name.encode()).hexdigest()[:8]
-    room = DNS_LABEL_MAX - len(NAME_SUFFIX) - len(digest) - 1
+    room = constants.DNS_LABEL_MAX - len(NAME_SUFFIX) - len(digest) - 1
     return f"{job_name[:room].rstrip('-.')}-{digest}{NAME_SUFFIX}"
 
 

@@ -24,9 +24,10 @@ from prometheus_client import Counter, Histogram
 
 from torchjob.api import types
 from torchjob.api.admission import Request, Response, handle, mutate_job, refuse, validate_job
+from torchjob.kube import resources
 from torchjob.kube.client import new_api_client
 from torchjob.kube.errors import NotFound, translated
-from torchjob.kube.informer import Informer, ResourceKind
+from torchjob.kube.informer import Informer
 from torchjob.render.pod_admission import job_name_of, mutate_pod
 from torchjob.runtime.probes import serve_probes
 from torchjob.webhook.certificates import CertBundle, not_after
@@ -53,7 +54,6 @@ LATENCY = Histogram(
 SETTINGS = web.AppKey("settings", Settings)
 API = web.AppKey("api", client.ApiClient)
 JOBS = web.AppKey("jobs", Informer)
-JOB_KIND = ResourceKind(types.GROUP, types.VERSION, types.PLURAL)
 
 
 class ServingCertificate:
@@ -263,7 +263,7 @@ async def _api_client(app: web.Application) -> AsyncIterator[None]:
 
 async def _job_cache(app: web.Application) -> AsyncIterator[None]:
     """Jobs from a watch, so a pod admission reads its job from memory instead of a GET."""
-    app[JOBS] = Informer(app[API], JOB_KIND)
+    app[JOBS] = Informer(app[API], resources.JOBS)
     task = asyncio.create_task(app[JOBS].run(), name="job-informer")
     yield
     task.cancel()
@@ -349,8 +349,8 @@ def init_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.append(_keep_certificate)
     app.cleanup_ctx.append(serve_probes(settings.host, settings.probe_port, app[TLS].problem))
     routes = {
-        "/mutate/pytorchtrainingjobs": _route("mutate-jobs", _pure(mutate_job)),
-        "/validate/pytorchtrainingjobs": _route("validate-jobs", _pure(validate_job)),
+        f"/mutate/{types.PLURAL}": _route("mutate-jobs", _pure(mutate_job)),
+        f"/validate/{types.PLURAL}": _route("validate-jobs", _pure(validate_job)),
         "/mutate/pods": _route("mutate-pods", _mutate_pod),
     }
     for path, serve in routes.items():
