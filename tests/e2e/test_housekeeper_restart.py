@@ -12,23 +12,20 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 from support import ControlPlane
-from support.operator import (
-    HOUSEKEEPER_RULES,
-    housekeeper_kubeconfig,
-    start_housekeeper,
-)
+from support.operator import Rules, housekeeper_kubeconfig, start_housekeeper
 from support.processes import ServiceProcess
 
 from e2e.test_housekeeper import TB_IMAGE, Cluster, manifest, until
 from e2e.test_reconciler import Job, names
 from torchjob.api import constants
 
-LIMITED = "system:serviceaccount:torchjob-system:housekeeper-limited"
+LIMITED = "housekeeper-limited"  # a ServiceAccount with the chart's housekeeper RBAC, but ...
 
 
-def without_service_deletion() -> list[dict[str, object]]:
+def without_service_deletion(chart_rules: Rules) -> Rules:
+    """... the chart's cluster-wide rules without deleting Services."""
     rules = []
-    for rule in HOUSEKEEPER_RULES:
+    for rule in chart_rules:
         if rule["apiGroups"] == [""] and rule["resources"] == ["services"]:
             rule = {**rule, "verbs": [v for v in rule["verbs"] if v != "delete"]}
         rules.append(rule)
@@ -56,7 +53,7 @@ async def _scenario(control_plane: ControlPlane, api: client.ApiClient, namespac
     job = Job(api, namespace, manifest("restart", **spec))
     tb_name = f"{job.name}-tensorboard"
     first = start_housekeeper(
-        housekeeper_kubeconfig(control_plane, LIMITED, without_service_deletion())
+        housekeeper_kubeconfig(control_plane, LIMITED, without_service_deletion)
     )
     try:
         await job.create()

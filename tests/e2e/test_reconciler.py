@@ -15,7 +15,7 @@ from kubernetes_asyncio import client
 from support import ControlPlane
 from support.controlplane import free_port
 from support.kubelet import TestKubelet
-from support.operator import job_manifest, webhook
+from support.operator import job_manifest, pod_webhook
 from support.processes import ServiceProcess
 
 from torchjob.api import constants, types
@@ -404,15 +404,14 @@ async def test_pods_refused_for_a_while_come_once_admission_works_again(
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": name},
         "webhooks": [
-            webhook(
-                "pods.broken.torchjob.dev",
-                f"https://127.0.0.1:{free_port()}/nobody",
-                "pods",
-                ["CREATE"],
-                namespaceSelector={
+            {
+                **pod_webhook(),
+                "name": "pods.broken.torchjob.dev",
+                "clientConfig": {"url": f"https://127.0.0.1:{free_port()}/nobody"},
+                "namespaceSelector": {
                     "matchLabels": {"kubernetes.io/metadata.name": admitted_namespace}
                 },
-            )
+            }
         ],
     }
     await asyncio.to_thread(control_plane.kubectl, "apply", "-f", "-", input=json.dumps(broken))

@@ -15,13 +15,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 from support import ControlPlane
-from support.operator import (
-    RECONCILER,
-    SECRET,
-    SYSTEM_NAMESPACE,
-    job_manifest,
-    webhook_port,
-)
+from support.operator import SYSTEM_NAMESPACE, job_manifest, user, webhook_port, webhook_secret
 from support.processes import ServiceProcess
 
 from torchjob.api import constants
@@ -135,6 +129,7 @@ def test_reconciler_pod_is_rewritten_and_tenant_pod_refused(
     control_plane: ControlPlane, admitted_namespace: str
 ) -> None:
     ns = admitted_namespace
+    reconciler = user("reconciler")
     control_plane.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(job_manifest("torchrun")))
     job = json.loads(
         control_plane.kubectl("get", "ptj", "pytorch-torchrun", "-n", ns, "-o", "json").stdout
@@ -149,7 +144,7 @@ def test_reconciler_pod_is_rewritten_and_tenant_pod_refused(
         "rolebinding",
         "reconciler-edit",
         "--clusterrole=edit",
-        f"--user={RECONCILER}",
+        f"--user={reconciler}",
         "-n",
         ns,
     )
@@ -158,7 +153,7 @@ def test_reconciler_pod_is_rewritten_and_tenant_pod_refused(
     )
     assert tenant.returncode != 0
     assert "created by torchjob only" in tenant.stderr
-    control_plane.kubectl("create", "-n", ns, "-f", "-", input=pod, as_user=RECONCILER)
+    control_plane.kubectl("create", "-n", ns, "-f", "-", input=pod, as_user=reconciler)
     stored = json.loads(
         control_plane.kubectl(
             "get", "pod", "pytorch-torchrun-worker-2", "-n", ns, "-o", "json"
@@ -201,7 +196,7 @@ async def test_certificate_rotation_loses_no_admission(
     port = webhook_port(webhook_server)
     before = served_certificate(port)
     core = client.CoreV1Api(kube_client)
-    secret = await core.read_namespaced_secret(SECRET, SYSTEM_NAMESPACE)
+    secret = await core.read_namespaced_secret(webhook_secret(), SYSTEM_NAMESPACE)
     bundle = bundle_from_secret_data(secret.data)
     assert bundle is not None
     later = datetime.now(UTC) + timedelta(days=300)
@@ -231,7 +226,7 @@ async def test_certificate_rotation_loses_no_admission(
     streams = [asyncio.create_task(admit_stream(stop)) for _ in range(4)]
     await asyncio.sleep(1.0)
     secret.data = secret_data(renewed)
-    await core.replace_namespaced_secret(SECRET, SYSTEM_NAMESPACE, secret)
+    await core.replace_namespaced_secret(webhook_secret(), SYSTEM_NAMESPACE, secret)
     deadline = time.monotonic() + 15
     while served_certificate(port) == before and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.2)

@@ -183,17 +183,23 @@ def grants(
 
 
 def run_as_deployed(
-    control_plane: ControlPlane, deployment: Manifest, pod_name: str | None = None
+    control_plane: ControlPlane,
+    deployment: Manifest,
+    pod_name: str | None = None,
+    extra_args: Sequence[str] = (),
 ) -> ServiceProcess:
-    """Start the Deployment's container as a local process, with exactly its arguments and
-    environment, authenticated with a token of its own ServiceAccount; ready when /readyz is."""
+    """Start the Deployment's container as a local process, with exactly its arguments (and
+    `extra_args` after them) and environment, authenticated with a token of its own
+    ServiceAccount; ready when /readyz is."""
     namespace = deployment["metadata"]["namespace"]
     command = container_command(deployment, pod_name or f"{deployment['metadata']['name']}-local")
     kubeconfig = control_plane.issue_service_account_kubeconfig(namespace, command.service_account)
     # In the cluster the token would be mounted where the in-cluster configuration finds it;
     # here the kubeconfig carries it.
     env = {**command.env, "KUBECONFIG": str(kubeconfig)}
-    process = ServiceProcess(command.module, command.args, command.probe_port, env=env)
+    process = ServiceProcess(
+        command.module, [*command.args, *extra_args], command.probe_port, env=env
+    )
     try:
         process.start().wait_ready()
     except BaseException:

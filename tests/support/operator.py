@@ -1,92 +1,144 @@
-"""The operator as e2e tests run it: the webhook registered with the real apiserver through real
-webhook configurations (URL client config; the webhook patches in its own caBundle), and the
-services as processes."""
+"""The operator as e2e tests run it, configured by the chart: `helm template` renders the
+ServiceAccounts, RBAC and webhook configurations the chart ships, which are applied to the test
+control plane. The webhook runs as a process with its Deployment's arguments and reached by URL
+(`webhook.externalURL`; it patches in its own caBundle); the reconciler and the housekeeper run
+as processes with tokens of their ServiceAccounts, so each has exactly the chart's RBAC."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from support.controlplane import ControlPlane, free_port
+from support.helm import (
+    Manifest,
+    component,
+    component_objects,
+    container_command,
+    find,
+    run_as_deployed,
+    template,
+)
 from support.processes import READY_TIMEOUT, ServiceProcess
-from torchjob.api import constants
 
 DATA = Path(__file__).parents[1] / "data" / "t9k"
+RELEASE = "torchjob"
 SYSTEM_NAMESPACE = "torchjob-system"
-RECONCILER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:torchjob-reconciler"
+# Only namespaces carrying this label go through the e2e webhook (webhook.namespaceSelector).
 OPT_IN_LABEL = "torchjob.test/webhook"
-MUTATING, VALIDATING = "torchjob-mutating-e2e", "torchjob-validating-e2e"
-SECRET = "torchjob-webhook-tls"
+SERVICES = ("webhook", "reconciler", "housekeeper")
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+WEBHOOK_CONFIGURATION_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+Rules = list[dict[str, Any]]
+# What a service does that the chart's RBAC does not allow, granted here by a ClusterRole of its
+# own beside the chart's until the chart grants it: the reconciler deletes the Services of the
+# replicas an elastic scale-down removes (reconciler/executor.py).
+MISSING_FROM_CHART: dict[str, Rules] = {
+    "reconciler": [{"apiGroups": [""], "resources": ["services"], "verbs": ["delete"]}],
+}
 
 
-def webhook(
-    name: str, url: str, resources: str, operations: list[str], **extra: Any
-) -> dict[str, Any]:
-    group, version = ("", "v1") if resources == "pods" else ("batch.tensorstack.dev", "v1beta1")
-    return {
-        "name": name,
-        "clientConfig": {"url": url},
-        "rules": [
-            {
-                "apiGroups": [group],
-                "apiVersions": [version],
-                "operations": operations,
-                "resources": [resources],
-                "scope": "Namespaced",
-            }
-        ],
-        "admissionReviewVersions": ["v1"],
-        "sideEffects": "None",
-        "failurePolicy": "Fail",
-        "timeoutSeconds": 5,
-        "namespaceSelector": {"matchLabels": {OPT_IN_LABEL: "on"}},
-        **extra,
+def rendered(**settings: object) -> list[Manifest]:
+    """The chart as the e2e suite sets it (only opted-in namespaces go through the webhook),
+    with `settings` (`--set-json` keys) on top."""
+    base: dict[str, object] = {"webhook.namespaceSelector": {"matchLabels": {OPT_IN_LABEL: "on"}}}
+    return copy.deepcopy(_render(json.dumps({**base, **settings}, sort_keys=True)))
+
+
+@functools.cache
+def _render(settings: str) -> list[Manifest]:
+    return template(
+        release=RELEASE,
+        namespace=SYSTEM_NAMESPACE,
+        settings=json.loads(settings),
+        include_crds=False,
+    )
+
+
+def service_account(part: str) -> str:
+    """The name of the chart's ServiceAccount of `part` (webhook, reconciler, housekeeper)."""
+    return str(component(rendered(), "ServiceAccount", part)["metadata"]["name"])
+
+
+def user(part: str) -> str:
+    """The username the apiserver gives the ServiceAccount of `part`."""
+    return f"system:serviceaccount:{SYSTEM_NAMESPACE}:{service_account(part)}"
+
+
+def webhook_secret() -> str:
+    """The Secret the webhook keeps its serving certificate in."""
+    deployment = component(rendered(), "Deployment", "webhook")
+    return container_command(deployment, "webhook").arg("--secret-name")
+
+
+def pod_webhook() -> dict[str, Any]:
+    """The chart's webhook on replica pods (an entry of its MutatingWebhookConfiguration)."""
+    (mutating,) = find(rendered(), "MutatingWebhookConfiguration")
+    (hook,) = [h for h in mutating["webhooks"] if h["name"].startswith("pods.")]
+    return dict(hook)
+
+
+def apply(control_plane: ControlPlane, objects: Iterable[Manifest]) -> None:
+    items = {"apiVersion": "v1", "kind": "List", "items": list(objects)}
+    control_plane.kubectl("apply", "-f", "-", input=json.dumps(items))
+
+
+def _rbac(manifests: Iterable[Manifest], part: str) -> list[Manifest]:
+    return [m for m in component_objects(manifests, part) if m["kind"] in RBAC_KINDS]
+
+
+def install_rbac(control_plane: ControlPlane) -> None:
+    """The operator's namespace, and every service's ServiceAccount and RBAC as the chart grants
+    them."""
+    control_plane.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
+    apply(control_plane, [m for part in SERVICES for m in _rbac(rendered(), part)])
+    apply(control_plane, [m for part in MISSING_FROM_CHART for m in _missing_from_chart(part)])
+
+
+def _missing_from_chart(part: str) -> list[Manifest]:
+    """A ClusterRole granting MISSING_FROM_CHART[part], bound to the ServiceAccount of `part`."""
+    account = service_account(part)
+    name = f"{account}-missing-from-chart"
+    rbac = "rbac.authorization.k8s.io"
+    role = {
+        "apiVersion": f"{rbac}/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name},
+        "rules": MISSING_FROM_CHART[part],
     }
+    subject = {"kind": "ServiceAccount", "name": account, "namespace": SYSTEM_NAMESPACE}
+    binding = {
+        "apiVersion": f"{rbac}/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": name},
+        "subjects": [subject],
+    }
+    return [role, binding]
 
 
-def configurations(port: int) -> list[dict[str, Any]]:
-    base = f"https://127.0.0.1:{port}"
-    job_selector = {"matchExpressions": [{"key": constants.LABEL_JOB_NAME, "operator": "Exists"}]}
-    return [
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": MUTATING},
-            "webhooks": [
-                webhook(
-                    "jobs.mutate.torchjob.dev",
-                    f"{base}/mutate/pytorchtrainingjobs",
-                    "pytorchtrainingjobs",
-                    ["CREATE", "UPDATE"],
-                ),
-                webhook(
-                    "pods.mutate.torchjob.dev",
-                    f"{base}/mutate/pods",
-                    "pods",
-                    ["CREATE"],
-                    objectSelector=job_selector,
-                    reinvocationPolicy="IfNeeded",
-                ),
-            ],
-        },
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": VALIDATING},
-            "webhooks": [
-                webhook(
-                    "jobs.validate.torchjob.dev",
-                    f"{base}/validate/pytorchtrainingjobs",
-                    "pytorchtrainingjobs",
-                    ["CREATE", "UPDATE"],
-                )
-            ],
-        },
-    ]
+def _renamed(objects: Iterable[Manifest], suffix: str) -> list[Manifest]:
+    """The roles and bindings under names of their own (`<name>-<suffix>`), beside the chart's."""
+    renamed = []
+    for manifest in objects:
+        manifest = copy.deepcopy(manifest)
+        if manifest["kind"] != "ServiceAccount":
+            manifest["metadata"]["name"] += f"-{suffix}"
+        if "roleRef" in manifest:
+            manifest["roleRef"]["name"] += f"-{suffix}"
+        renamed.append(manifest)
+    return renamed
+
+
+def _token_kubeconfig(control_plane: ControlPlane, account: str) -> Path:
+    return control_plane.issue_service_account_kubeconfig(SYSTEM_NAMESPACE, account)
 
 
 def job_manifest(stem: str = "torchrun", name: str | None = None) -> dict[str, Any]:
@@ -113,34 +165,34 @@ def wait_until_admitting(control_plane: ControlPlane, namespace: str, timeout: f
 
 
 def start_webhook(control_plane: ControlPlane) -> ServiceProcess:
-    """Register the webhook configurations and start the webhook; ready when it serves."""
+    """Apply the chart's RBAC and webhook configurations, the apiserver calling the webhook by
+    URL on loopback, and start the webhook as its Deployment would with a token of its
+    ServiceAccount; ready when it serves."""
     port, probe_port = free_port(), free_port()
-    control_plane.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
-    for config in configurations(port):
-        control_plane.kubectl("apply", "-f", "-", input=json.dumps(config))
-    args = [
-        *("--namespace", SYSTEM_NAMESPACE, "--host", "127.0.0.1", "--port", str(port)),
-        *("--probe-port", str(probe_port), "--ip-addresses", "127.0.0.1"),
-        *("--extra-dns-names", "localhost", "--mutating-config", MUTATING),
-        *("--validating-config", VALIDATING, "--pod-creators", RECONCILER),
-        *("--kubeconfig", str(control_plane.kubeconfig), "--rotate-check-seconds", "0.5"),
-    ]
-    server = ServiceProcess("torchjob.webhook", args, probe_port)
-    try:
-        server.start().wait_ready()
-    except BaseException:
-        server.close()
-        raise
-    return server
+    manifests = rendered(
+        **{
+            "webhook.externalURL": f"https://127.0.0.1:{port}",
+            "webhook.port": port,
+            "webhook.probePort": probe_port,
+            "webhook.certificate.ipAddresses": ["127.0.0.1"],
+            "webhook.certificate.dnsNames": ["localhost"],
+            "webhook.certificate.rotateCheckSeconds": 0.5,
+        }
+    )
+    install_rbac(control_plane)
+    apply(control_plane, [m for m in manifests if m["kind"] in WEBHOOK_CONFIGURATION_KINDS])
+    # A pod serves on all of its own addresses; a local process on loopback only.
+    deployment = component(manifests, "Deployment", "webhook")
+    return run_as_deployed(control_plane, deployment, extra_args=("--host", "127.0.0.1"))
 
 
 def stop_webhook(control_plane: ControlPlane, server: ServiceProcess) -> None:
     server.close()
-    for kind, name in (
-        ("mutatingwebhookconfiguration", MUTATING),
-        ("validatingwebhookconfiguration", VALIDATING),
-    ):
-        control_plane.kubectl("delete", kind, name, "--ignore-not-found", check=False)
+    for configuration in rendered():
+        if configuration["kind"] in WEBHOOK_CONFIGURATION_KINDS:
+            name = configuration["metadata"]["name"]
+            kind = configuration["kind"].lower()
+            control_plane.kubectl("delete", kind, name, "--ignore-not-found", check=False)
 
 
 def webhook_port(server: ServiceProcess) -> int:
@@ -148,18 +200,10 @@ def webhook_port(server: ServiceProcess) -> int:
 
 
 def reconciler_kubeconfig(control_plane: ControlPlane) -> Path:
-    """Credentials carrying the reconciler's ServiceAccount username (the name the webhook
-    accepts pods from), bound to cluster-admin; the chart's least-privilege role is tested apart."""
-    path = control_plane.issue_kubeconfig(RECONCILER)
-    control_plane.kubectl(
-        "create",
-        "clusterrolebinding",
-        "torchjob-reconciler-e2e",
-        "--clusterrole=cluster-admin",
-        f"--user={RECONCILER}",
-        check=False,
-    )
-    return path
+    """A token of the reconciler's ServiceAccount (the name the webhook accepts pods from),
+    which has the chart's RBAC and nothing else."""
+    install_rbac(control_plane)
+    return _token_kubeconfig(control_plane, service_account("reconciler"))
 
 
 # Tests restart replicas after this delay, not the reconciler's default of 10 seconds; a test of
@@ -175,9 +219,20 @@ def start_reconciler(
     leading: bool = True,
 ) -> ServiceProcess:
     """The reconciler as a process; returned once it leads and its caches have synced, or with
-    `leading=False` once it is ready (a standby is ready at once)."""
+    `leading=False` once it is ready (a standby is ready at once). A `--lease-name` of the test's
+    own is granted as the chart would grant it under that name."""
     args = (*TEST_RESTART_BACKOFF, *extra_args)
+    leases = [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "--lease-name"]
+    if leases:
+        _grant_lease(control_plane, "reconciler", leases[-1])
     return _start_controller("torchjob.reconciler", kubeconfig, identity, args, leading)
+
+
+def _grant_lease(control_plane: ControlPlane, part: str, lease: str) -> None:
+    """The chart's Role of `part` rendered for the Lease `lease`, applied beside the chart's."""
+    objects = _rbac(rendered(**{f"{part}.leaseName": lease}), part)
+    roles = [m for m in objects if m["kind"] in ("Role", "RoleBinding")]
+    apply(control_plane, _renamed(roles, lease))
 
 
 def _start_controller(
@@ -217,68 +272,23 @@ def wait_leading(process: ServiceProcess, timeout: float = READY_TIMEOUT) -> Non
         time.sleep(0.1)
 
 
-HOUSEKEEPER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:torchjob-housekeeper"
-ALL = ["get", "list", "watch", "create", "update", "patch", "delete"]
-# The housekeeper's cluster-wide RBAC, as the chart grants it (charts/torchjob/templates/
-# housekeeper/rbac.yaml); its Lease rule is LEASE_RULES, not limited to one name here.
-HOUSEKEEPER_RULES: list[dict[str, Any]] = [
-    {
-        "apiGroups": ["batch.tensorstack.dev"],
-        "resources": ["pytorchtrainingjobs"],
-        "verbs": ["get", "list", "watch", "delete"],
-    },
-    {
-        "apiGroups": ["batch.tensorstack.dev"],
-        "resources": ["pytorchtrainingjobs/status"],
-        "verbs": ["get", "patch"],
-    },
-    {
-        "apiGroups": ["batch.tensorstack.dev"],
-        "resources": ["pytorchtrainingjobs/finalizers"],
-        "verbs": ["update"],
-    },
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
-    {"apiGroups": [""], "resources": ["services"], "verbs": ALL},
-    {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ALL},
-    {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
-]
-LEASE_RULES: list[dict[str, Any]] = [
-    {
-        "apiGroups": ["coordination.k8s.io"],
-        "resources": ["leases"],
-        "verbs": ["get", "create", "update", "patch"],
-    }
-]
-
-
-def _bound(kind: str, name: str, user: str, rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    namespace = {"namespace": SYSTEM_NAMESPACE} if kind == "Role" else {}
-    meta = {"name": name, **namespace}
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta}
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": f"{kind}Binding",
-        "metadata": meta,
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-    }
-    return [{**role, "rules": rules}, binding]
-
-
 def housekeeper_kubeconfig(
     control_plane: ControlPlane,
-    user: str = HOUSEKEEPER,
-    rules: list[dict[str, Any]] = HOUSEKEEPER_RULES,
+    account: str | None = None,
+    cluster_rules: Callable[[Rules], Rules] | None = None,
 ) -> Path:
-    """Credentials for `user`, granted exactly `rules` cluster-wide and the Lease verbs in the
-    operator's namespace (the housekeeper's RBAC as the chart grants it, unless told otherwise)."""
-    control_plane.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
-    name = "torchjob-" + user.rsplit(":", 1)[-1] + "-e2e"
-    objects = _bound("ClusterRole", name, user, rules) + _bound("Role", name, user, LEASE_RULES)
-    control_plane.kubectl(
-        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
-    )
-    return control_plane.issue_kubeconfig(user)
+    """A token of the housekeeper's ServiceAccount, which has the chart's RBAC and nothing else.
+    With `account`, a ServiceAccount of that name instead, bound to the chart's housekeeper
+    roles rendered for it, their cluster-wide rules first passed through `cluster_rules`."""
+    install_rbac(control_plane)
+    if account is None:
+        return _token_kubeconfig(control_plane, service_account("housekeeper"))
+    objects = _rbac(rendered(**{"housekeeper.serviceAccount.name": account}), "housekeeper")
+    for role in objects:
+        if role["kind"] == "ClusterRole" and cluster_rules is not None:
+            role["rules"] = cluster_rules(role["rules"])
+    apply(control_plane, _renamed(objects, account))
+    return _token_kubeconfig(control_plane, account)
 
 
 def start_housekeeper(
