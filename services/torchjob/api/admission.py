@@ -99,7 +99,7 @@ class Response:
         if self.causes:
             status["details"] = {
                 "causes": [
-                    {"field": c.path, "message": c.message, "reason": "FieldValueInvalid"}
+                    {"field": c.path, "message": c.message, "reason": str(c.cause)}
                     for c in self.causes
                 ]
             }

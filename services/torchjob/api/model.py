@@ -79,8 +79,12 @@ def json_type(value: object) -> str:
     return type(value).__name__
 
 
-def child(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
+def child(path: str, *parts: str | int) -> str:
+    """The path of a field below `path`: a name is appended after a dot, an index in brackets
+    (`child("spec.replicaSpecs", 0, "type")` is `spec.replicaSpecs[0].type`)."""
+    for part in parts:
+        path = f"{path}[{part}]" if isinstance(part, int) else f"{path}.{part}" if path else part
+    return path
 
 
 def expect_object(value: object, path: str) -> dict[str, Any]:
@@ -150,7 +154,7 @@ def _decode_field(info: FieldInfo, raw: object, path: str) -> Any:
         return _decode(info, raw, path)
     if not isinstance(raw, list):
         raise ModelError(path, f"must be an array, not {json_type(raw)}")
-    return [_decode(info, item, f"{path}[{index}]") for index, item in enumerate(raw)]
+    return [_decode(info, item, child(path, index)) for index, item in enumerate(raw)]
 
 
 def _decode(info: FieldInfo, raw: object, path: str) -> Any:

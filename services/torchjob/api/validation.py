@@ -7,6 +7,7 @@ import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from torchjob.api import constants, queries
@@ -27,10 +28,24 @@ FILESET = re.compile(
 )
 
 
+class Cause(StrEnum):
+    """What is wrong with a field, as Kubernetes names it (apimachinery's field.ErrorType): the
+    reason of the error's cause in a Status."""
+
+    REQUIRED = "FieldValueRequired"
+    FORBIDDEN = "FieldValueForbidden"
+    INVALID = "FieldValueInvalid"
+    NOT_SUPPORTED = "FieldValueNotSupported"
+    DUPLICATE = "FieldValueDuplicate"
+    TOO_LONG = "FieldValueTooLong"
+    TOO_MANY = "FieldValueTooMany"
+
+
 @dataclass(frozen=True, slots=True)
 class FieldError:
     path: str
     message: str
+    cause: Cause = Cause.INVALID
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}"
@@ -57,7 +72,7 @@ def validate(obj: Any, old: Any = None, *, schema: bool = False) -> Result:
         result.errors.append(FieldError(error.path or "<root>", error.message))
         return result
     if job.spec is None:
-        result.errors.append(FieldError("spec", "is required"))
+        result.errors.append(FieldError("spec", "is required", Cause.REQUIRED))
         return result
     result.errors += _spec_errors(job)
     if schema:
@@ -89,13 +104,13 @@ def schema_errors(message: Model, path: str = "") -> Iterator[FieldError]:
             yield from schema_errors(value, here)
             continue
         for index, item in enumerate(value):
-            yield from schema_errors(item, f"{here}[{index}]")
+            yield from schema_errors(item, child(here, index))
 
 
 def _limit_errors(limits: Limits, repeated: bool, value: Any, path: str) -> Iterator[FieldError]:
     if value is None:
         if limits.required:
-            yield FieldError(path, "is required")
+            yield FieldError(path, "is required", Cause.REQUIRED)
         return
     if not repeated:
         yield from _value_errors(limits, value, path)
@@ -103,9 +118,11 @@ def _limit_errors(limits: Limits, repeated: bool, value: Any, path: str) -> Iter
     if limits.min_items is not None and len(value) < limits.min_items:
         yield FieldError(path, f"must have at least {_counted(limits.min_items, 'item')}")
     if limits.max_items is not None and len(value) > limits.max_items:
-        yield FieldError(path, f"must have at most {_counted(limits.max_items, 'item')}")
+        yield FieldError(
+            path, f"must have at most {_counted(limits.max_items, 'item')}", Cause.TOO_MANY
+        )
     for index, item in enumerate(value):
-        yield from _value_errors(limits, item, f"{path}[{index}]")
+        yield from _value_errors(limits, item, child(path, index))
 
 
 def _value_errors(limits: Limits, value: Any, path: str) -> Iterator[FieldError]:
@@ -119,7 +136,8 @@ def _value_errors(limits: Limits, value: Any, path: str) -> Iterator[FieldError]
     if limits.min_length is not None and len(value) < limits.min_length:
         yield FieldError(path, f"must be at least {_counted(limits.min_length, 'character')}")
     if limits.max_length is not None and len(value) > limits.max_length:
-        yield FieldError(path, f"must be at most {_counted(limits.max_length, 'character')}")
+        message = f"must be at most {_counted(limits.max_length, 'character')}"
+        yield FieldError(path, message, Cause.TOO_LONG)
     if limits.pattern and not _compiled(limits.pattern).search(value):
         yield FieldError(path, f"{value!r} does not match {limits.pattern}")
 
@@ -156,35 +174,36 @@ def _replica_spec_errors(
 ) -> Iterator[FieldError]:
     replica_specs = spec.replica_specs or []
     if not replica_specs:
-        yield FieldError("spec.replicaSpecs", "must list at least one replica type")
+        yield FieldError("spec.replicaSpecs", "must list at least one replica type", Cause.REQUIRED)
     seen: set[str] = set()
     for index, replica in enumerate(replica_specs):
-        path = f"spec.replicaSpecs[{index}]"
+        path = child("spec.replicaSpecs", index)
         yield from _replica_type_errors(job, replica, path, seen)
         yield from _template_errors(replica, path)
         if replica.replicas is not None and replica.replicas < 1:
-            yield FieldError(f"{path}.replicas", "must be at least 1")
+            yield FieldError(child(path, "replicas"), "must be at least 1")
 
 
 def _replica_type_errors(
     job: PyTorchTrainingJob, replica: ReplicaSpec, path: str, seen: set[str]
 ) -> Iterator[FieldError]:
-    kind = replica.type
+    kind, path = replica.type, child(path, "type")
     if not kind:
-        yield FieldError(f"{path}.type", "is required")
+        yield FieldError(path, "is required", Cause.REQUIRED)
         return
     if not DNS_LABEL.match(kind):
-        yield FieldError(f"{path}.type", f"{kind!r} must be a lower-case DNS label (a-z, 0-9, '-')")
+        yield FieldError(path, f"{kind!r} must be a lower-case DNS label (a-z, 0-9, '-')")
     if kind in seen:
-        yield FieldError(f"{path}.type", f"{kind!r} is used by another replica spec")
+        yield FieldError(path, f"{kind!r} is used by another replica spec", Cause.DUPLICATE)
     seen.add(kind)
     job_name = queries.job_name_for_length(job.metadata or {}, constants.GENERATE_NAME_SUFFIX)
     last = f"{job_name}-{kind}-{max((replica.replicas or 1) - 1, 0)}"
     if len(last) > constants.DNS_LABEL_MAX:
         yield FieldError(
-            f"{path}.type",
+            path,
             f"replica name {last!r} is {len(last)} characters; job name, type and index must fit "
             f"in {constants.DNS_LABEL_MAX}",
+            Cause.TOO_LONG,
         )
 
 
@@ -192,15 +211,16 @@ def _template_errors(replica: ReplicaSpec, path: str) -> Iterator[FieldError]:
     template = replica.template
     pod_spec = template.spec if template is not None else None
     if pod_spec is None:
-        yield FieldError(f"{path}.template.spec", "is required")
+        yield FieldError(child(path, "template", "spec"), "is required", Cause.REQUIRED)
         return
     containers = pod_spec.get("containers")
+    path = child(path, "template", "spec", "containers")
     if not isinstance(containers, list) or not containers:
-        yield FieldError(f"{path}.template.spec.containers", "must list at least one container")
+        yield FieldError(path, "must list at least one container", Cause.REQUIRED)
         return
     for index, container in enumerate(containers):
         if not isinstance(container, dict) or not isinstance(container.get("name"), str):
-            yield FieldError(f"{path}.template.spec.containers[{index}].name", "is required")
+            yield FieldError(child(path, index, "name"), "is required", Cause.REQUIRED)
 
 
 def _spelling_errors(spec: PyTorchTrainingJobSpec) -> Iterator[FieldError]:
@@ -237,16 +257,16 @@ def _torchrun_errors(spec: PyTorchTrainingJobSpec) -> Iterator[FieldError]:
         container_index, container = queries.training_container(replica)
         if container is None:
             continue
-        path = f"spec.replicaSpecs[{index}].template.spec.containers[{container_index}]"
+        path = child("spec.replicaSpecs", index, "template", "spec", "containers", container_index)
         if not container.get("args"):
             yield FieldError(
-                f"{path}.args",
+                child(path, "args"),
                 "torchrun is enabled, so the container's command is replaced: put the training "
                 "script and its arguments in args",
             )
         if proc == "gpu" and queries.gpu_limit(container) < 1:
             yield FieldError(
-                f"{path}.resources.limits",
+                child(path, "resources", "limits"),
                 'procPerNode "gpu" needs a GPU limit (nvidia.com/gpu) on the training container',
             )
 
@@ -257,7 +277,9 @@ def _elastic_errors(spec: PyTorchTrainingJobSpec) -> Iterator[FieldError]:
         return
     if not queries.torchrun_enabled(spec):
         yield FieldError(
-            "spec.elastic.enabled", "elastic training needs spec.torchrunConfig.enabled"
+            "spec.elastic.enabled",
+            "elastic training needs spec.torchrunConfig.enabled",
+            Cause.FORBIDDEN,
         )
     low, expected, high = elastic.min_replicas, elastic.expected_replicas, elastic.max_replicas
     if low is not None and high is not None and low > high:
@@ -281,10 +303,11 @@ def _run_policy_errors(spec: PyTorchTrainingJobSpec) -> Iterator[FieldError]:
 
 def _tensorboard_errors(tensorboard: TensorBoardSpec) -> Iterator[FieldError]:
     for index, fileset in enumerate(tensorboard.training_log_filesets or []):
-        path = f"spec.tensorboardSpec.trainingLogFilesets[{index}]"
+        path = child("spec.tensorboardSpec.trainingLogFilesets", index)
         if not fileset.startswith(constants.T9K_PVC_PREFIX):
             scheme = fileset.split("://", 1)[0] if "://" in fileset else fileset
-            yield FieldError(path, f"{scheme!r} is not supported: use t9k://pvc/<claim>/<subpath>")
+            message = f"{scheme!r} is not supported: use t9k://pvc/<claim>/<subpath>"
+            yield FieldError(path, message, Cause.NOT_SUPPORTED)
         elif not FILESET.match(fileset):
             yield FieldError(path, f"{fileset!r} must be t9k://pvc/<claim>/<subpath>")
         else:
@@ -292,7 +315,7 @@ def _tensorboard_errors(tensorboard: TensorBoardSpec) -> Iterator[FieldError]:
     pvcs = tensorboard.log_dir.pvc if tensorboard.log_dir else None
     for index, pvc in enumerate(pvcs or []):
         for sub_index, sub_path in enumerate(pvc.sub_path or []):
-            path = f"spec.tensorboardSpec.logDir.pvc[{index}].subPath[{sub_index}]"
+            path = child("spec.tensorboardSpec.logDir.pvc", index, "subPath", sub_index)
             yield from _log_path_errors(path, sub_path)
 
 
@@ -315,11 +338,11 @@ def _warnings(spec: PyTorchTrainingJobSpec) -> Iterator[str]:
         )
     for index, replica in enumerate(spec.replica_specs or []):
         container_index, container = queries.training_container(replica)
+        path = child(
+            "spec.replicaSpecs", index, "template", "spec", "containers", container_index, "env"
+        )
         for env_name in queries.user_env_names(container) & queries.injected_env_names(spec):
-            yield (
-                f"spec.replicaSpecs[{index}].template.spec.containers[{container_index}].env: "
-                f"{env_name} is set by you and wins over the value torchjob would inject"
-            )
+            yield f"{path}: {env_name} is set by you and wins over the value torchjob would inject"
 
 
 def _has_endpoint(torchrun: TorchrunConfig) -> bool:
@@ -334,11 +357,13 @@ def _update_errors(old: PyTorchTrainingJob, new: PyTorchTrainingJob) -> Iterator
         new_spec, elastic
     ):
         allowed = " except replicas of an elastic job" if elastic else ""
-        yield FieldError("spec.replicaSpecs", f"is immutable{allowed}")
+        yield FieldError("spec.replicaSpecs", f"is immutable{allowed}", Cause.FORBIDDEN)
     if queries.written_elastic_bounds(old_spec) != queries.written_elastic_bounds(new_spec):
-        yield FieldError("spec.elastic", "minReplicas and maxReplicas are immutable")
+        yield FieldError(
+            "spec.elastic", "minReplicas and maxReplicas are immutable", Cause.FORBIDDEN
+        )
     if _resume_specs(old_spec) != _resume_specs(new_spec):
-        yield FieldError("spec.runMode.pause.resumeSpecs", "is immutable")
+        yield FieldError("spec.runMode.pause.resumeSpecs", "is immutable", Cause.FORBIDDEN)
 
 
 def _replica_specs_for_compare(spec: PyTorchTrainingJobSpec, elastic: bool) -> list[dict[str, Any]]:
