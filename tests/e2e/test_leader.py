@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from kubernetes_asyncio import client
 
-from torchjob.kube.leader import JITTER, LeaderElector, run_as_leader
+from torchjob.kube.leader import JITTER, LeaderElector
 
 LEASE = "torchjob-test-leader"
 LEASE_SECONDS = 4.0
@@ -140,16 +140,15 @@ async def test_a_leader_that_loses_its_lease_stops_leading_and_returns(
             raise
 
     election = asyncio.create_task(
-        run_as_leader(
+        LeaderElector(
             kube_client,
             namespace,
             LEASE,
             "leader",
-            lead,
             lease_seconds=LEASE_SECONDS,
             renew_deadline=RENEW_DEADLINE,
             retry_seconds=RETRY_SECONDS,
-        )
+        ).run(lead)
     )
     try:
         await asyncio.wait_for(leading.wait(), timeout=10)

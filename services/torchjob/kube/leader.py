@@ -258,27 +258,3 @@ async def _call(lead: Callable[[], Awaitable[None]]) -> None:
 def _log_failure(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.error("lead() failed while leadership was being lost", exc_info=task.exception())
-
-
-async def run_as_leader(
-    api_client: client.ApiClient,
-    namespace: str,
-    lease_name: str,
-    identity: str,
-    lead: Callable[[], Awaitable[None]],
-    lease_seconds: float = 15,
-    renew_deadline: float = 10,
-    retry_seconds: float = 2,
-) -> None:
-    """Wait for leadership of the Lease, run `lead()`, and return once leadership is lost (the
-    caller should then exit). Use LeaderElector directly to report `is_leader` in readiness."""
-    elector = LeaderElector(
-        api_client,
-        namespace,
-        lease_name,
-        identity,
-        lease_seconds=lease_seconds,
-        renew_deadline=renew_deadline,
-        retry_seconds=retry_seconds,
-    )
-    await elector.run(lead)

@@ -6,10 +6,8 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime
-import hashlib
 import os
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -244,66 +242,18 @@ def _ca_bundle_patch(webhooks: list[Any], ca_bundle: str) -> dict[str, Any] | No
     return {"webhooks": [{"name": name, "clientConfig": {"caBundle": ca_bundle}} for name in stale]}
 
 
-@dataclass(frozen=True)
-class _Snapshot:
-    stats: tuple[tuple[int, int, int], ...]
-    digest: bytes
-
-
 class FileCertificateSource:
     """A certificate and key kept current on disk by someone else: cert-manager, through a mounted
     Secret, whose kubelet swaps both files at once behind a symlink."""
 
     def __init__(self, cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str]):
         self._files = (Path(cert_file), Path(key_file))
-        self._loaded: _Snapshot | None = None
 
     def load(self) -> tuple[bytes, bytes]:
         """The certificate and key PEMs. Raises OSError for missing files, and ValueError for a key
-        that is not the certificate's (a half-written update: call again once `changed()`)."""
-        # Stat before reading: a write landing in between then shows as a change next time.
-        stats = self._stats()
-        cert_pem, key_pem = self._read()
-        if not key_matches_cert(cert_pem, key_pem):
-            raise ValueError(f"{self._files[1]} is not the private key of {self._files[0]}")
-        self._loaded = _Snapshot(stats, _digest(cert_pem, key_pem))
-        return cert_pem, key_pem
-
-    def changed(self) -> bool:
-        """Whether the files differ from what `load()` last returned; True before the first
-        successful load, and when a file cannot be read (load() then says why)."""
-        if self._loaded is None:
-            return True
-        try:
-            stats = self._stats()
-            if stats == self._loaded.stats:
-                return False
-            digest = _digest(*self._read())
-        except OSError:
-            return True
-        if digest != self._loaded.digest:
-            return True
-        # Touched or rewritten with the same bytes: remembered so the next check is a stat again.
-        self._loaded = _Snapshot(stats, digest)
-        return False
-
-    def _stats(self) -> tuple[tuple[int, int, int], ...]:
-        return tuple(_stat_signature(path) for path in self._files)
-
-    def _read(self) -> tuple[bytes, bytes]:
+        that is not the certificate's (a half-written update: call again later)."""
         cert_file, key_file = self._files
-        return cert_file.read_bytes(), key_file.read_bytes()
-
-
-def _stat_signature(path: Path) -> tuple[int, int, int]:
-    # Follows symlinks: a mounted Secret's files are links into a directory that is replaced whole.
-    stat = path.stat()
-    return stat.st_ino, stat.st_mtime_ns, stat.st_size
-
-
-def _digest(*contents: bytes) -> bytes:
-    sha = hashlib.sha256()
-    for content in contents:
-        sha.update(len(content).to_bytes(8, "big"))
-        sha.update(content)
-    return sha.digest()
+        cert_pem, key_pem = cert_file.read_bytes(), key_file.read_bytes()
+        if not key_matches_cert(cert_pem, key_pem):
+            raise ValueError(f"{key_file} is not the private key of {cert_file}")
+        return cert_pem, key_pem
