@@ -45,6 +45,8 @@ import_image() {  # <name> <image ref> <key>: from buildah's store into containe
   archive=$(mktemp -p "$CACHE_ROOT/node" "$name.XXXXXX.tar")
   trap 'rm -f "$archive"' EXIT
   buildah_ push --quiet "$ref" "docker-archive:$archive:$ref" >/dev/null
+  # Removed first, so that the image it replaces is collected (an import over a name is not).
+  ctr_ images rm --sync "$ref" >/dev/null 2>&1 || true
   ctr_ images import "$archive" >/dev/null
   rm -f "$archive"
   trap - EXIT
