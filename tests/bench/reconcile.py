@@ -44,7 +44,7 @@ from torchjob.kube.client import REQUESTS, new_api_client
 from torchjob.kube.informer import Informer, KubeObject, ResourceKind
 from torchjob.kube.resources import JOBS, PODS
 from torchjob.reconciler.settings import DEFAULT_BURST, DEFAULT_QPS
-from torchjob.render.replica import render_pod, render_service
+from torchjob.render.replica_objects import render_pod, render_service
 from torchjob.render.topology import replica_name, replicas_of
 from torchjob.runtime import logging as runtime_logging
 

@@ -15,7 +15,7 @@ from torchjob.lifecycle.local import exit_code_of, local_pod_status
 from torchjob.lifecycle.observe import view_pod
 from torchjob.render.local import LocalRenderError, expand, gpu_shares, local_command, localize
 from torchjob.render.pod import rewrite_pod
-from torchjob.render.replica import render_pod
+from torchjob.render.replica_objects import render_pod
 from torchjob.render.topology import replicas_of
 
 META = {"name": "j", "namespace": "ns", "uid": "uid-1", "generation": 1}

@@ -8,7 +8,7 @@ from typing import Any
 
 from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJobSpec
-from torchjob.render.replica import render_pod, render_service
+from torchjob.render.replica_objects import render_pod, render_service
 from torchjob.render.topology import replicas_of
 
 META = {"name": "j", "namespace": "ns", "uid": "job-uid"}

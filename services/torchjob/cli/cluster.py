@@ -11,7 +11,7 @@ from torchjob.cli.manifest import AdmittedJob
 from torchjob.lifecycle.plan import Plan, plan
 from torchjob.lifecycle.round import Observed
 from torchjob.render.pod import rewrite_pod
-from torchjob.render.replica import render_pod, render_service
+from torchjob.render.replica_objects import render_pod, render_service
 from torchjob.render.topology import Replica
 
 

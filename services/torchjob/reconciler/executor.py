@@ -23,7 +23,7 @@ from torchjob.kube.reconcile import JobKey
 from torchjob.lifecycle.failures import Refusal, creation_failed
 from torchjob.lifecycle.plan import Plan
 from torchjob.lifecycle.status import ours
-from torchjob.render.replica import render_pod, render_service
+from torchjob.render.replica_objects import render_pod, render_service
 from torchjob.render.topology import replica_name
 
 log = structlog.get_logger("torchjob.reconciler")

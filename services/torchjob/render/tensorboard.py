@@ -19,7 +19,7 @@ import orjson
 from torchjob.api import constants
 from torchjob.api.jsoncopy import json_copy
 from torchjob.api.types import TensorBoardSpec
-from torchjob.render.replica import owner_reference
+from torchjob.render.replica_objects import owner_reference
 
 NAME_SUFFIX = "-tensorboard"
 CONTAINER_NAME = "tensorboard"
