@@ -149,9 +149,19 @@ example_image() {
   fi
 }
 
+prune_unnamed() {
+  # The runtime also names each image by its id; once no name points at that image any more
+  # (a rebuild), the id's name alone keeps its gigabytes alive.
+  local named
+  named=$(ctr_ images ls | awk 'NR > 1 && $1 !~ /^sha256:/ {print $3}' | sort -u)
+  ctr_ images ls | awk 'NR > 1 && $1 ~ /^sha256:/ {print $1, $3}' | while read -r ref digest; do
+    grep -qx "$digest" <<<"$named" || ctr_ images rm --sync "$ref" >/dev/null
+  done
+}
+
 mkdir -p "$IMAGES_DIR" "$RUN_DIR"
 case "${1:-all}" in
-  all) pause_image; coredns_image; base_image; torchjob_image; example_image ;;
+  all) pause_image; coredns_image; base_image; torchjob_image; example_image; prune_unnamed ;;
   pause) pause_image ;;
   coredns) coredns_image ;;
   base) base_image ;;

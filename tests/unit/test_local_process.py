@@ -14,7 +14,7 @@ from torchjob.api.types import PyTorchTrainingJob, PyTorchTrainingJobSpec
 from torchjob.lifecycle.local import exit_code_of, local_pod_status
 from torchjob.lifecycle.observe import view_pod
 from torchjob.render.local import LocalRenderError, expand, gpu_shares, local_command, localize
-from torchjob.render.pod import rewrite_pod
+from torchjob.render.pod_rewrite import rewrite_pod
 from torchjob.render.replica_objects import render_pod
 from torchjob.render.topology import replicas_of
 

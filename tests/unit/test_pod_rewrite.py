@@ -13,7 +13,7 @@ import pytest
 
 from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJob
-from torchjob.render.pod import PodRewriteError, rewrite_pod
+from torchjob.render.pod_rewrite import PodRewriteError, rewrite_pod
 from torchjob.render.wait import WAIT_FOR_MASTER, WAIT_SCRIPT
 
 

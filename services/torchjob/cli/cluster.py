@@ -10,7 +10,7 @@ from torchjob.api import constants
 from torchjob.cli.manifest import AdmittedJob
 from torchjob.lifecycle.plan import Plan, plan
 from torchjob.lifecycle.round import Observed
-from torchjob.render.pod import rewrite_pod
+from torchjob.render.pod_rewrite import rewrite_pod
 from torchjob.render.replica_objects import render_pod, render_service
 from torchjob.render.topology import Replica
 

@@ -10,7 +10,7 @@ from torchjob.api import constants
 from torchjob.api.admission import Request, Response, refuse
 from torchjob.api.model import ModelError
 from torchjob.api.types import PyTorchTrainingJob
-from torchjob.render.pod import PodRewriteError, rewrite_pod
+from torchjob.render.pod_rewrite import PodRewriteError, rewrite_pod
 
 
 def job_name_of(pod: Any) -> str | None:
