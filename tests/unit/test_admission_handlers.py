@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from torchjob.api import constants
 from torchjob.api.admission import handle, mutate_job, validate_job
-from torchjob.render.pod_admission import mutate_pod
+from torchjob.render.pod_admission_handler import mutate_pod
 
 RECONCILER = "system:serviceaccount:torchjob:torchjob-reconciler"
 JOB: dict[str, Any] = {

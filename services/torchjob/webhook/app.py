@@ -28,7 +28,7 @@ from torchjob.kube import resources
 from torchjob.kube.client import new_api_client
 from torchjob.kube.errors import NotFound, translated
 from torchjob.kube.informer import Informer
-from torchjob.render.pod_admission import job_name_of, mutate_pod
+from torchjob.render.pod_admission_handler import job_name_of, mutate_pod
 from torchjob.runtime.probes import serve_probes
 from torchjob.webhook.certificates import CertBundle, not_after
 from torchjob.webhook.certstore import (
