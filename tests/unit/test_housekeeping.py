@@ -11,12 +11,12 @@ import pytest
 from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.lifecycle.housekeeping import (
-    Observed,
+    HousekeepingObserved,
+    HousekeepingPlan,
     Owned,
-    Plan,
     TensorBoardObserved,
     clean_up,
-    plan,
+    plan_housekeeping,
     view_owned,
 )
 from torchjob.render.tensorboard import render_deployment, render_service, spec_hash
@@ -58,9 +58,9 @@ def observe(
     services: list[Owned] | None = None,
     tensorboard: TensorBoardObserved | None = None,
     now: datetime = NOW,
-) -> Plan:
-    return plan(
-        Observed(
+) -> HousekeepingPlan:
+    return plan_housekeeping(
+        HousekeepingObserved(
             META,
             job_spec,
             status,

@@ -1,7 +1,7 @@
 """The housekeeper: informer caches of jobs, of their replica pods and Services (the job-name
 label) and of their TensorBoards' Deployments, Services and pods (the tensorboard label) feed a
 work queue keyed by job (`JobKey`); `reconcile(key)` reads the caches (never LISTs), asks the
-pure `lifecycle.housekeeping.plan` what to do and has the executor carry it out."""
+pure `lifecycle.housekeeping.plan_housekeeping` what to do and has the executor carry it out."""
 
 from __future__ import annotations
 
@@ -27,7 +27,12 @@ from torchjob.kube.resources import (
     owner_job_key,
 )
 from torchjob.kube.workqueue import WorkQueue
-from torchjob.lifecycle.housekeeping import Observed, TensorBoardObserved, plan, view_owned
+from torchjob.lifecycle.housekeeping import (
+    HousekeepingObserved,
+    TensorBoardObserved,
+    plan_housekeeping,
+    view_owned,
+)
 from torchjob.lifecycle.status import is_terminal
 
 log = structlog.get_logger("torchjob.housekeeper")
@@ -143,11 +148,13 @@ class Housekeeper:
         with structlog.contextvars.bound_contextvars(
             namespace=namespace, job=name, uid=meta.get("uid")
         ):
-            decision = plan(self._observe(key, job, spec))
+            decision = plan_housekeeping(self._observe(key, job, spec))
             await self.executor.execute(job, decision)
         return Result(requeue_after=decision.requeue_after)
 
-    def _observe(self, key: JobKey, job: dict[str, Any], spec: PyTorchTrainingJobSpec) -> Observed:
+    def _observe(
+        self, key: JobKey, job: dict[str, Any], spec: PyTorchTrainingJobSpec
+    ) -> HousekeepingObserved:
         meta = job["metadata"]
         uid = meta["uid"]
         deployments = self.tensorboard_deployments.by_index(OWNER_INDEX, uid)
@@ -157,7 +164,7 @@ class Housekeeper:
             services[0] if services else None,
             self.tensorboard_pods.by_index(TENSORBOARD_INDEX, str(key)),
         )
-        return Observed(
+        return HousekeepingObserved(
             meta,
             spec,
             dict(job.get("status") or {}),

@@ -16,7 +16,7 @@ from torchjob.api import constants, types
 from torchjob.kube.errors import Conflict, Invalid, KubeError, NotFound, translated
 from torchjob.kube.events import EventRecorder
 from torchjob.kube.jobs import patch_status
-from torchjob.lifecycle.housekeeping import Plan
+from torchjob.lifecycle.housekeeping import HousekeepingPlan
 from torchjob.lifecycle.tensorboard import failed_status, stored_form
 from torchjob.render.tensorboard import spec_hash
 
@@ -38,7 +38,7 @@ class Executor:
         self.objects = client.CustomObjectsApi(api)
         self.events = events
 
-    async def execute(self, job: dict[str, Any], plan: Plan) -> None:
+    async def execute(self, job: dict[str, Any], plan: HousekeepingPlan) -> None:
         for event in plan.events:
             if await self.events.record_once(
                 job, event.type, event.reason, event.message, event.key
@@ -60,7 +60,7 @@ class Executor:
 
     # -- TensorBoard -----------------------------------------------------------------------------
 
-    async def _tensorboard(self, job: dict[str, Any], plan: Plan) -> bool:
+    async def _tensorboard(self, job: dict[str, Any], plan: HousekeepingPlan) -> bool:
         """False when the apiserver refused what was rendered: that is reported (event and
         status) instead, and waits for the spec to change."""
         try:

@@ -61,7 +61,7 @@ class TensorBoardObserved:
 
 
 @dataclass(frozen=True, slots=True)
-class Observed:
+class HousekeepingObserved:
     job_meta: dict[str, Any]
     spec: PyTorchTrainingJobSpec
     status: dict[str, Any]
@@ -72,7 +72,7 @@ class Observed:
 
 
 @dataclass(frozen=True, slots=True)
-class Event:
+class HousekeepingEvent:
     type: Literal["Normal", "Warning"]
     reason: str
     message: str
@@ -80,7 +80,7 @@ class Event:
 
 
 @dataclass(slots=True)
-class Plan:
+class HousekeepingPlan:
     create: list[dict[str, Any]] = field(default_factory=list)  # rendered TensorBoard objects
     # (rendered, observed) TensorBoard objects whose hash differs: rendered from a changed spec
     update: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
@@ -92,12 +92,12 @@ class Plan:
     delete_pods: list[tuple[str, str, str]] = field(default_factory=list)
     delete_services: list[tuple[str, str]] = field(default_factory=list)  # (name, uid)
     delete_job: bool = False
-    events: list[Event] = field(default_factory=list)
+    events: list[HousekeepingEvent] = field(default_factory=list)
     requeue_after: float | None = None
 
 
-def plan(observed: Observed) -> Plan:
-    out = Plan()
+def plan_housekeeping(observed: HousekeepingObserved) -> HousekeepingPlan:
+    out = HousekeepingPlan()
     terminal = is_terminal(observed.status)
     if terminal and _ttl_expired(observed, out):
         return out  # the job goes, and everything it owns with it
@@ -125,7 +125,7 @@ def clean_up(
     return [], []
 
 
-def _clean_up(observed: Observed, out: Plan) -> None:
+def _clean_up(observed: HousekeepingObserved, out: HousekeepingPlan) -> None:
     run_policy = observed.spec.run_policy
     policy = run_policy.clean_up_policy if run_policy else None
     pods, services = clean_up(policy, observed.pods, observed.services)
@@ -137,7 +137,7 @@ def _clean_up(observed: Observed, out: Plan) -> None:
         f" and {_count(len(services), 'Service')}" if services else ""
     )
     out.events.append(
-        Event(
+        HousekeepingEvent(
             "Normal",
             constants.REASON_CLEAN_UP,
             f"cleanUpPolicy {policy}: deleting {what} of the finished job",
@@ -151,7 +151,7 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def _ttl_expired(observed: Observed, out: Plan) -> bool:
+def _ttl_expired(observed: HousekeepingObserved, out: HousekeepingPlan) -> bool:
     run_policy = observed.spec.run_policy
     ttl = run_policy.ttl_seconds_after_finished if run_policy else None
     finished = parse_time(observed.status.get("completionTime"))
@@ -163,7 +163,7 @@ def _ttl_expired(observed: Observed, out: Plan) -> bool:
         return False
     out.delete_job = True
     out.events.append(
-        Event(
+        HousekeepingEvent(
             "Normal",
             constants.REASON_TTL_EXPIRED,
             f"deleting the job: ttlSecondsAfterFinished ({ttl}s) has passed since it finished",
@@ -176,7 +176,7 @@ def _ttl_expired(observed: Observed, out: Plan) -> bool:
 # -- TensorBoard ----------------------------------------------------------------------------------
 
 
-def _tensorboard(observed: Observed, out: Plan) -> None:
+def _tensorboard(observed: HousekeepingObserved, out: HousekeepingPlan) -> None:
     meta, seen = observed.job_meta, observed.tensorboard
     tensorboard_spec = observed.spec.tensorboard_spec
     if tensorboard_spec is None:
@@ -192,7 +192,7 @@ def _tensorboard(observed: Observed, out: Plan) -> None:
     digest = spec_hash(deployment)
     if seen.deployment is None:
         out.events.append(
-            Event(
+            HousekeepingEvent(
                 "Normal",
                 constants.REASON_TENSORBOARD_CREATED,
                 f"creating TensorBoard {deployment['metadata']['name']}",
@@ -201,7 +201,7 @@ def _tensorboard(observed: Observed, out: Plan) -> None:
         )
     elif spec_hash(seen.deployment) != digest:
         out.events.append(
-            Event(
+            HousekeepingEvent(
                 "Normal",
                 constants.REASON_TENSORBOARD_UPDATED,
                 f"rolling out TensorBoard {deployment['metadata']['name']} for the changed "
@@ -214,7 +214,7 @@ def _tensorboard(observed: Observed, out: Plan) -> None:
     _set_status(observed, out, status)
 
 
-def _remove_tensorboard(observed: Observed, out: Plan) -> None:
+def _remove_tensorboard(observed: HousekeepingObserved, out: HousekeepingPlan) -> None:
     """tensorboardSpec was removed from the job: so is its TensorBoard."""
     seen = observed.tensorboard
     for kind, obj in (("Deployment", seen.deployment), ("Service", seen.service)):
@@ -222,7 +222,7 @@ def _remove_tensorboard(observed: Observed, out: Plan) -> None:
             out.delete_tensorboard.append((kind, obj["metadata"]["name"], obj["metadata"]["uid"]))
     if seen.deployment is not None and out.delete_tensorboard:
         out.events.append(
-            Event(
+            HousekeepingEvent(
                 "Normal",
                 constants.REASON_TENSORBOARD_DELETED,
                 f"deleting TensorBoard {seen.deployment['metadata']['name']}: tensorboardSpec "
@@ -233,6 +233,8 @@ def _remove_tensorboard(observed: Observed, out: Plan) -> None:
     _set_status(observed, out, None)
 
 
-def _set_status(observed: Observed, out: Plan, status: dict[str, Any] | None) -> None:
+def _set_status(
+    observed: HousekeepingObserved, out: HousekeepingPlan, status: dict[str, Any] | None
+) -> None:
     out.tensorboard_status = status
     out.write_tensorboard_status = stored_form(status) != observed.status.get("tensorboard")
