@@ -14,7 +14,7 @@ from kubernetes_asyncio import client
 from torchjob.api import constants
 from torchjob.api.model import ModelError
 from torchjob.api.types import PyTorchTrainingJobSpec
-from torchjob.housekeeper.executor import Executor
+from torchjob.housekeeper.executor import HousekeeperExecutor
 from torchjob.kube.events import EventRecorder
 from torchjob.kube.informer import Informer, controller_uid
 from torchjob.kube.reconcile import JobKey, Result, TerminalError
@@ -65,7 +65,7 @@ class Housekeeper:
     def __init__(self, api: client.ApiClient, identity: str) -> None:
         self.queue: WorkQueue[JobKey] = WorkQueue()
         self.events = EventRecorder(api, "torchjob-housekeeper", identity)
-        self.executor = Executor(api, self.events)
+        self.executor = HousekeeperExecutor(api, self.events)
         self.jobs = Informer(api, JOBS, on_add=self._job_added, on_update=self._job_updated)
         owner = {OWNER_INDEX: controller_uid}
         replicas = constants.LABEL_JOB_NAME

@@ -31,7 +31,7 @@ ACTIONS = Counter(
 Delete = Callable[..., Awaitable[Any]]
 
 
-class Executor:
+class HousekeeperExecutor:
     def __init__(self, api: client.ApiClient, events: EventRecorder) -> None:
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)

@@ -29,7 +29,7 @@ from torchjob.lifecycle.backoff import RestartBackoff
 from torchjob.lifecycle.observe import view_pod
 from torchjob.lifecycle.plan import plan
 from torchjob.lifecycle.round import Observed
-from torchjob.reconciler.executor import Executor
+from torchjob.reconciler.executor import ReconcilerExecutor
 from torchjob.reconciler.settings import Settings
 
 log = structlog.get_logger("torchjob.reconciler")
@@ -40,7 +40,9 @@ class Reconciler:
         self.queue: WorkQueue[JobKey] = WorkQueue()
         self.expectations = Expectations()
         self.events = EventRecorder(api, "torchjob-reconciler", settings.identity)
-        self.executor = Executor(api, self.events, self.expectations, settings.scheduler_name)
+        self.executor = ReconcilerExecutor(
+            api, self.events, self.expectations, settings.scheduler_name
+        )
         self.backoff = RestartBackoff(base=settings.restart_backoff)
         self.jobs = Informer(
             api,

@@ -40,7 +40,7 @@ class CreationRefused(Exception):
         self.error = error
 
 
-class Executor:
+class ReconcilerExecutor:
     def __init__(
         self,
         api: client.ApiClient,
