@@ -23,6 +23,7 @@ import pytest
 from kubernetes_asyncio import client, config
 from support import ControlPlane, control_plane_pids
 from support.controlplane import write_to_stderr
+from support.eventually import eventually, eventually_sync
 from support.node import Node, node_is_up, release_claims, run_node_script
 
 # Long enough for a cancelled task or a terminated child to finish its clean-up.
@@ -183,15 +184,17 @@ async def _default_service_account(core: client.CoreV1Api, namespace: str) -> No
     """Until the controller manager has made the namespace's `default` ServiceAccount: the
     apiserver refuses pods in the namespace before that (and it can lag, after an apiserver
     restart for one)."""
-    deadline = time.monotonic() + 60
-    while True:
+
+    async def made() -> bool:
         try:
             await core.read_namespaced_service_account("default", namespace)
-            return
         except client.ApiException as error:
-            if error.status != 404 or time.monotonic() > deadline:
+            if error.status != 404:
                 raise
-        await asyncio.sleep(0.1)
+            return False
+        return True
+
+    await eventually(made, f"the default ServiceAccount of {namespace}", timeout=60)
 
 
 def unique_namespace_name(test_name: str) -> str:
@@ -229,10 +232,12 @@ def crd(control_plane: ControlPlane) -> None:
     # Refresh kubectl's discovery cache so `ptj` resolves in every later kubectl call.
     control_plane.kubectl("api-resources", "--api-group=batch.tensorstack.dev")
     # The apiserver publishes a new CRD's OpenAPI schema a moment after it is Established.
-    deadline = time.monotonic() + 60
-    while control_plane.kubectl("explain", "ptj", check=False).returncode != 0:
-        assert time.monotonic() < deadline, "the CRD's OpenAPI schema was never published"
-        time.sleep(0.2)
+    eventually_sync(
+        lambda: control_plane.kubectl("explain", "ptj", check=False).returncode == 0,
+        "the CRD's OpenAPI schema published",
+        timeout=60,
+        interval=0.2,
+    )
 
 
 @pytest.fixture(scope="session")

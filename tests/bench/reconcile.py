@@ -52,11 +52,12 @@ TESTS_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS_DIR))
 
 from support import ControlPlane  # noqa: E402
+from support.eventually import eventually  # noqa: E402
 from support.informers import running  # noqa: E402
+from support.jobs import JobBuilder  # noqa: E402
 from support.kubelet import TestKubelet  # noqa: E402
 from support.operator import (  # noqa: E402
     OPT_IN_LABEL,
-    job_manifest,
     reconciler_kubeconfig,
     start_reconciler,
     start_webhook,
@@ -118,12 +119,8 @@ class PodsSeen:
 
 
 def manifests(jobs: int, replicas: int) -> list[dict[str, Any]]:
-    result = []
-    for index in range(jobs):
-        manifest = job_manifest("torchrun", f"bench-{index}")
-        manifest["spec"]["replicaSpecs"][0]["replicas"] = replicas
-        result.append(manifest)
-    return result
+    torchrun = JobBuilder.example("torchrun").replica_count(replicas)
+    return [torchrun.name(f"bench-{index}").build() for index in range(jobs)]
 
 
 async def create_jobs(
@@ -253,7 +250,12 @@ async def status_latencies(
     latencies: list[float] = []
     missed = 0
     async with watch(user, JOBS, namespace, statuses.changed):
-        await until(lambda: len(statuses.jobs) == args.jobs and statuses.settled(args.replicas))
+        await eventually(
+            lambda: len(statuses.jobs) == args.jobs and statuses.settled(args.replicas),
+            "the jobs' status to settle",
+            timeout=SETTLE_TIMEOUT,
+            interval=0.2,
+        )
         targets = [(j, r) for r in range(args.replicas) for j in range(args.jobs)]
         for job_index, index in targets[: args.samples]:
             job_name = f"bench-{job_index}"
@@ -266,14 +268,6 @@ async def status_latencies(
             except TimeoutError:
                 missed += 1
     return latencies, missed
-
-
-async def until(condition: Callable[[], bool], timeout: float = SETTLE_TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise RuntimeError("the jobs' status never settled")
-        await asyncio.sleep(0.2)
 
 
 # -- the reconciler process ----------------------------------------------------------------------

@@ -11,7 +11,6 @@ import asyncio
 import json
 import re
 import secrets
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +18,10 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e.test_housekeeper import ttl_deletes_everything
-from e2e.test_reconciler import happy_path, master_failure
 from kubernetes_asyncio import client
 from support import ControlPlane
 from support.controlplane import free_port
+from support.eventually import eventually
 from support.helm import (
     CHART,
     Manifest,
@@ -34,8 +32,10 @@ from support.helm import (
     run_as_deployed,
     values_args,
 )
-from support.operator import job_manifest, wait_until_admitting
+from support.jobs import job_manifest
+from support.operator import wait_until_admitting
 from support.processes import ServiceProcess
+from support.scenarios import happy_path, master_failure, ttl_deletes_everything
 
 from torchjob.api import types
 
@@ -381,8 +381,8 @@ async def _wait_for_aggregation(
 ) -> None:
     """The clusterrole-aggregation controller folds our rules into the built-in role shortly
     after the install."""
-    deadline = time.monotonic() + 30
-    while True:
+
+    async def covered() -> bool:
         result = await asyncio.to_thread(
             control_plane.kubectl,
             "auth",
@@ -395,10 +395,9 @@ async def _wait_for_aggregation(
             kubeconfig,
             check=False,
         )
-        if result.stdout.strip() == "yes":
-            return
-        assert time.monotonic() < deadline, f"the built-in role never covered {verb} on jobs"
-        await asyncio.sleep(0.2)
+        return result.stdout.strip() == "yes"
+
+    await eventually(covered, f"the built-in role to cover {verb} on jobs", interval=0.2)
 
 
 # The apiserver's words for an RBAC denial: `... is forbidden: User "<name>" cannot <verb> ...`,

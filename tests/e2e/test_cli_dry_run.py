@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import time
 from typing import Any
 
 import yaml
 from support import ControlPlane
 from support.cli import TORCHJOB
-from support.operator import job_manifest
+from support.eventually import eventually
+from support.jobs import job_manifest
 from support.processes import ServiceProcess
 
 from torchjob.api import constants
@@ -98,11 +98,14 @@ def _get(control_plane: ControlPlane, namespace: str, *what: str) -> dict[str, A
 async def _wait_for(
     control_plane: ControlPlane, namespace: str, kind: str, selector: str, count: int
 ) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + TIMEOUT
-    while True:
+    seen: list[dict[str, Any]] = []
+
+    async def counted() -> bool:
         listed = await asyncio.to_thread(_get, control_plane, namespace, kind, "-l", selector)
-        items: list[dict[str, Any]] = listed["items"]
-        if len(items) == count:
-            return items
-        assert time.monotonic() < deadline, f"{len(items)} {kind} of {count}"
-        await asyncio.sleep(0.2)
+        seen[:] = listed["items"]
+        return len(seen) == count
+
+    await eventually(
+        counted, f"{count} {kind}", timeout=TIMEOUT, interval=0.2, explain=lambda: len(seen)
+    )
+    return seen

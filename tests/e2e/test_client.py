@@ -9,9 +9,9 @@ from typing import Any, cast
 import aiohttp
 from kubernetes_asyncio import client
 from support import ControlPlane
+from support.eventually import eventually
 from support.fake_time import FakeTime, settle
 
-from e2e.test_informer import eventually
 from torchjob.kube.client import RateLimitedApiClient, TokenBucket, new_api_client
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import re
 import secrets
-import time
 from collections.abc import Awaitable, Callable
 
 import pytest
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.rest import ApiException
 from support import ControlPlane
+from support.eventually import eventually
 
 
 async def test_apiserver_reports_the_built_kubernetes_version(
@@ -145,8 +145,4 @@ async def _succeeds_unless(request: Awaitable[object], status: int) -> bool:
 async def _wait_until(
     condition: Callable[[], Awaitable[bool]], within: float = 10.0, interval: float = 0.2
 ) -> None:
-    deadline = time.monotonic() + within
-    while not await condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {within:.0f}s")
-        await asyncio.sleep(interval)
+    await eventually(condition, timeout=within, interval=interval)

@@ -11,17 +11,12 @@ from typing import Any
 import pytest
 import yaml
 from support import ControlPlane
+from support.jobs import job_manifest
 
 from torchjob.api.types import PyTorchTrainingJob
 
 DATA = Path(__file__).parents[1] / "data"
 T9K_MANIFESTS = sorted((DATA / "t9k").glob("*.yaml"))
-
-
-def manifest(stem: str) -> dict[str, Any]:
-    data = yaml.safe_load((DATA / "t9k" / f"{stem}.yaml").read_text())
-    assert isinstance(data, dict)
-    return data
 
 
 def apply(control_plane: ControlPlane, namespace: str, obj: dict[str, Any]) -> Any:
@@ -80,7 +75,7 @@ def set_in(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     return out
 
 
-TORCHRUN = manifest("torchrun")
+TORCHRUN = job_manifest("torchrun")
 INVALID = [
     ("spec.replicaSpecs.0.replicas", "four", "spec.replicaSpecs[0].replicas", "integer"),
     (
@@ -148,7 +143,7 @@ def test_apiserver_refuses_wrong_value_naming_the_field(
 def test_printer_columns_show_phase_and_restarts(
     control_plane: ControlPlane, crd: None, namespace: str
 ) -> None:
-    job = manifest("basic")
+    job = job_manifest("basic")
     assert apply(control_plane, namespace, job).returncode == 0
     status = {
         "status": {

@@ -7,27 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
 from support import ControlPlane
-from support.operator import (
-    housekeeper_kubeconfig,
-    job_manifest,
-    start_housekeeper,
-)
+from support.cluster import Cluster, Job
+from support.eventually import eventually
+from support.jobs import names
+from support.operator import housekeeper_kubeconfig, start_housekeeper
 from support.processes import ServiceProcess
+from support.scenarios import TB_IMAGE, restricted_job, ttl_deletes_everything
 
-from e2e.test_reconciler import Job, names
 from torchjob.api import constants, types
-
-TB_IMAGE = "t9kpublic/tensorboard:2.11.0"
-TIMEOUT = 30.0
-RESTRICTED_POD = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
-RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 @pytest.fixture(scope="module")
@@ -35,62 +28,6 @@ def housekeeper(control_plane: ControlPlane, crd: None) -> Iterator[ServiceProce
     process = start_housekeeper(housekeeper_kubeconfig(control_plane))
     yield process
     process.close()
-
-
-def manifest(name: str, replicas: int = 3, restart: str = "Never", **spec: Any) -> dict[str, Any]:
-    """`replicas` workers (worker-0 is the master) whose pods pass the restricted standard."""
-    data = job_manifest("basic", name)
-    replica_spec = data["spec"]["replicaSpecs"][0]
-    replica_spec["replicas"] = replicas
-    replica_spec["restartPolicy"] = restart
-    pod_spec = replica_spec["template"]["spec"]
-    pod_spec["securityContext"] = RESTRICTED_POD
-    pod_spec["containers"][0]["securityContext"] = RESTRICTED_CONTAINER
-    data["spec"].update(spec)
-    return data
-
-
-class Cluster:
-    """What a test reads besides the job: TensorBoards, events, what is left in the namespace."""
-
-    def __init__(self, api: client.ApiClient, namespace: str) -> None:
-        self.apps = client.AppsV1Api(api)
-        self.core = client.CoreV1Api(api)
-        self.namespace = namespace
-
-    async def deployment(self, name: str) -> Any:
-        listed = await self.apps.list_namespaced_deployment(
-            self.namespace, field_selector=f"metadata.name={name}"
-        )
-        return listed.items[0] if listed.items else None
-
-    async def tensorboard_pods(self, job: str) -> list[Any]:
-        listed = await self.core.list_namespaced_pod(
-            self.namespace, label_selector=f"{constants.LABEL_TENSORBOARD}={job}"
-        )
-        return [p for p in listed.items if not p.metadata.deletion_timestamp]
-
-    async def service_names(self) -> set[str]:
-        listed = await self.core.list_namespaced_service(self.namespace)
-        return {s.metadata.name for s in listed.items}
-
-    async def events(self, job: str, reason: str) -> list[Any]:
-        """The job's events with `reason` (read as core/v1 Events: the controller-manager's
-        own have no eventTime, which the client's events.k8s.io model insists on)."""
-        listed = await self.core.list_namespaced_event(
-            self.namespace, field_selector=f"involvedObject.name={job},reason={reason}"
-        )
-        return list(listed.items)
-
-
-async def until(what: str, check: Any, timeout: float = TIMEOUT) -> Any:
-    """Poll `check()` until it returns something truthy, and return that."""
-    deadline = time.monotonic() + timeout
-    while not (found := await check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
-    return found
 
 
 async def tensorboard_status(job: Job) -> dict[str, Any]:
@@ -114,14 +51,13 @@ async def test_tensorboard_follows_the_job(
         "logDir": {"pvc": [{"name": "claim-b", "subPath": ["run1", "run2"]}]},
         "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
     }
-    job = await Job(
-        kube_client, admitted_namespace, manifest("tb", tensorboardSpec=tensorboard_spec)
-    ).create()
+    manifest = restricted_job("tb").spec(tensorboardSpec=tensorboard_spec).build()
+    job = await Job(kube_client, admitted_namespace, manifest).create()
     cluster = Cluster(kube_client, admitted_namespace)
     tb_name = f"{job.name}-tensorboard"
     uid = (await job.get())["metadata"]["uid"]
 
-    deployment = await until("the Deployment", lambda: cluster.deployment(tb_name))
+    deployment = await eventually(lambda: cluster.deployment(tb_name), "the Deployment")
     [owner] = deployment.metadata.owner_references
     assert (owner.uid, owner.controller, owner.block_owner_deletion) == (uid, True, True)
     container = deployment.spec.template.spec.containers[0]
@@ -138,25 +74,25 @@ async def test_tensorboard_follows_the_job(
         if v.persistent_volume_claim
     }
     assert claims == {"claim-a": True, "claim-b": True}
-    await until("the Service", lambda: _has(cluster.service_names(), tb_name))
+    await eventually(lambda: _has(cluster.service_names(), tb_name), "the Service")
     service = await cluster.core.read_namespaced_service(tb_name, admitted_namespace)
     assert service.spec.type == "ClusterIP" and service.spec.cluster_ip
 
-    [pod] = await until("the TensorBoard's pod", lambda: cluster.tensorboard_pods(job.name))
+    [pod] = await eventually(lambda: cluster.tensorboard_pods(job.name), "the TensorBoard's pod")
     assert constants.LABEL_JOB_NAME not in pod.metadata.labels
-    pending = await until("a reason", lambda: _reason_is(job, "PodPending"))
+    pending = await eventually(lambda: _reason_is(job, "PodPending"), "a reason")
     assert pending["ready"] is False and pending["message"]
     url = f"http://{tb_name}.{admitted_namespace}.svc:6006/"
     await job.kubelet.run(pod.metadata.name, ready=True)
-    assert await until("ready", lambda: _tensorboard_is(job, {"ready": True, "url": url}))
+    assert await eventually(lambda: _tensorboard_is(job, {"ready": True, "url": url}), "ready")
 
     # A changed image rolls the Deployment: a new pod, ready again once the kubelet says so.
     await job.patch_spec({"tensorboardSpec": {**tensorboard_spec, "image": "tensorboard:2.16"}})
-    new_pod = await until("the rolled pod", lambda: _new_pod(cluster, job.name, pod))
+    new_pod = await eventually(lambda: _new_pod(cluster, job.name, pod), "the rolled pod")
     assert new_pod.spec.containers[0].image == "tensorboard:2.16"
     assert (await tensorboard_status(job))["ready"] is False
     await job.kubelet.run(new_pod.metadata.name, ready=True)
-    await until("ready again", lambda: _tensorboard_is(job, {"ready": True, "url": url}))
+    await eventually(lambda: _tensorboard_is(job, {"ready": True, "url": url}), "ready again")
     assert len(await cluster.events(job.name, constants.REASON_TENSORBOARD_CREATED)) == 1
     assert len(await cluster.events(job.name, constants.REASON_TENSORBOARD_UPDATED)) == 1
 
@@ -173,8 +109,10 @@ async def test_tensorboard_follows_the_job(
     await job.objects.delete_namespaced_custom_object(
         types.GROUP, types.VERSION, admitted_namespace, types.PLURAL, job.name
     )
-    await until("the Deployment gone", lambda: _none(cluster.deployment(tb_name)), 60)
-    await until("the Service gone", lambda: _lacks(cluster.service_names(), tb_name), 60)
+    await eventually(lambda: _none(cluster.deployment(tb_name)), "the Deployment gone", timeout=60)
+    await eventually(
+        lambda: _lacks(cluster.service_names(), tb_name), "the Service gone", timeout=60
+    )
 
 
 async def _has(names_: Any, name: str) -> bool:
@@ -225,7 +163,7 @@ async def test_clean_up_policies(
         policy: await Job(
             kube_client,
             admitted_namespace,
-            manifest(policy.lower(), runPolicy={"cleanUpPolicy": policy}),
+            restricted_job(policy.lower()).run_policy(cleanUpPolicy=policy).build(),
         ).create()
         for policy in LEFT
     }
@@ -242,11 +180,11 @@ async def test_clean_up_policies(
         pods, services = LEFT[policy]
         await job.wait_pods({f"{job.name}-worker-{i}" for i in pods})
         expected = names(job.name, "worker", 3) if services else set()
-        await until(f"{policy}: services", functools.partial(_services_are, job, expected))
+        await eventually(functools.partial(_services_are, job, expected), f"{policy}: services")
         [event] = await cluster.events(job.name, constants.REASON_CLEAN_UP)
         assert event.message.startswith(f"cleanUpPolicy {policy}: deleting")
     # The reconciler counts cleaned-up replicas as deleted; the job's phase stays as it was.
-    await until("aggregate", functools.partial(_deleted_counted, jobs["All"], 3))
+    await eventually(functools.partial(_deleted_counted, jobs["All"], 3), "aggregate")
     assert (await jobs["All"].status())["phase"] == phase
     # None acts by doing nothing: after the others were cleaned up, nothing of it has gone.
     await asyncio.sleep(1)
@@ -272,46 +210,3 @@ async def test_ttl_deletes_the_job_and_everything_it_owns(
     housekeeper: ServiceProcess,
 ) -> None:
     await ttl_deletes_everything(kube_client, admitted_namespace)
-
-
-async def ttl_deletes_everything(kube_client: client.ApiClient, namespace: str) -> None:
-    """A job with a TensorBoard and a TTL runs, succeeds, and is deleted with all it owns."""
-    admitted_namespace = namespace
-    cluster = Cluster(kube_client, admitted_namespace)
-    spec: dict[str, Any] = {
-        "runPolicy": {"ttlSecondsAfterFinished": 2},
-        "tensorboardSpec": {"image": TB_IMAGE},
-    }
-    job = await Job(kube_client, admitted_namespace, manifest("ttl", **spec)).create()
-    await job.wait_pods(names(job.name, "worker", 3))
-    await until("the TensorBoard's pod", lambda: cluster.tensorboard_pods(job.name))
-    await job.run_all()
-    await job.kubelet.finish(f"{job.name}-worker-0", 0)
-    finished = await job.wait_phase("Succeeded")
-    assert finished["completionTime"]
-    jobs = await job.objects.list_namespaced_custom_object(
-        types.GROUP, types.VERSION, admitted_namespace, types.PLURAL
-    )
-    assert [j["metadata"]["name"] for j in jobs["items"]] == [job.name]
-
-    async def job_gone() -> bool:
-        listed = await job.objects.list_namespaced_custom_object(
-            types.GROUP, types.VERSION, admitted_namespace, types.PLURAL
-        )
-        return not listed["items"]
-
-    await until("the job deleted", job_gone)
-    await until("its pods gone", lambda: _none_left(job.pods()), 60)
-    await until("its Services gone", lambda: _none_left(cluster.service_names()), 60)
-    await until(
-        "its TensorBoard gone", lambda: _none(cluster.deployment(f"{job.name}-tensorboard")), 60
-    )
-    await until(
-        "its TensorBoard's pod gone", lambda: _none_left(cluster.tensorboard_pods(job.name)), 60
-    )
-    [event] = await cluster.events(job.name, constants.REASON_TTL_EXPIRED)
-    assert "ttlSecondsAfterFinished (2s)" in event.message
-
-
-async def _none_left(items: Any) -> bool:
-    return not await items

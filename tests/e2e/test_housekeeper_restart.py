@@ -7,16 +7,16 @@ pods and deleting the Services, and is killed there."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from kubernetes_asyncio import client
 from support import ControlPlane
+from support.cluster import Cluster, Job
+from support.eventually import eventually
+from support.jobs import names
 from support.operator import Rules, housekeeper_kubeconfig, start_housekeeper
 from support.processes import ServiceProcess
+from support.scenarios import TB_IMAGE, restricted_job
 
-from e2e.test_housekeeper import TB_IMAGE, Cluster, manifest, until
-from e2e.test_reconciler import Job, names
 from torchjob.api import constants
 
 LIMITED = "housekeeper-limited"  # a ServiceAccount with the chart's housekeeper RBAC, but ...
@@ -46,11 +46,8 @@ async def test_killed_mid_clean_up_then_restarted_does_nothing_twice(
 
 async def _scenario(control_plane: ControlPlane, api: client.ApiClient, namespace: str) -> None:
     cluster = Cluster(api, namespace)
-    spec: dict[str, Any] = {
-        "runPolicy": {"cleanUpPolicy": "All"},
-        "tensorboardSpec": {"image": TB_IMAGE},
-    }
-    job = Job(api, namespace, manifest("restart", **spec))
+    manifest = restricted_job("restart").run_policy(cleanUpPolicy="All").tensorboard(image=TB_IMAGE)
+    job = Job(api, namespace, manifest.build())
     tb_name = f"{job.name}-tensorboard"
     first = start_housekeeper(
         housekeeper_kubeconfig(control_plane, LIMITED, without_service_deletion)
@@ -59,14 +56,16 @@ async def _scenario(control_plane: ControlPlane, api: client.ApiClient, namespac
         await job.create()
         replicas = names(job.name, "worker", 3)
         await job.wait_pods(replicas)
-        [tb_pod] = await until("the TensorBoard's pod", lambda: cluster.tensorboard_pods(job.name))
+        [tb_pod] = await eventually(
+            lambda: cluster.tensorboard_pods(job.name), "the TensorBoard's pod"
+        )
         await job.kubelet.run(tb_pod.metadata.name, ready=True)
-        await until("the TensorBoard ready", lambda: _tensorboard_ready(job))
+        await eventually(lambda: _tensorboard_ready(job), "the TensorBoard ready")
         await job.run_all()
         await job.kubelet.finish(f"{job.name}-worker-0", 0)
         await job.wait_phase("Succeeded")
         await job.wait_pods(set())
-        await until("the clean-up event", lambda: cluster.events(job.name, "CleanUp"))
+        await eventually(lambda: cluster.events(job.name, "CleanUp"), "the clean-up event")
         assert await job.services() == replicas, "Services may not be deleted by this one"
         first.kill()
     finally:
@@ -75,8 +74,8 @@ async def _scenario(control_plane: ControlPlane, api: client.ApiClient, namespac
 
     second = start_housekeeper(housekeeper_kubeconfig(control_plane))
     try:
-        await until("the Services deleted", lambda: _no_services(job))
-        await until("the count", lambda: _counted(second, "service_deleted", 3))
+        await eventually(lambda: _no_services(job), "the Services deleted")
+        await eventually(lambda: _counted(second, "service_deleted", 3), "the count")
         done = actions(second)
         assert done == {"service_deleted": 3}, f"only the rest of the clean-up: {done}"
     finally:

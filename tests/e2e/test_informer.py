@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, cast
 
 import aiohttp
@@ -17,6 +16,7 @@ import pytest
 from kubernetes_asyncio import client, config
 from structlog.testing import capture_logs
 from support import ControlPlane
+from support.eventually import eventually
 from support.informers import running
 
 from torchjob.kube.informer import Informer, KubeObject, ResourceKind, controller_uid
@@ -76,14 +76,6 @@ class Seen:
     def _updated(self, old: KubeObject, new: KubeObject) -> None:
         self.events.append(("update", name_of(new)))
         self.updates.append((old, new))
-
-
-async def eventually(condition: Callable[[], bool], within: float = 30.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {within:.0f}s")
-        await asyncio.sleep(0.05)
 
 
 @contextlib.asynccontextmanager
@@ -380,7 +372,7 @@ async def test_after_410_gone_lists_again_and_reports_deletions_missed(
 
 
 async def _until_compacted(api_client: Any, namespace: str, resource_version: str) -> None:
-    deadline = time.monotonic() + 30
-    while await watch_error_code(api_client, namespace, resource_version) != 410:
-        assert time.monotonic() < deadline, "etcd history was never compacted"
-        await asyncio.sleep(0.5)
+    async def compacted() -> bool:
+        return await watch_error_code(api_client, namespace, resource_version) == 410
+
+    await eventually(compacted, "etcd history compacted", interval=0.5)

@@ -5,117 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
 from support import ControlPlane
+from support.cluster import Job, condition
 from support.controlplane import free_port
-from support.kubelet import TestKubelet
-from support.operator import job_manifest, pod_webhook
+from support.eventually import TIMEOUT, eventually
+from support.jobs import JobBuilder, job_manifest, names
+from support.operator import pod_webhook
 from support.processes import ServiceProcess
+from support.scenarios import happy_path, master_failure
 
 from torchjob.api import constants, types
 from torchjob.kube.resources import JOBS
-
-TIMEOUT = 30.0
-
-
-class Job:
-    """One job under test: create it, read it, wait for it, and its pods."""
-
-    def __init__(self, api: client.ApiClient, namespace: str, manifest: dict[str, Any]) -> None:
-        self.objects = client.CustomObjectsApi(api)
-        self.core = client.CoreV1Api(api)
-        self.kubelet = TestKubelet(api, namespace)
-        self.namespace = namespace
-        self.manifest = manifest
-        self.name = manifest["metadata"]["name"]
-
-    async def create(self) -> Job:
-        await self.objects.create_namespaced_custom_object(
-            types.GROUP, types.VERSION, self.namespace, types.PLURAL, self.manifest
-        )
-        return self
-
-    async def get(self) -> dict[str, Any]:
-        job = await self.objects.get_namespaced_custom_object(
-            types.GROUP, types.VERSION, self.namespace, types.PLURAL, self.name
-        )
-        assert isinstance(job, dict)
-        return job
-
-    async def status(self) -> dict[str, Any]:
-        return dict((await self.get()).get("status") or {})
-
-    async def patch_spec(self, spec: dict[str, Any]) -> None:
-        patch: Any = self.objects.patch_namespaced_custom_object  # stubs omit _content_type
-        await patch(
-            types.GROUP,
-            types.VERSION,
-            self.namespace,
-            types.PLURAL,
-            self.name,
-            {"spec": spec},
-            _content_type="application/merge-patch+json",
-        )
-
-    async def pods(self) -> dict[str, Any]:
-        selector = f"{constants.LABEL_JOB_NAME}={self.name}"
-        listed = await self.core.list_namespaced_pod(self.namespace, label_selector=selector)
-        return {p.metadata.name: p for p in listed.items if not p.metadata.deletion_timestamp}
-
-    async def services(self) -> set[str]:
-        selector = f"{constants.LABEL_JOB_NAME}={self.name}"
-        listed = await self.core.list_namespaced_service(self.namespace, label_selector=selector)
-        return {s.metadata.name for s in listed.items}
-
-    async def wait(
-        self, what: str, check: Callable[[], Awaitable[bool]], timeout: float = TIMEOUT
-    ) -> None:
-        deadline = time.monotonic() + timeout
-        while not await check():
-            if time.monotonic() > deadline:
-                status = json.dumps(await self.status())
-                raise AssertionError(f"{self.name}: timed out waiting for {what}; status: {status}")
-            await asyncio.sleep(0.1)
-
-    async def wait_pods(self, names: set[str], timeout: float = TIMEOUT) -> dict[str, Any]:
-        async def present() -> bool:
-            return set(await self.pods()) == names
-
-        await self.wait(f"pods {sorted(names)}", present, timeout)
-        return await self.pods()
-
-    async def wait_phase(self, phase: str, timeout: float = TIMEOUT) -> dict[str, Any]:
-        async def reached() -> bool:
-            return (await self.status()).get("phase") == phase
-
-        await self.wait(f"phase {phase}", reached, timeout)
-        return await self.status()
-
-    async def wait_new_pod(self, name: str, old_uid: str, timeout: float = TIMEOUT) -> Any:
-        async def replaced() -> bool:
-            pod = (await self.pods()).get(name)
-            return pod is not None and pod.metadata.uid != old_uid
-
-        await self.wait(f"a new {name}", replaced, timeout)
-        return (await self.pods())[name]
-
-    async def run_all(self) -> None:
-        for name in await self.pods():
-            await self.kubelet.run(name)
-
-
-def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
-    return next(c for c in status.get("conditions", []) if c["type"] == kind)
-
-
-def names(job: str, kind: str, count: int) -> set[str]:
-    return {f"{job}-{kind}-{i}" for i in range(count)}
 
 
 async def test_happy_path(
@@ -126,53 +32,6 @@ async def test_happy_path(
 ) -> None:
     await happy_path(control_plane, kube_client, admitted_namespace)
     assert_probes_and_metrics(reconciler)
-
-
-async def happy_path(
-    control_plane: ControlPlane, kube_client: client.ApiClient, admitted_namespace: str
-) -> None:
-    """A torchrun job through the webhook and the reconciler, to success (also run on the
-    chart as installed)."""
-    job = await Job(kube_client, admitted_namespace, job_manifest("torchrun")).create()
-    expected = names(job.name, "worker", 4)
-    pods = await job.wait_pods(expected)
-    await job.wait("services", lambda: _eq(job.services(), expected))
-    master = pods[f"{job.name}-worker-0"]
-    assert master.metadata.labels[constants.LABEL_JOB_ROLE] == "master"
-    assert master.metadata.owner_references[0].controller is True
-    assert master.spec.restart_policy == "Never"
-    assert master.spec.containers[0].command[0] == "torchrun", (
-        "the webhook rewrote the reconciler's pod"
-    )
-    [wait] = master.spec.init_containers
-    assert (wait.name, wait.image) == ("wait-for-master", master.spec.containers[0].image)
-    assert wait.command[:2] == ["python", "-c"]
-    assert wait.env[0].value == f"{job.name}-worker-0.{admitted_namespace}.svc"
-    assert (await job.status())["phase"] == "Pending"
-    await job.run_all()
-    status = await job.wait_phase("Running")
-    assert condition(status, "Running")["reason"] == "AllReplicasRunning"
-    await job.kubelet.finish(f"{job.name}-worker-0", 0)
-    wait = await kubectl_wait(control_plane, job, "--for=condition=Completed")
-    assert "condition met" in wait.stdout
-    status = await job.status()
-    assert status["phase"] == "Succeeded"
-    assert condition(status, "Completed")["reason"] == "MasterSucceeded"
-    assert status["completionTime"]
-    table = await asyncio.to_thread(
-        control_plane.kubectl, "get", "ptj", job.name, "-n", admitted_namespace
-    )
-    assert "Succeeded" in table.stdout
-
-
-async def kubectl_wait(
-    control_plane: ControlPlane, job: Job, condition: str
-) -> subprocess.CompletedProcess[str]:
-    """`kubectl wait ptj/<job> <condition>`, as a user would wait for the job."""
-    return await asyncio.to_thread(
-        control_plane.kubectl,
-        *("wait", "ptj", job.name, "-n", job.namespace, condition, "--timeout=30s"),
-    )
 
 
 def assert_probes_and_metrics(reconciler: ServiceProcess) -> None:
@@ -196,16 +55,6 @@ async def _eq(value: Awaitable[Any], expected: Any) -> bool:
     return bool(await value == expected)
 
 
-def with_policy(stem: str, policy: str, **run_policy: Any) -> dict[str, Any]:
-    manifest = job_manifest(stem)
-    for replica_spec in manifest["spec"]["replicaSpecs"]:
-        replica_spec["restartPolicy"] = policy
-        replica_spec["replicas"] = 2
-    if run_policy:
-        manifest["spec"]["runPolicy"] = run_policy
-    return manifest
-
-
 async def test_master_failure_fails_the_job(
     control_plane: ControlPlane,
     kube_client: client.ApiClient,
@@ -215,25 +64,14 @@ async def test_master_failure_fails_the_job(
     await master_failure(control_plane, kube_client, admitted_namespace)
 
 
-async def master_failure(
-    control_plane: ControlPlane, kube_client: client.ApiClient, admitted_namespace: str
-) -> None:
-    """The master exits with 1: the job fails (also run on the chart as installed)."""
-    job = await Job(kube_client, admitted_namespace, with_policy("basic", "Never")).create()
-    await job.wait_pods(names(job.name, "worker", 2))
-    await job.run_all()
-    await job.kubelet.finish(f"{job.name}-worker-0", 1)
-    wait = await kubectl_wait(control_plane, job, "--for=jsonpath={.status.phase}=Failed")
-    assert wait.returncode == 0
-    status = await job.status()
-    assert condition(status, "Failed")["reason"] == "MasterFailed"
-    assert "exit code 1" in condition(status, "Failed")["message"]
-
-
 async def test_exit_code_137_restarts_and_exit_1_fails(
     kube_client: client.ApiClient, admitted_namespace: str, reconciler: ServiceProcess
 ) -> None:
-    job = await Job(kube_client, admitted_namespace, with_policy("basic", "ExitCode")).create()
+    job = await Job(
+        kube_client,
+        admitted_namespace,
+        JobBuilder.example("basic").restart_policy("ExitCode").replica_count(2).build(),
+    ).create()
     pods = await job.wait_pods(names(job.name, "worker", 2))
     await job.run_all()
     worker = f"{job.name}-worker-1"
@@ -256,7 +94,11 @@ async def test_an_oom_killed_master_fails_the_job_naming_it(
 ) -> None:
     """The kubelet says OOMKilled: the Failed condition, its Event and the replica's container
     status name it, not only exit code 137."""
-    job = await Job(kube_client, admitted_namespace, with_policy("basic", "Never")).create()
+    job = await Job(
+        kube_client,
+        admitted_namespace,
+        JobBuilder.example("basic").restart_policy("Never").replica_count(2).build(),
+    ).create()
     await job.wait_pods(names(job.name, "worker", 2))
     await job.run_all()
     master = f"{job.name}-worker-0"
@@ -287,7 +129,13 @@ async def test_backoff_exhaustion(
     kube_client: client.ApiClient, admitted_namespace: str, reconciler: ServiceProcess
 ) -> None:
     job = await Job(
-        kube_client, admitted_namespace, with_policy("basic", "OnFailure", backoffLimit=1)
+        kube_client,
+        admitted_namespace,
+        JobBuilder.example("basic")
+        .restart_policy("OnFailure")
+        .replica_count(2)
+        .run_policy(backoffLimit=1)
+        .build(),
     ).create()
     pods = await job.wait_pods(names(job.name, "worker", 2))
     worker = f"{job.name}-worker-1"
@@ -302,7 +150,13 @@ async def test_backoff_exhaustion(
 async def test_deadline_fires_on_time_and_stops_pods(
     kube_client: client.ApiClient, admitted_namespace: str, reconciler: ServiceProcess
 ) -> None:
-    manifest = with_policy("basic", "OnFailure", activeDeadlineSeconds=3)
+    manifest = (
+        JobBuilder.example("basic")
+        .restart_policy("OnFailure")
+        .replica_count(2)
+        .run_policy(activeDeadlineSeconds=3)
+        .build()
+    )
     job = await Job(kube_client, admitted_namespace, manifest).create()
     await job.wait_pods(names(job.name, "worker", 2))
     await job.run_all()
@@ -318,7 +172,11 @@ async def test_deadline_fires_on_time_and_stops_pods(
 async def test_pod_deleted_by_hand_comes_back_and_is_counted(
     kube_client: client.ApiClient, admitted_namespace: str, reconciler: ServiceProcess
 ) -> None:
-    job = await Job(kube_client, admitted_namespace, with_policy("basic", "OnFailure")).create()
+    job = await Job(
+        kube_client,
+        admitted_namespace,
+        JobBuilder.example("basic").restart_policy("OnFailure").replica_count(2).build(),
+    ).create()
     pods = await job.wait_pods(names(job.name, "worker", 2))
     await job.run_all()
     await job.wait_phase("Running")
@@ -331,7 +189,9 @@ async def test_pod_deleted_by_hand_comes_back_and_is_counted(
 async def test_debug_mode(
     kube_client: client.ApiClient, admitted_namespace: str, reconciler: ServiceProcess
 ) -> None:
-    manifest = with_policy("debug-custom", "OnFailure")
+    manifest = (
+        JobBuilder.example("debug-custom").restart_policy("OnFailure").replica_count(2).build()
+    )
     job = await Job(kube_client, admitted_namespace, manifest).create()
     pods = await job.wait_pods(names(job.name, "worker", 2))
     assert pods[f"{job.name}-worker-0"].spec.containers[0].command == ["/usr/bin/sshd"]
@@ -348,7 +208,7 @@ async def test_debug_mode(
 async def test_pause_and_resume(
     kube_client: client.ApiClient, admitted_namespace: str, reconciler: ServiceProcess
 ) -> None:
-    manifest = with_policy("basic", "OnFailure")
+    manifest = JobBuilder.example("basic").restart_policy("OnFailure").replica_count(2).build()
     manifest["spec"]["runMode"] = {
         "pause": {
             "enabled": False,
@@ -375,7 +235,11 @@ async def test_pause_and_resume(
 async def test_job_deletion_removes_pods_and_services(
     kube_client: client.ApiClient, admitted_namespace: str, reconciler: ServiceProcess
 ) -> None:
-    job = await Job(kube_client, admitted_namespace, with_policy("basic", "OnFailure")).create()
+    job = await Job(
+        kube_client,
+        admitted_namespace,
+        JobBuilder.example("basic").restart_policy("OnFailure").replica_count(2).build(),
+    ).create()
     await job.wait_pods(names(job.name, "worker", 2))
     await job.objects.delete_namespaced_custom_object(
         types.GROUP,
@@ -416,7 +280,11 @@ async def test_pods_refused_for_a_while_come_once_admission_works_again(
     }
     await asyncio.to_thread(control_plane.kubectl, "apply", "-f", "-", input=json.dumps(broken))
     try:
-        job = await Job(kube_client, admitted_namespace, with_policy("basic", "OnFailure")).create()
+        job = await Job(
+            kube_client,
+            admitted_namespace,
+            JobBuilder.example("basic").restart_policy("OnFailure").replica_count(2).build(),
+        ).create()
         expected = names(job.name, "worker", 2)
         await job.wait("services", lambda: _eq(job.services(), expected))
         status = await job.wait_phase("Pending")
@@ -455,7 +323,11 @@ async def test_a_quota_refusal_is_shown_and_retried_until_the_quota_allows_it(
     }
     await asyncio.to_thread(control_plane.kubectl, "apply", "-f", "-", input=json.dumps(quota))
     await _quota_counted(control_plane, admitted_namespace, resource)
-    job = await Job(kube_client, admitted_namespace, with_policy("basic", "OnFailure")).create()
+    job = await Job(
+        kube_client,
+        admitted_namespace,
+        JobBuilder.example("basic").restart_policy("OnFailure").replica_count(2).build(),
+    ).create()
 
     async def refused() -> bool:
         failures = [
@@ -490,18 +362,17 @@ async def test_a_quota_refusal_is_shown_and_retried_until_the_quota_allows_it(
 async def _quota_counted(control_plane: ControlPlane, namespace: str, resource: str) -> None:
     """Until the quota controller has counted the namespace (before that the apiserver refuses
     with "status unknown for quota" instead of the message a user sees)."""
-    deadline = time.monotonic() + TIMEOUT
-    while True:
-        used = await asyncio.to_thread(
+
+    async def used() -> str:
+        counted = await asyncio.to_thread(
             control_plane.kubectl,
             *("get", "resourcequota", "one", "-n", namespace),
             "-o",
             f"jsonpath={{.status.used.{resource}}}",
         )
-        if used.stdout.strip():
-            return
-        assert time.monotonic() < deadline, "the quota was never counted"
-        await asyncio.sleep(0.1)
+        return counted.stdout.strip()
+
+    await eventually(used, "the quota counted", timeout=TIMEOUT)
 
 
 async def test_elastic_scale_up_then_down_from_the_highest_index(

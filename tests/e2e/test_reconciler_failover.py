@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import json
 import re
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,11 +17,13 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 from support import ControlPlane
+from support.cluster import Job, condition
+from support.eventually import eventually
 from support.informers import PodHistory
-from support.operator import is_leading, job_manifest, reconciler_kubeconfig, start_reconciler
+from support.jobs import JobBuilder, names
+from support.operator import is_leading, reconciler_kubeconfig, start_reconciler
 from support.processes import ServiceProcess
 
-from e2e.test_reconciler import Job, condition, names
 from torchjob.api import constants
 from torchjob.kube.resources import JOBS, PODS, SERVICES
 
@@ -36,8 +37,7 @@ class Scenario:
 
     def __init__(self, api: client.ApiClient, namespace: str) -> None:
         self.api = api
-        manifest = job_manifest("basic")
-        manifest["spec"]["replicaSpecs"][0]["restartPolicy"] = "ExitCode"
+        manifest = JobBuilder.example("basic").restart_policy("ExitCode").build()
         self.job = Job(api, namespace, manifest)
         self.history = PodHistory(api, namespace)
         self.worker = f"{self.job.name}-worker-3"
@@ -194,11 +194,13 @@ async def test_apiserver_restart_mid_job_recovers_the_watches_by_listing_again(
             after = expired_lists(reconciler)
             return {r for r, count in after.items() if count > expired_before.get(r, 0)}
 
-        deadline = time.monotonic() + RECOVERY_TIMEOUT
-        while relisted() != INFORMED:
-            informer_log = [e for e in log_entries(reconciler) if "resource" in e]
-            assert time.monotonic() < deadline, informer_log
-            await asyncio.sleep(0.2)
+        await eventually(
+            lambda: relisted() == INFORMED,
+            "every informer listing again",
+            timeout=RECOVERY_TIMEOUT,
+            interval=0.2,
+            explain=lambda: [e for e in log_entries(reconciler) if "resource" in e],
+        )
         events = [e["event"] for e in log_entries(reconciler)]
         assert "resource version expired; listing again" in events
         assert reconciler.process is not None and reconciler.process.poll() is None

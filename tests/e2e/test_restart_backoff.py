@@ -7,8 +7,6 @@ status says; no test depends on how fast the machine is."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,11 +15,13 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 from support import ControlPlane
+from support.cluster import Job, condition
+from support.eventually import eventually
 from support.informers import running
+from support.jobs import JobBuilder, names
 from support.operator import reconciler_kubeconfig, start_reconciler
 from support.processes import ServiceProcess
 
-from e2e.test_reconciler import Job, condition, names, with_policy
 from torchjob.api import constants
 from torchjob.kube.informer import Informer, KubeObject
 from torchjob.kube.resources import JOBS
@@ -73,13 +73,20 @@ class Shown:
 
     async def backoff(self, job: Job, expected: str, timeout: float = 30) -> str:
         """Until job's ReplicaFailure condition has said RestartBackoff with `expected` in it."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def found() -> str:
             for name, reason, message in self.messages:
                 if name == job.name and reason == "RestartBackoff" and expected in message:
                     return message
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"never shown: {expected!r}; shown: {self.messages}")
+            return ""
+
+        return await eventually(
+            found,
+            f"{expected!r} shown",
+            timeout=timeout,
+            interval=0.05,
+            explain=lambda: f"shown: {self.messages}",
+        )
 
 
 @pytest.fixture
@@ -94,7 +101,13 @@ def stamp(moment: datetime) -> str:
 
 
 async def running_job(api: client.ApiClient, namespace: str, **run_policy: Any) -> Job:
-    manifest = with_policy("basic", "OnFailure", backoffLimit=5, **run_policy)
+    manifest = (
+        JobBuilder.example("basic")
+        .restart_policy("OnFailure")
+        .replica_count(2)
+        .run_policy(backoffLimit=5, **run_policy)
+        .build()
+    )
     job = await Job(api, namespace, manifest).create()
     await job.wait_pods(names(job.name, "worker", 2))
     await job.run_all()
@@ -173,7 +186,13 @@ async def test_an_oom_killed_replica_is_named_and_restarted_after_its_delay(
     patient: ServiceProcess,
     shown: Shown,
 ) -> None:
-    manifest = with_policy("basic", "ExitCode", backoffLimit=5)
+    manifest = (
+        JobBuilder.example("basic")
+        .restart_policy("ExitCode")
+        .replica_count(2)
+        .run_policy(backoffLimit=5)
+        .build()
+    )
     job = await Job(kube_client, admitted_namespace, manifest).create()
     pods = await job.wait_pods(names(job.name, "worker", 2))
     await job.run_all()

@@ -5,23 +5,21 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import Any
 
-from support.cli import SCRIPTS, descendants, job, replicas, run_to_end, running, still_alive
+from support.cli import SCRIPTS, descendants, process, run_to_end, running, still_alive
+from support.jobs import JobBuilder
 
 
-def ddp_job(name: str, *script_args: str, **spec: Any) -> dict[str, Any]:
-    args = [str(SCRIPTS / "ddp_loop.py"), *script_args]
-    return job(
-        name,
-        [replicas("worker", 2, args=args)],
-        torchrunConfig={"enabled": True},
-        **spec,
+def ddp(name: str, *script_args: str) -> JobBuilder:
+    """Two workers of torchrun running ddp_loop.py with `script_args`."""
+    loop = process([str(SCRIPTS / "ddp_loop.py"), *script_args])
+    return (
+        JobBuilder(name).replicas("worker", 2, container=loop, restartPolicy="ExitCode").torchrun()
     )
 
 
 def test_a_script_exiting_1_fails_the_job(tmp_path: Path) -> None:
-    manifest = ddp_job("exit-one", "--steps", "50", "--fail-at", "2", "--exit-code", "1")
+    manifest = ddp("exit-one", "--steps", "50", "--fail-at", "2", "--exit-code", "1").build()
     finished = run_to_end(manifest, tmp_path)
     assert finished.returncode == 1
     failed = finished.condition("Failed")
@@ -35,8 +33,10 @@ def test_a_script_exiting_1_fails_the_job(tmp_path: Path) -> None:
 
 
 def test_a_job_past_its_deadline_is_stopped(tmp_path: Path) -> None:
-    manifest = ddp_job(
-        "deadline", "--steps", "100000", "--sleep", "0.2", runPolicy={"activeDeadlineSeconds": 20}
+    manifest = (
+        ddp("deadline", "--steps", "100000", "--sleep", "0.2")
+        .run_policy(activeDeadlineSeconds=20)
+        .build()
     )
     with running(manifest, tmp_path) as run:
         run.wait_for(r"^deadline-worker-0 *\| step 1 ", timeout=60)
@@ -51,7 +51,7 @@ def test_a_job_past_its_deadline_is_stopped(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_leaves_no_process_behind(tmp_path: Path) -> None:
-    with running(ddp_job("ctrl-c", "--steps", "100000"), tmp_path) as run:
+    with running(ddp("ctrl-c", "--steps", "100000").build(), tmp_path) as run:
         run.wait_for(r"^ctrl-c-worker-0 *\| step 2 ", timeout=60)
         assert run.process is not None
         started = descendants(run.process.pid)

@@ -9,19 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.cli import SCRIPTS, checks, job, replicas, run_to_end
+from support.cli import SCRIPTS, checks, process, run_to_end
+from support.jobs import JobBuilder
 
 CHECK = [str(SCRIPTS / "check_env.py")]
-
-
-def workers(count: int) -> list[dict[str, Any]]:
-    return [replicas("worker", count, args=CHECK)]
 
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "c10d": {
         "spec": {"torchrunConfig": {"enabled": True, "rdzvBackend": "c10d"}},
-        "replicas": workers(2),
+        "replicas": [("worker", 2)],
         "nnodes": "2",
         "nproc": 1,
     },
@@ -34,10 +31,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
                 "extraOptions": ["--role", "trainer", "--monitor-interval=1"],
             }
         },
-        "replicas": [
-            replicas("master", 1, args=CHECK),
-            replicas("worker", 1, args=CHECK),
-        ],
+        "replicas": [("master", 1), ("worker", 1)],
         "nnodes": "2",
         "nproc": 2,
         "role": "trainer",
@@ -48,13 +42,13 @@ CONFIGS: dict[str, dict[str, Any]] = {
             "torchrunConfig": {"enabled": True},
             "elastic": {"enabled": True, "minReplicas": 1, "maxReplicas": 2},
         },
-        "replicas": workers(2),
+        "replicas": [("worker", 2)],
         "nnodes": "1:2",
         "nproc": 1,
     },
     "t9k-older-spelling-minNodes": {
         "spec": {"torchrunConfig": {"enable": True, "minNodes": 1, "procPerNode": "1"}},
-        "replicas": workers(2),
+        "replicas": [("worker", 2)],
         "nnodes": "1:2",
         "nproc": 1,
     },
@@ -64,7 +58,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_torchrun_accepts_the_rendered_command_and_environment(tmp_path: Path, config: str) -> None:
     case = CONFIGS[config]
-    manifest = job(f"tr-{len(config)}", case["replicas"], **case["spec"])
+    builder = JobBuilder(f"tr-{len(config)}")
+    for replica_type, count in case["replicas"]:
+        builder.replicas(replica_type, count, container=process(CHECK), restartPolicy="ExitCode")
+    manifest = builder.spec(**case["spec"]).build()
     finished = run_to_end(manifest, tmp_path)
     assert finished.returncode == 0, "\n".join(finished.stdout[-40:] + finished.stderr)
     assert finished.status["phase"] == "Succeeded"

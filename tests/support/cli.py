@@ -27,36 +27,12 @@ TORCHJOB = BIN / "torchjob"
 STARTED = re.compile(r"^torchjob: started (?P<name>\S+) \(pid (?P<pid>\d+)\)")
 
 
-def job(
-    name: str,
-    replica_specs: list[dict[str, Any]],
-    **spec: Any,
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch.tensorstack.dev/v1beta1",
-        "kind": "PyTorchTrainingJob",
-        "metadata": {"name": name},
-        "spec": {**spec, "replicaSpecs": replica_specs},
-    }
-
-
-def replicas(
-    kind: str,
-    count: int,
-    *,
-    args: list[str],
-    command: list[str] | None = None,
-    restart_policy: str = "ExitCode",
-) -> dict[str, Any]:
+def process(args: list[str], command: list[str] | None = None) -> dict[str, Any]:
+    """A replica's container as `torchjob run` runs it: a local process (the image unused)."""
     container: dict[str, Any] = {"name": "python", "image": "unused", "args": args}
     if command is not None:
         container["command"] = command
-    return {
-        "type": kind,
-        "replicas": count,
-        "restartPolicy": restart_policy,
-        "template": {"spec": {"containers": [container]}},
-    }
+    return container
 
 
 @dataclass

@@ -9,14 +9,12 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from support.controlplane import ControlPlane, free_port
+from support.eventually import eventually_sync
 from support.helm import (
     Manifest,
     component,
@@ -26,9 +24,9 @@ from support.helm import (
     run_as_deployed,
     template,
 )
+from support.jobs import job_manifest
 from support.processes import READY_TIMEOUT, ServiceProcess
 
-DATA = Path(__file__).parents[1] / "data" / "t9k"
 RELEASE = "torchjob"
 SYSTEM_NAMESPACE = "torchjob-system"
 # Only namespaces carrying this label go through the e2e webhook (webhook.namespaceSelector).
@@ -141,27 +139,26 @@ def _token_kubeconfig(control_plane: ControlPlane, account: str) -> Path:
     return control_plane.issue_service_account_kubeconfig(SYSTEM_NAMESPACE, account)
 
 
-def job_manifest(stem: str = "torchrun", name: str | None = None) -> dict[str, Any]:
-    data = yaml.safe_load((DATA / f"{stem}.yaml").read_text())
-    assert isinstance(data, dict)
-    if name:
-        data["metadata"]["name"] = name
-    return data
-
-
 def wait_until_admitting(control_plane: ControlPlane, namespace: str, timeout: float = 30) -> None:
     """The apiserver reads the patched caBundle asynchronously: wait until a call goes through."""
-    deadline = time.monotonic() + timeout
     probe = json.dumps(job_manifest("basic", "admission-probe"))
-    while True:
+    refused = ""
+
+    def admitted() -> bool:
+        nonlocal refused
         result = control_plane.kubectl(
             "create", "--dry-run=server", "-n", namespace, "-f", "-", input=probe, check=False
         )
-        if result.returncode == 0:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the webhook never admitted a job: {result.stderr}")
-        time.sleep(0.3)
+        refused = result.stderr
+        return result.returncode == 0
+
+    eventually_sync(
+        admitted,
+        "the webhook to admit a job",
+        timeout=timeout,
+        interval=0.3,
+        explain=lambda: refused,
+    )
 
 
 def start_webhook(control_plane: ControlPlane) -> ServiceProcess:
@@ -263,13 +260,13 @@ def is_leading(process: ServiceProcess) -> bool:
 
 def wait_leading(process: ServiceProcess, timeout: float = READY_TIMEOUT) -> None:
     """Until the process leads and is ready (the leader is ready once its caches synced)."""
-    deadline = time.monotonic() + timeout
-    while not (is_leading(process) and process.probe("/readyz") == 200):
+
+    def leading() -> bool:
         if process.process is None or process.process.poll() is not None:
             raise RuntimeError(f"{process.module} exited:\n{process.log_tail()}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{process.module} never led:\n{process.log_tail()}")
-        time.sleep(0.1)
+        return is_leading(process) and process.probe("/readyz") == 200
+
+    eventually_sync(leading, f"{process.module} to lead", timeout=timeout, explain=process.log_tail)
 
 
 def housekeeper_kubeconfig(

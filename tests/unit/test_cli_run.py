@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from support.cli import descendants, job, replicas, run_to_end, running, still_alive
-from support.operator import job_manifest
+from support.cli import descendants, process, run_to_end, running, still_alive
+from support.jobs import JobBuilder, job_manifest
 
 PYTHON = ["python", "-c"]
 
@@ -21,11 +21,14 @@ def script(text: str) -> list[str]:
 
 
 def test_invalid_manifest_exits_2_naming_every_field(tmp_path: Path) -> None:
-    manifest = job(
-        "bad",
-        [replicas("worker", 0, command=PYTHON, args=["pass"])],
-        runPolicy={"backoffLimit": -1},
-        elastic={"enabled": True, "minReplicas": 3, "maxReplicas": 2},
+    manifest = (
+        JobBuilder("bad")
+        .replicas("worker", 0, container=process(["pass"], PYTHON), restartPolicy="ExitCode")
+        .spec(
+            runPolicy={"backoffLimit": -1},
+            elastic={"enabled": True, "minReplicas": 3, "maxReplicas": 2},
+        )
+        .build()
     )
     for extra in ((), ("--dry-run",)):
         finished = run_to_end(manifest, tmp_path, *extra)
@@ -47,7 +50,12 @@ def test_not_a_job_exits_2(tmp_path: Path) -> None:
 
 
 def test_a_container_without_command_cannot_run_here(tmp_path: Path) -> None:
-    finished = run_to_end(job("nocmd", [replicas("worker", 1, args=["train.py"])]), tmp_path)
+    finished = run_to_end(
+        JobBuilder("nocmd")
+        .replicas("worker", 1, container=process(["train.py"]), restartPolicy="ExitCode")
+        .build(),
+        tmp_path,
+    )
     assert finished.returncode == 2
     assert any("spec.containers[0].command is empty" in line for line in finished.stderr)
 
@@ -103,12 +111,11 @@ def test_replicas_reach_each_other_on_local_addresses(tmp_path: Path) -> None:
         print("addr", os.environ["MASTER_ADDR"], "world", os.environ["WORLD_SIZE"])
         """
     )
-    manifest = job(
-        "addr",
-        [
-            replicas("master", 1, command=PYTHON, args=master),
-            replicas("worker", 1, command=PYTHON, args=worker),
-        ],
+    manifest = (
+        JobBuilder("addr")
+        .replicas("master", 1, container=process(master, PYTHON), restartPolicy="ExitCode")
+        .replicas("worker", 1, container=process(worker, PYTHON), restartPolicy="ExitCode")
+        .build()
     )
     finished = run_to_end(manifest, tmp_path)
     assert finished.returncode == 0, finished.stderr
@@ -120,8 +127,7 @@ def test_replicas_reach_each_other_on_local_addresses(tmp_path: Path) -> None:
 
 def test_working_dir_and_env_expansion(tmp_path: Path) -> None:
     (tmp_path / "work").mkdir()
-    body = replicas("worker", 1, command=["sh", "-c"], args=["pwd; echo $(GREETING) '$$(RANK)'"])
-    container = body["template"]["spec"]["containers"][0]
+    container = process(["pwd; echo $(GREETING) '$$(RANK)'"], ["sh", "-c"])
     container["workingDir"] = str(tmp_path / "work")
     container["env"] = [
         {"name": "NAME", "value": "world"},
@@ -129,7 +135,8 @@ def test_working_dir_and_env_expansion(tmp_path: Path) -> None:
         {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "SECRET", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
     ]
-    finished = run_to_end(job("wd", [body]), tmp_path)
+    manifest = JobBuilder("wd").replicas("worker", 1, container=container, restartPolicy="ExitCode")
+    finished = run_to_end(manifest.build(), tmp_path)
     assert finished.returncode == 0, finished.stderr
     assert finished.replica_lines("wd-worker-0") == [str(tmp_path / "work"), "hello-world $(RANK)"]
     assert any("env SECRET is read from secretKeyRef" in line for line in finished.stderr)
@@ -161,13 +168,12 @@ def test_a_replica_killed_by_sigkill_is_restarted_and_counted(tmp_path: Path) ->
         tmp_path / "killed",
         then=f"pathlib.Path({str(tmp_path / 'done')!r}).touch()",
     )
-    manifest = job(
-        "kill",
-        [
-            replicas("master", 1, command=PYTHON, args=wait_for_worker),
-            replicas("worker", 1, command=PYTHON, args=worker),
-        ],
-        runPolicy={"backoffLimit": 2},
+    manifest = (
+        JobBuilder("kill")
+        .replicas("master", 1, container=process(wait_for_worker, PYTHON), restartPolicy="ExitCode")
+        .replicas("worker", 1, container=process(worker, PYTHON), restartPolicy="ExitCode")
+        .spec(runPolicy={"backoffLimit": 2})
+        .build()
     )
     finished = run_to_end(manifest, tmp_path, "--restart-backoff", "0")
     assert finished.returncode == 0, finished.stderr
@@ -180,8 +186,15 @@ def test_a_replica_killed_by_sigkill_is_restarted_and_counted(tmp_path: Path) ->
 
 
 def test_exit_code_1_fails_the_job_without_restart(tmp_path: Path) -> None:
-    manifest = job(
-        "fail", [replicas("master", 1, command=PYTHON, args=["import sys; sys.exit(1)"])]
+    manifest = (
+        JobBuilder("fail")
+        .replicas(
+            "master",
+            1,
+            container=process(["import sys; sys.exit(1)"], PYTHON),
+            restartPolicy="ExitCode",
+        )
+        .build()
     )
     finished = run_to_end(manifest, tmp_path)
     assert finished.returncode == 1
@@ -194,10 +207,11 @@ def test_exit_code_1_fails_the_job_without_restart(tmp_path: Path) -> None:
 
 def test_restarts_stop_at_the_backoff_limit(tmp_path: Path) -> None:
     suicide = ["import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
-    manifest = job(
-        "backoff",
-        [replicas("master", 1, command=PYTHON, args=suicide)],
-        runPolicy={"backoffLimit": 2},
+    manifest = (
+        JobBuilder("backoff")
+        .replicas("master", 1, container=process(suicide, PYTHON), restartPolicy="ExitCode")
+        .spec(runPolicy={"backoffLimit": 2})
+        .build()
     )
     began = time.monotonic()
     finished = run_to_end(manifest, tmp_path, "--restart-backoff", "1")
@@ -215,10 +229,16 @@ def test_restarts_stop_at_the_backoff_limit(tmp_path: Path) -> None:
 
 
 def test_the_deadline_stops_the_job(tmp_path: Path) -> None:
-    manifest = job(
-        "late",
-        [replicas("master", 1, command=PYTHON, args=["import time; time.sleep(600)"])],
-        runPolicy={"activeDeadlineSeconds": 2},
+    manifest = (
+        JobBuilder("late")
+        .replicas(
+            "master",
+            1,
+            container=process(["import time; time.sleep(600)"], PYTHON),
+            restartPolicy="ExitCode",
+        )
+        .spec(runPolicy={"activeDeadlineSeconds": 2})
+        .build()
     )
     finished = run_to_end(manifest, tmp_path, timeout=60)
     assert finished.returncode == 1
@@ -237,12 +257,11 @@ def test_ctrl_c_stops_every_replica_and_what_they_started(tmp_path: Path) -> Non
         time.sleep(600)
         """
     )
-    manifest = job(
-        "ctrlc",
-        [
-            replicas("master", 1, command=PYTHON, args=stubborn),
-            replicas("worker", 2, command=PYTHON, args=stubborn),
-        ],
+    manifest = (
+        JobBuilder("ctrlc")
+        .replicas("master", 1, container=process(stubborn, PYTHON), restartPolicy="ExitCode")
+        .replicas("worker", 2, container=process(stubborn, PYTHON), restartPolicy="ExitCode")
+        .build()
     )
     with running(manifest, tmp_path, "--grace-period", "1") as run:
         for name in ("ctrlc-master-0", "ctrlc-worker-0", "ctrlc-worker-1"):
@@ -262,10 +281,11 @@ def test_ctrl_c_stops_every_replica_and_what_they_started(tmp_path: Path) -> Non
 
 
 def test_a_paused_job_ends_as_nothing_can_resume_it_here(tmp_path: Path) -> None:
-    manifest: dict[str, Any] = job(
-        "paused",
-        [replicas("master", 1, command=PYTHON, args=["pass"])],
-        runMode={"pause": {"enabled": True}},
+    manifest: dict[str, Any] = (
+        JobBuilder("paused")
+        .replicas("master", 1, container=process(["pass"], PYTHON), restartPolicy="ExitCode")
+        .spec(runMode={"pause": {"enabled": True}})
+        .build()
     )
     finished = run_to_end(manifest, tmp_path, timeout=60)
     assert finished.returncode == 1
@@ -274,9 +294,12 @@ def test_a_paused_job_ends_as_nothing_can_resume_it_here(tmp_path: Path) -> None
 
 
 def test_a_command_that_cannot_start_fails_like_a_container_start_error(tmp_path: Path) -> None:
-    manifest = job(
-        "nostart",
-        [replicas("master", 1, command=["no-such-program-here"], args=[], restart_policy="Never")],
+    manifest = (
+        JobBuilder("nostart")
+        .replicas(
+            "master", 1, container=process([], ["no-such-program-here"]), restartPolicy="Never"
+        )
+        .build()
     )
     finished = run_to_end(manifest, tmp_path)
     assert finished.returncode == 1
@@ -291,12 +314,16 @@ def test_a_command_that_cannot_start_fails_like_a_container_start_error(tmp_path
 def test_the_master_finishing_first_leaves_workers_a_moment_then_stops_them(
     tmp_path: Path,
 ) -> None:
-    manifest = job(
-        "settle",
-        [
-            replicas("master", 1, command=PYTHON, args=["pass"]),
-            replicas("worker", 1, command=PYTHON, args=["import time; time.sleep(600)"]),
-        ],
+    manifest = (
+        JobBuilder("settle")
+        .replicas("master", 1, container=process(["pass"], PYTHON), restartPolicy="ExitCode")
+        .replicas(
+            "worker",
+            1,
+            container=process(["import time; time.sleep(600)"], PYTHON),
+            restartPolicy="ExitCode",
+        )
+        .build()
     )
     finished = run_to_end(manifest, tmp_path, "--grace-period", "2", timeout=60)
     assert finished.returncode == 0

@@ -13,6 +13,7 @@ import pytest
 import structlog
 from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
+from support.eventually import eventually
 
 from torchjob.kube.controller import run_workers
 from torchjob.kube.reconcile import Result, TerminalError
@@ -38,10 +39,7 @@ async def workers(
 
 
 async def wait_for(condition: Callable[[], bool], within: float = 5.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.005)
+    await eventually(condition, timeout=within, interval=0.005)
 
 
 def reconciles(name: str, result: str) -> float:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from support.operator import job_manifest
+from support.jobs import job_manifest
 
 from torchjob.webhook.app import DecodedJobs
 
