@@ -64,23 +64,23 @@ class ServingCertificate:
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
         self._dir = Path(tempfile.mkdtemp(prefix="torchjob-webhook-tls-"))
         self.expires_at: float = 0.0
-        self.fingerprint = b""
+        self.loaded_pems = b""  # the certificate and key PEMs presented now, one after the other
 
     def load(self, cert_pem: bytes, key_pem: bytes) -> bool:
         """Present this certificate on every new handshake; False when it is already loaded."""
-        if cert_pem + key_pem == self.fingerprint:
+        if cert_pem + key_pem == self.loaded_pems:
             return False
         cert, key = self._dir / "tls.crt", self._dir / "tls.key"
         key.touch(mode=0o600)
         key.write_bytes(key_pem)
         cert.write_bytes(cert_pem)
         self.context.load_cert_chain(cert, key)
-        self.fingerprint = cert_pem + key_pem
+        self.loaded_pems = cert_pem + key_pem
         self.expires_at = not_after(cert_pem).timestamp()
         return True
 
     def problem(self) -> str | None:
-        if not self.fingerprint:
+        if not self.loaded_pems:
             return "no serving certificate yet"
         if self.expires_at <= time.time():
             return "the serving certificate has expired"
