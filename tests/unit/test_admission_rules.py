@@ -10,6 +10,7 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.jobs import JobBuilder
 
 from torchjob.api.defaults import default_job, pointer
 from torchjob.api.validation import validate
@@ -395,9 +396,8 @@ def test_warnings_for_user_env_and_etcd_without_endpoint() -> None:
 # --- update rules: compare the old object with the new one ------------------------------------
 
 
-def elastic_job(replicas: int, **elastic: Any) -> dict[str, Any]:
-    bounds = {"enabled": True, "minReplicas": 1, "maxReplicas": 4, **elastic}
-    return job(replica(replicas=replicas), torchrunConfig={"enabled": True}, elastic=bounds)
+# Workers of torchrun, elastic between 1 and 4.
+ELASTIC = JobBuilder().replicas("worker").torchrun().elastic(minReplicas=1, maxReplicas=4)
 
 
 def test_replica_specs_are_immutable() -> None:
@@ -407,14 +407,15 @@ def test_replica_specs_are_immutable() -> None:
 
 
 def test_elastic_job_may_change_replicas_only() -> None:
-    assert errors_of(elastic_job(3), elastic_job(2)) == {}
-    changed = elastic_job(3)
-    changed["spec"]["replicaSpecs"][0]["restartPolicy"] = "Never"
-    assert "spec.replicaSpecs" in errors_of(changed, elastic_job(2))
+    two, three = (ELASTIC.clone().replica_count(n).build() for n in (2, 3))
+    assert errors_of(three, two) == {}
+    changed = ELASTIC.clone().replica_count(3).restart_policy("Never").build()
+    assert "spec.replicaSpecs" in errors_of(changed, two)
 
 
 def test_elastic_bounds_are_immutable() -> None:
-    assert "spec.elastic" in errors_of(elastic_job(2, maxReplicas=5), elastic_job(2))
+    wider = ELASTIC.clone().replica_count(2).elastic(minReplicas=1, maxReplicas=5).build()
+    assert "spec.elastic" in errors_of(wider, ELASTIC.clone().replica_count(2).build())
 
 
 def test_resume_specs_are_immutable() -> None:

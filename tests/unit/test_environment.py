@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support.jobs import JobBuilder
 
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.render.environment import replica_env, torchrun_argv
@@ -15,22 +16,12 @@ from torchjob.render.topology import Replica, master_of, replica_at, replicas_of
 HOST = "j-master-0.ns.svc"
 
 
-def spec(*replicas: tuple[str, int], **extra: Any) -> PyTorchTrainingJobSpec:
-    container = {
-        "name": "python",
-        "image": "i",
-        "args": ["t.py"],
-        "resources": {"limits": {"nvidia.com/gpu": 4}},
-    }
-    return PyTorchTrainingJobSpec.from_dict(
-        {
-            "replicaSpecs": [
-                {"type": kind, "replicas": count, "template": {"spec": {"containers": [container]}}}
-                for kind, count in replicas
-            ],
-            **extra,
-        }
-    )
+TRAINER = {
+    "name": "python",
+    "image": "i",
+    "args": ["t.py"],
+    "resources": {"limits": {"nvidia.com/gpu": 4}},
+}
 
 
 def env_of(job: PyTorchTrainingJobSpec, replica: Replica) -> dict[str, str]:
@@ -42,7 +33,12 @@ def env_of(job: PyTorchTrainingJobSpec, replica: Replica) -> dict[str, str]:
 
 
 def test_master_is_the_master_type_even_when_listed_last() -> None:
-    job = spec(("worker", 2), ("master", 1))
+    job = (
+        JobBuilder()
+        .replicas("worker", 2, container=TRAINER)
+        .replicas("master", 1, container=TRAINER)
+        .decoded_spec()
+    )
     assert master_of(job) == ("master", 0)
     assert replicas_of(job) == [
         Replica("master", 0, 0),
@@ -52,7 +48,12 @@ def test_master_is_the_master_type_even_when_listed_last() -> None:
 
 
 def test_without_a_master_type_the_first_replica_is_master() -> None:
-    job = spec(("worker", 3), ("evaluator", 1))
+    job = (
+        JobBuilder()
+        .replicas("worker", 3, container=TRAINER)
+        .replicas("evaluator", 1, container=TRAINER)
+        .decoded_spec()
+    )
     assert [(r.type, r.index, r.rank) for r in replicas_of(job)] == [
         ("worker", 0, 0),
         ("worker", 1, 1),
@@ -73,7 +74,10 @@ REPLICA_TYPES = st.lists(
 def test_a_replica_looked_up_alone_has_the_rank_the_full_list_gives_it(
     replicas: list[tuple[str, int]],
 ) -> None:
-    job = spec(*replicas)
+    builder = JobBuilder()
+    for replica_type, count in replicas:
+        builder.replicas(replica_type, count, container=TRAINER)
+    job = builder.decoded_spec()
     everyone = replicas_of(job)
     assert world_size(job) == len(everyone)
     for replica in everyone:
@@ -85,7 +89,7 @@ def test_a_replica_looked_up_alone_has_the_rank_the_full_list_gives_it(
 
 
 def test_plain_python_environment() -> None:
-    job = spec(("worker", 4))
+    job = JobBuilder().replicas("worker", 4, container=TRAINER).decoded_spec()
     assert env_of(job, Replica("worker", 2, 2)) == {
         "MASTER_ADDR": "j-worker-0.ns.svc",
         "MASTER_PORT": "23456",
@@ -127,11 +131,12 @@ def test_torchrun_environment_and_argv(
     nproc: str,
     extra: list[str],
 ) -> None:
-    job = spec(
-        ("master", 1),
-        ("worker", 2),
-        torchrunConfig=torchrun,
-        **({"elastic": elastic} if elastic else {}),
+    job = (
+        JobBuilder()
+        .replicas("master", 1, container=TRAINER)
+        .replicas("worker", 2, container=TRAINER)
+        .spec(torchrunConfig=torchrun, **({"elastic": elastic} if elastic else {}))
+        .decoded_spec()
     )
     replica = Replica("worker", 1, 2)
     env = env_of(job, replica)

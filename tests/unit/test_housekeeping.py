@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from support.jobs import JobBuilder
 
 from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJobSpec
@@ -27,9 +28,7 @@ PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 TEMPLATE = {"spec": {"containers": [{"name": "python", "image": "i"}]}}
 
 
-def spec(**extra: Any) -> PyTorchTrainingJobSpec:
-    replica = {"type": "worker", "replicas": 2, "template": TEMPLATE}
-    return PyTorchTrainingJobSpec.from_dict({"replicaSpecs": [replica], **extra})
+WORKERS = JobBuilder().replicas("worker", 2, template=TEMPLATE)
 
 
 def terminal(phase: str = "Succeeded", finished: datetime = NOW) -> dict[str, Any]:
@@ -99,7 +98,7 @@ def test_pods_already_being_deleted_are_left_alone(policy: str) -> None:
 
 @pytest.mark.parametrize("outcome", ["Succeeded", "Failed"])
 def test_clean_up_after_success_and_failure(outcome: str) -> None:
-    job = spec(runPolicy={"cleanUpPolicy": "Unfinished"})
+    job = WORKERS.clone().spec(runPolicy={"cleanUpPolicy": "Unfinished"}).decoded_spec()
     result = observe(job, terminal(outcome), pods_in("Succeeded", "Running", "Failed", "Pending"))
     assert result.delete_pods == [("j-worker-1", "uid-1", "rv-1"), ("j-worker-3", "uid-3", "rv-3")]
     assert result.delete_services == []
@@ -109,7 +108,9 @@ def test_clean_up_after_success_and_failure(outcome: str) -> None:
 
 
 def test_all_deletes_pods_and_services_with_one_event() -> None:
-    result = observe(spec(runPolicy={"cleanUpPolicy": "All"}), terminal())
+    result = observe(
+        WORKERS.clone().spec(runPolicy={"cleanUpPolicy": "All"}).decoded_spec(), terminal()
+    )
     assert result.delete_pods == [("j-worker-0", "uid-0", "rv-0"), ("j-worker-1", "uid-1", "rv-1")]
     assert result.delete_services == [("j-worker-0", "s0"), ("j-worker-1", "s1")]
     assert [e.message for e in result.events] == [
@@ -119,18 +120,22 @@ def test_all_deletes_pods_and_services_with_one_event() -> None:
 
 @pytest.mark.parametrize("policy", ["All", "Unfinished"])
 def test_nothing_is_cleaned_while_the_job_runs(policy: str) -> None:
-    result = observe(spec(runPolicy={"cleanUpPolicy": policy}), RUNNING)
+    result = observe(
+        WORKERS.clone().spec(runPolicy={"cleanUpPolicy": policy}).decoded_spec(), RUNNING
+    )
     assert (result.delete_pods, result.delete_services, result.events) == ([], [], [])
 
 
 def test_nothing_left_means_no_action_and_no_event() -> None:
     """What a restarted housekeeper sees after a finished clean-up."""
-    result = observe(spec(runPolicy={"cleanUpPolicy": "All"}), terminal(), [], [])
+    result = observe(
+        WORKERS.clone().spec(runPolicy={"cleanUpPolicy": "All"}).decoded_spec(), terminal(), [], []
+    )
     assert (result.delete_pods, result.delete_services, result.events) == ([], [], [])
 
 
 def test_a_half_done_clean_up_finishes_under_the_same_event_key() -> None:
-    job = spec(runPolicy={"cleanUpPolicy": "All"})
+    job = WORKERS.clone().spec(runPolicy={"cleanUpPolicy": "All"}).decoded_spec()
     first = observe(job, terminal())
     rest = observe(job, terminal(), [], SERVICES[1:])
     assert rest.delete_services == [("j-worker-1", "s1")]
@@ -151,7 +156,11 @@ def test_view_owned_reads_pods_and_services() -> None:
 
 
 def test_ttl_waits_then_deletes_the_job_only() -> None:
-    job = spec(runPolicy={"ttlSecondsAfterFinished": 60, "cleanUpPolicy": "All"})
+    job = (
+        WORKERS.clone()
+        .spec(runPolicy={"ttlSecondsAfterFinished": 60, "cleanUpPolicy": "All"})
+        .decoded_spec()
+    )
     early = observe(job, terminal(finished=NOW - timedelta(seconds=20)))
     assert not early.delete_job
     assert early.requeue_after == pytest.approx(40)
@@ -162,14 +171,16 @@ def test_ttl_waits_then_deletes_the_job_only() -> None:
 
 
 def test_ttl_zero_deletes_at_once_and_no_ttl_never() -> None:
-    assert observe(spec(runPolicy={"ttlSecondsAfterFinished": 0}), terminal()).delete_job
-    result = observe(spec(), terminal(finished=NOW - timedelta(days=300)))
+    assert observe(
+        WORKERS.clone().spec(runPolicy={"ttlSecondsAfterFinished": 0}).decoded_spec(), terminal()
+    ).delete_job
+    result = observe(WORKERS.decoded_spec(), terminal(finished=NOW - timedelta(days=300)))
     assert not result.delete_job
     assert result.requeue_after is None
 
 
 def test_ttl_counts_from_completion_of_a_finished_job_only() -> None:
-    job = spec(runPolicy={"ttlSecondsAfterFinished": 0})
+    job = WORKERS.clone().spec(runPolicy={"ttlSecondsAfterFinished": 0}).decoded_spec()
     assert not observe(job, RUNNING).delete_job
 
 
@@ -184,7 +195,7 @@ def rendered(job_spec: PyTorchTrainingJobSpec) -> tuple[dict[str, Any], dict[str
 
 
 def test_tensorboard_is_created_with_the_job_and_reported_creating() -> None:
-    job = spec(**TB)
+    job = WORKERS.clone().spec(**TB).decoded_spec()
     result = observe(job, {})
     deployment, service = rendered(job)
     assert result.create == [service, deployment]
@@ -195,7 +206,7 @@ def test_tensorboard_is_created_with_the_job_and_reported_creating() -> None:
 
 
 def test_tensorboard_stays_after_the_job_ends_and_status_is_written_once() -> None:
-    job = spec(runPolicy={"cleanUpPolicy": "All"}, **TB)
+    job = WORKERS.clone().spec(runPolicy={"cleanUpPolicy": "All"}, **TB).decoded_spec()
     deployment, service = rendered(job)
     deployment["metadata"]["generation"] = 1
     deployment["status"] = {"observedGeneration": 1, "readyReplicas": 1, "updatedReplicas": 1}
@@ -211,9 +222,13 @@ def test_tensorboard_stays_after_the_job_ends_and_status_is_written_once() -> No
 
 
 def test_changed_tensorboard_spec_rolls_the_deployment() -> None:
-    old_job = spec(**TB)
+    old_job = WORKERS.clone().spec(**TB).decoded_spec()
     deployment, service = rendered(old_job)
-    new_job = spec(tensorboardSpec={**TB["tensorboardSpec"], "image": "tb:2"})
+    new_job = (
+        WORKERS.clone()
+        .spec(tensorboardSpec={**TB["tensorboardSpec"], "image": "tb:2"})
+        .decoded_spec()
+    )
     result = observe(new_job, {}, tensorboard=TensorBoardObserved(deployment, service, []))
     new_deployment, _ = rendered(new_job)
     assert result.update == [(new_deployment, deployment)]
@@ -225,11 +240,11 @@ def test_changed_tensorboard_spec_rolls_the_deployment() -> None:
 
 
 def test_removed_tensorboard_spec_removes_the_tensorboard_and_its_status() -> None:
-    deployment, service = rendered(spec(**TB))
+    deployment, service = rendered(WORKERS.clone().spec(**TB).decoded_spec())
     for obj, uid in ((deployment, "d-uid"), (service, "s-uid")):
         obj["metadata"]["uid"] = uid
     result = observe(
-        spec(),
+        WORKERS.decoded_spec(),
         {"tensorboard": {"ready": True}},
         tensorboard=TensorBoardObserved(deployment, service),
     )
@@ -239,4 +254,4 @@ def test_removed_tensorboard_spec_removes_the_tensorboard_and_its_status() -> No
     ]
     assert result.write_tensorboard_status
     assert result.tensorboard_status is None
-    assert observe(spec(), {}).write_tensorboard_status is False
+    assert observe(WORKERS.decoded_spec(), {}).write_tensorboard_status is False

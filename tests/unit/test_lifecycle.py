@@ -4,38 +4,17 @@ pause, elastic scaling and status transitions; status is a function of observati
 from __future__ import annotations
 
 import itertools
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.planning import NOW, conditions, observe, services, settle, spec
 
 from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.lifecycle.observe import ContainerView, PodView, view_pod
-from torchjob.lifecycle.plan import Plan, plan
-from torchjob.lifecycle.round import Observed
-
-NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
-META = {"name": "j", "namespace": "ns", "uid": "job-uid", "generation": 1}
-
-
-def spec(
-    policy: str = "OnFailure", workers: int = 2, master: bool = True, **extra: Any
-) -> PyTorchTrainingJobSpec:
-    template = {"spec": {"containers": [{"name": "python", "image": "i", "args": ["t.py"]}]}}
-    replica_specs = [
-        {"type": "worker", "replicas": workers, "restartPolicy": policy, "template": template}
-    ]
-    if master:
-        replica_specs.insert(
-            0, {"type": "master", "replicas": 1, "restartPolicy": policy, "template": template}
-        )
-    return PyTorchTrainingJobSpec.from_dict(
-        {"replicaSpecs": replica_specs, "runPolicy": {"backoffLimit": 3}, **extra}
-    )
-
+from torchjob.lifecycle.plan import Plan
 
 _uids = itertools.count()
 
@@ -76,33 +55,6 @@ def all_pods(job: PyTorchTrainingJobSpec, phase: str = "Running") -> list[PodVie
         for index in range(replica_spec.replicas or 1):
             out.append(pod(replica_spec.type or "", index, phase))
     return out
-
-
-def services(job: PyTorchTrainingJobSpec) -> frozenset[str]:
-    return frozenset(
-        f"j-{r.type}-{i}" for r in job.replica_specs or [] for i in range(r.replicas or 1)
-    )
-
-
-def observe(
-    job: PyTorchTrainingJobSpec,
-    pods: list[PodView],
-    status: dict[str, Any] | None = None,
-    now: datetime = NOW,
-    svcs: frozenset[str] | None = None,
-) -> Plan:
-    return plan(
-        Observed(META, job, status or {}, pods, services(job) if svcs is None else svcs, now)
-    )
-
-
-def settle(job: PyTorchTrainingJobSpec, pods: list[PodView]) -> dict[str, Any]:
-    """The status after the replicas were created and observed."""
-    return observe(job, pods).status
-
-
-def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
-    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
 
 
 # --- creation -----------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support.jobs import JobBuilder
 
 from torchjob.api.types import PyTorchTrainingJob, PyTorchTrainingJobSpec
 from torchjob.lifecycle.local import exit_code_of, local_pod_status
@@ -22,18 +23,8 @@ META = {"name": "j", "namespace": "ns", "uid": "uid-1", "generation": 1}
 PORTS = {"j-master-0.ns.svc": 40001, "j-worker-0.ns.svc": 40002}
 
 
-def job(torchrun: dict[str, Any] | None = None, **container: Any) -> PyTorchTrainingJob:
-    body = {"name": "python", "image": "i", "command": ["python"], "args": ["t.py"], **container}
-    template = {"spec": {"containers": [body]}}
-    spec: dict[str, Any] = {
-        "replicaSpecs": [
-            {"type": "master", "replicas": 1, "template": template},
-            {"type": "worker", "replicas": 1, "template": template},
-        ]
-    }
-    if torchrun is not None:
-        spec["torchrunConfig"] = {"enabled": True, "rdzvBackend": "c10d", **torchrun}
-    return PyTorchTrainingJob.from_dict({"metadata": META, "spec": spec})
+# A master and a worker of CONTAINER (`python t.py`).
+MASTER_AND_WORKER = JobBuilder().metadata(**META).replicas("master", 1).replicas("worker", 1)
 
 
 def pod_of(typed: PyTorchTrainingJob, rank: int) -> dict[str, Any]:
@@ -48,7 +39,7 @@ def command_of(typed: PyTorchTrainingJob, rank: int, gpus: list[str] | None = No
 
 
 def test_plain_replica_addresses_become_local() -> None:
-    command = command_of(job(), 1)
+    command = command_of(MASTER_AND_WORKER.decoded(), 1)
     assert command.argv == ["python", "t.py"]
     assert command.env["MASTER_ADDR"] == "127.0.0.1"
     assert command.env["MASTER_PORT"] == "40001"  # the master's own port
@@ -57,7 +48,8 @@ def test_plain_replica_addresses_become_local() -> None:
 
 
 def test_torchrun_replicas_rendezvous_at_the_masters_port() -> None:
-    master, worker = command_of(job({}), 0), command_of(job({}), 1)
+    typed = MASTER_AND_WORKER.clone().torchrun(rdzvBackend="c10d").decoded()
+    master, worker = command_of(typed, 0), command_of(typed, 1)
     for command in (master, worker):
         assert command.argv[0] == "torchrun"
         assert "--rdzv-endpoint=127.0.0.1:40001" in command.argv
@@ -69,7 +61,12 @@ def test_torchrun_replicas_rendezvous_at_the_masters_port() -> None:
 
 
 def test_a_users_rdzv_conf_is_left_alone() -> None:
-    command = command_of(job({"extraOptions": ["--rdzv-conf=timeout=900"]}), 1)
+    command = command_of(
+        MASTER_AND_WORKER.clone()
+        .torchrun(rdzvBackend="c10d", extraOptions=["--rdzv-conf=timeout=900"])
+        .decoded(),
+        1,
+    )
     assert "PET_RDZV_CONF" not in command.env
 
 
@@ -120,7 +117,9 @@ def test_env_values_fields_and_what_cannot_be_read() -> None:
         {"name": "ROLE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['x']"}}},
         {"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
     ]
-    command = command_of(job(env=env, args=["$(B)", "$(POD)"]), 0)
+    command = command_of(
+        MASTER_AND_WORKER.clone().container(env=env, args=["$(B)", "$(POD)"]).decoded(), 0
+    )
     assert command.env["B"] == "x-$(RANK)"  # RANK comes later in the list
     assert command.env["POD"] == "j-master-0"
     assert command.env["IP"] == "127.0.0.1"
@@ -131,7 +130,7 @@ def test_env_values_fields_and_what_cannot_be_read() -> None:
 
 
 def test_a_container_without_command_cannot_run_locally() -> None:
-    typed = job(command=None)
+    typed = MASTER_AND_WORKER.clone().container(command=None).decoded()
     with pytest.raises(LocalRenderError, match=r"spec.containers\[0\].command is empty"):
         command_of(typed, 0)
 
@@ -147,7 +146,12 @@ def test_gpu_shares() -> None:
 
 
 def test_proc_per_node_gpu_counts_the_replicas_share() -> None:
-    typed = job({"procPerNode": "gpu"}, resources={"limits": {"nvidia.com/gpu": 4}})
+    typed = (
+        MASTER_AND_WORKER.clone()
+        .torchrun(rdzvBackend="c10d", procPerNode="gpu")
+        .container(resources={"limits": {"nvidia.com/gpu": 4}})
+        .decoded()
+    )
     command = command_of(typed, 1, gpus=["2", "3"])
     assert command.env["CUDA_VISIBLE_DEVICES"] == "2,3"
     assert command.env["PET_NPROC_PER_NODE"] == "2"
@@ -155,8 +159,8 @@ def test_proc_per_node_gpu_counts_the_replicas_share() -> None:
 
 
 def test_a_replica_without_gpus_sees_none_where_there_are_some() -> None:
-    assert command_of(job(), 0, gpus=[]).env["CUDA_VISIBLE_DEVICES"] == ""
-    assert "CUDA_VISIBLE_DEVICES" not in command_of(job(), 0).env
+    assert command_of(MASTER_AND_WORKER.decoded(), 0, gpus=[]).env["CUDA_VISIBLE_DEVICES"] == ""
+    assert "CUDA_VISIBLE_DEVICES" not in command_of(MASTER_AND_WORKER.decoded(), 0).env
 
 
 @pytest.mark.parametrize(("returncode", "code"), [(0, 0), (1, 1), (-9, 137), (-15, 143), (-2, 130)])
@@ -170,7 +174,7 @@ def test_exit_codes_as_a_container_runtime_reports_them(returncode: int, code: i
 def test_the_lifecycle_reads_a_local_pod_as_a_kubelet_reported_one(
     exit_code: int | None, phase: str
 ) -> None:
-    pod = pod_of(job(), 0)
+    pod = pod_of(MASTER_AND_WORKER.decoded(), 0)
     pod["metadata"]["uid"] = "pod-uid"
     now = datetime(2026, 1, 1, tzinfo=UTC)
     pod["status"] = local_pod_status(pod, now, exit_code, now if exit_code is not None else None)

@@ -10,33 +10,24 @@ import sys
 from typing import Any
 
 import pytest
+from support.jobs import JobBuilder
 
 from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJob
 from torchjob.render.pod_rewrite import PodRewriteError, rewrite_pod
 from torchjob.render.wait import WAIT_FOR_MASTER, WAIT_SCRIPT
 
-
-def make_job(containers: list[dict[str, Any]], **spec: Any) -> PyTorchTrainingJob:
-    template = {
-        "spec": {"containers": containers, "initContainers": [{"name": "init", "image": "b"}]}
-    }
-    return PyTorchTrainingJob.from_dict(
-        {
-            "metadata": {"name": "j", "namespace": "ns", "uid": "u1"},
-            "spec": {
-                "replicaSpecs": [
-                    {
-                        "type": "worker",
-                        "replicas": 2,
-                        "restartPolicy": "OnFailure",
-                        "template": template,
-                    }
-                ],
-                **spec,
-            },
-        }
+# Two workers; each test gives them its containers (after an init container of the user's).
+WORKERS = (
+    JobBuilder()
+    .metadata(namespace="ns", uid="u1")
+    .replicas(
+        "worker",
+        2,
+        restartPolicy="OnFailure",
+        template={"spec": {"containers": [], "initContainers": [{"name": "init", "image": "b"}]}},
     )
+)
 
 
 def make_pod(
@@ -71,7 +62,7 @@ def init_names(pod: dict[str, Any]) -> list[str]:
 
 
 def test_plain_python_replica() -> None:
-    job = make_job([SIDECAR, TRAINER])
+    job = WORKERS.clone().pod_spec(containers=[SIDECAR, TRAINER]).decoded()
     pod = rewrite_pod(job, make_pod(job)).pod
     sidecar, trainer = pod["spec"]["containers"]
     assert sidecar == SIDECAR, "only the training container is touched"
@@ -87,14 +78,23 @@ def test_plain_python_replica() -> None:
 
 
 def test_first_container_trains_when_none_is_named_python() -> None:
-    job = make_job([{"name": "main", "image": "t", "args": ["a.py"]}, SIDECAR])
+    job = (
+        WORKERS.clone()
+        .pod_spec(containers=[{"name": "main", "image": "t", "args": ["a.py"]}, SIDECAR])
+        .decoded()
+    )
     pod = rewrite_pod(job, make_pod(job)).pod
     assert "RANK" in env_names(pod["spec"]["containers"][0])
     assert "env" not in pod["spec"]["containers"][1]
 
 
 def test_torchrun_replaces_the_command_and_keeps_args() -> None:
-    job = make_job([TRAINER], torchrunConfig={"enabled": True, "procPerNode": "2"})
+    job = (
+        WORKERS.clone()
+        .pod_spec(containers=[TRAINER])
+        .spec(torchrunConfig={"enabled": True, "procPerNode": "2"})
+        .decoded()
+    )
     trainer = rewrite_pod(job, make_pod(job)).pod["spec"]["containers"][0]
     assert trainer["command"][0] == "torchrun"
     assert "--nproc-per-node=2" in trainer["command"]
@@ -102,7 +102,11 @@ def test_torchrun_replaces_the_command_and_keeps_args() -> None:
 
 
 def test_user_env_wins() -> None:
-    job = make_job([{**TRAINER, "env": [{"name": "MASTER_PORT", "value": "1234"}]}])
+    job = (
+        WORKERS.clone()
+        .pod_spec(containers=[{**TRAINER, "env": [{"name": "MASTER_PORT", "value": "1234"}]}])
+        .decoded()
+    )
     env = rewrite_pod(job, make_pod(job)).pod["spec"]["containers"][0]["env"]
     assert [e for e in env if e["name"] == "MASTER_PORT"] == [
         {"name": "MASTER_PORT", "value": "1234"}
@@ -110,21 +114,30 @@ def test_user_env_wins() -> None:
 
 
 def test_debug_mode_default_and_custom() -> None:
-    job = make_job([TRAINER], runMode={"debug": {"enable": True}})
+    job = (
+        WORKERS.clone()
+        .pod_spec(containers=[TRAINER])
+        .spec(runMode={"debug": {"enable": True}})
+        .decoded()
+    )
     pod = rewrite_pod(job, make_pod(job)).pod
     assert pod["spec"]["containers"][0]["command"] == ["sleep", "inf"]
     assert "args" not in pod["spec"]["containers"][0]
     assert init_names(pod) == ["init"], "init containers stay by default; no wait in debug mode"
-    custom = make_job(
-        [TRAINER],
-        runMode={
-            "debug": {
-                "enabled": True,
-                "replicaSpecs": [
-                    {"type": "worker", "skipInitContainer": True, "command": ["/usr/bin/sshd"]}
-                ],
+    custom = (
+        WORKERS.clone()
+        .pod_spec(containers=[TRAINER])
+        .spec(
+            runMode={
+                "debug": {
+                    "enabled": True,
+                    "replicaSpecs": [
+                        {"type": "worker", "skipInitContainer": True, "command": ["/usr/bin/sshd"]}
+                    ],
+                }
             }
-        },
+        )
+        .decoded()
     )
     pod = rewrite_pod(custom, make_pod(custom)).pod
     assert pod["spec"]["containers"][0]["command"] == ["/usr/bin/sshd"]
@@ -132,21 +145,25 @@ def test_debug_mode_default_and_custom() -> None:
 
 
 def test_resume_spec_applies_only_to_resuming_pods() -> None:
-    job = make_job(
-        [TRAINER],
-        runMode={
-            "pause": {
-                "enabled": False,
-                "resumeSpecs": [
-                    {
-                        "type": "worker",
-                        "command": ["python"],
-                        "args": ["train.py", "--resume"],
-                        "skipInitContainer": True,
-                    }
-                ],
+    job = (
+        WORKERS.clone()
+        .pod_spec(containers=[TRAINER])
+        .spec(
+            runMode={
+                "pause": {
+                    "enabled": False,
+                    "resumeSpecs": [
+                        {
+                            "type": "worker",
+                            "command": ["python"],
+                            "args": ["train.py", "--resume"],
+                            "skipInitContainer": True,
+                        }
+                    ],
+                }
             }
-        },
+        )
+        .decoded()
     )
     fresh = rewrite_pod(job, make_pod(job)).pod
     assert fresh["spec"]["containers"][0]["args"] == ["train.py", "--lr=1"]
@@ -163,7 +180,7 @@ def test_resume_spec_applies_only_to_resuming_pods() -> None:
     ids=["plain", "torchrun", "debug"],
 )
 def test_rewrite_is_idempotent_and_its_patch_reproduces_it(spec: dict[str, Any]) -> None:
-    job = make_job([SIDECAR, TRAINER], **spec)
+    job = WORKERS.clone().pod_spec(containers=[SIDECAR, TRAINER]).spec(**spec).decoded()
     original = make_pod(job)
     as_admitted = copy.deepcopy(original)
     first = rewrite_pod(job, original)
@@ -183,7 +200,7 @@ def test_rewrite_is_idempotent_and_its_patch_reproduces_it(spec: dict[str, Any])
 
 
 def test_pod_of_an_unknown_replica_is_refused() -> None:
-    job = make_job([TRAINER])
+    job = WORKERS.clone().pod_spec(containers=[TRAINER]).decoded()
     with pytest.raises(PodRewriteError, match="no replica worker/7"):
         rewrite_pod(job, make_pod(job, index=7))
 
@@ -201,7 +218,7 @@ def test_the_first_init_container_waits_for_the_master_with_the_trainers_image_a
             "limits": {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "1"},
         },
     }
-    job = make_job([SIDECAR, trainer])
+    job = WORKERS.clone().pod_spec(containers=[SIDECAR, trainer]).decoded()
     pod = rewrite_pod(job, make_pod(job)).pod
     assert init_names(pod) == [WAIT_FOR_MASTER, "init"]
     wait = pod["spec"]["initContainers"][0]
@@ -233,20 +250,29 @@ def test_the_wait_runs_the_python_the_trainer_names(command: list[str] | None, p
     trainer = {"name": "python", "image": "t", "args": ["train.py"]}
     if command:
         trainer["command"] = command
-    job = make_job([trainer], torchrunConfig={"enabled": True})
+    job = (
+        WORKERS.clone()
+        .pod_spec(containers=[trainer])
+        .spec(torchrunConfig={"enabled": True})
+        .decoded()
+    )
     pod = rewrite_pod(job, make_pod(job)).pod
     assert pod["spec"]["initContainers"][0]["command"][0] == python
     assert pod["spec"]["initContainers"][0]["resources"] == {}
 
 
 def test_the_wait_resolves_the_master_address_the_user_set() -> None:
-    job = make_job([{**TRAINER, "env": [{"name": "MASTER_ADDR", "value": "10.0.0.7"}]}])
+    job = (
+        WORKERS.clone()
+        .pod_spec(containers=[{**TRAINER, "env": [{"name": "MASTER_ADDR", "value": "10.0.0.7"}]}])
+        .decoded()
+    )
     wait = rewrite_pod(job, make_pod(job)).pod["spec"]["initContainers"][0]
     assert wait["env"] == [{"name": "MASTER_ADDR", "value": "10.0.0.7"}]
 
 
 def test_a_job_of_one_replica_waits_for_its_own_name() -> None:
-    job = make_job([TRAINER])
+    job = WORKERS.clone().pod_spec(containers=[TRAINER]).decoded()
     assert job.spec and job.spec.replica_specs
     job.spec.replica_specs[0].replicas = 1
     pod = rewrite_pod(job, make_pod(job, index=0)).pod
@@ -254,15 +280,17 @@ def test_a_job_of_one_replica_waits_for_its_own_name() -> None:
 
 
 def test_no_wait_when_torchrun_rendezvouses_through_etcd() -> None:
-    job = make_job(
-        [TRAINER],
-        torchrunConfig={"enabled": True, "rdzvBackend": "etcd-v2", "extraOptions": ["--x"]},
+    job = (
+        WORKERS.clone()
+        .pod_spec(containers=[TRAINER])
+        .spec(torchrunConfig={"enabled": True, "rdzvBackend": "etcd-v2", "extraOptions": ["--x"]})
+        .decoded()
     )
     assert init_names(rewrite_pod(job, make_pod(job)).pod) == ["init"]
 
 
 def test_a_container_already_named_wait_for_master_is_left_alone() -> None:
-    job = make_job([TRAINER])
+    job = WORKERS.clone().pod_spec(containers=[TRAINER]).decoded()
     pod = make_pod(job)
     own = {"name": WAIT_FOR_MASTER, "image": "mine"}
     pod["spec"]["initContainers"] = [own]

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from support.jobs import JobBuilder
+
 from torchjob.api import constants
-from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.render.replica_objects import render_pod, render_service
 from torchjob.render.topology import replicas_of
 
@@ -18,16 +19,13 @@ TEMPLATE: dict[str, Any] = {
 }
 
 
-def job(**extra: Any) -> PyTorchTrainingJobSpec:
-    replica_specs = [
-        {"type": "master", "replicas": 1, "template": TEMPLATE},
-        {"type": "worker", "replicas": 2, "template": TEMPLATE},
-    ]
-    return PyTorchTrainingJobSpec.from_dict({"replicaSpecs": replica_specs, **extra})
+MASTER_AND_WORKERS = (
+    JobBuilder().replicas("master", 1, template=TEMPLATE).replicas("worker", 2, template=TEMPLATE)
+)
 
 
 def test_pod_of_a_replica() -> None:
-    spec = job()
+    spec = MASTER_AND_WORKERS.decoded_spec()
     master, worker = replicas_of(spec)[0], replicas_of(spec)[2]
     pod = render_pod(META, spec, worker, {constants.ANNOTATION_BACKOFF_COUNT: "2"})
     assert pod["metadata"]["name"] == "j-worker-1"
@@ -54,7 +52,11 @@ def test_pod_of_a_replica() -> None:
 
 
 def test_t9k_scheduler_sets_scheduler_queue_and_priority() -> None:
-    spec = job(scheduler={"t9kScheduler": {"queue": "gpu", "priority": 50}})
+    spec = (
+        MASTER_AND_WORKERS.clone()
+        .spec(scheduler={"t9kScheduler": {"queue": "gpu", "priority": 50}})
+        .decoded_spec()
+    )
     pod = render_pod(META, spec, replicas_of(spec)[0], {}, "custom-t9k")
     assert pod["spec"]["schedulerName"] == "custom-t9k"
     assert pod["metadata"]["labels"][constants.LABEL_T9K_QUEUE] == "gpu"
@@ -62,7 +64,7 @@ def test_t9k_scheduler_sets_scheduler_queue_and_priority() -> None:
 
 
 def test_headless_service_publishing_not_ready_addresses() -> None:
-    spec = job()
+    spec = MASTER_AND_WORKERS.decoded_spec()
     service = render_service(META, replicas_of(spec)[1])
     assert service["metadata"]["name"] == "j-worker-0"
     assert service["metadata"]["ownerReferences"][0]["uid"] == "job-uid"

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from support.planning import META, NOW, conditions, services, settle, spec
 
 from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJobSpec
@@ -18,7 +19,6 @@ from torchjob.lifecycle.observe import ContainerView, PodView, view_pod
 from torchjob.lifecycle.plan import Plan, plan
 from torchjob.lifecycle.round import Observed
 from torchjob.lifecycle.times import seconds_text
-from unit.test_lifecycle import META, NOW, conditions, services, settle, spec
 
 ENDED = NOW - timedelta(seconds=3)  # the failed pod's finish time in most tests
 RULE = RestartBackoff()

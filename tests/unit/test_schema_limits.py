@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support.jobs import JobBuilder
 
 from torchjob.api import types
 from torchjob.api.defaults import default_job
@@ -64,72 +65,54 @@ def test_every_limit_of_the_crd_is_in_the_model_and_no_other() -> None:
     assert mismatches(types.PyTorchTrainingJob, crd_schema(), "") == []
 
 
-def base() -> dict[str, Any]:
-    container = {"name": "python", "image": "i", "args": ["train.py"]}
-    return {
-        "metadata": {"name": "j", "namespace": "ns"},
-        "spec": {
-            "torchrunConfig": {"enabled": True},
-            "replicaSpecs": [{"type": "worker", "template": {"spec": {"containers": [container]}}}],
-        },
-    }
-
-
-def with_spec(**changes: Any) -> dict[str, Any]:
-    job = base()
-    for dotted, value in changes.items():
-        node = job["spec"]
-        *parents, last = dotted.split("__")
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[last] = value
-    return job
+TRAINER = {"name": "python", "image": "i", "args": ["train.py"]}
+WORKER = JobBuilder(namespace="ns").torchrun().replicas("worker", container=TRAINER)
 
 
 CASES = [
     (
-        with_spec(torchrunConfig__procPerNode="0"),
+        WORKER.clone().torchrun(procPerNode="0").build(),
         "spec.torchrunConfig.procPerNode",
         "'0' does not match ^([1-9][0-9]{0,3}|gpu)$",
     ),
     (
         # Python's `$` would match before the newline; the apiserver's does not.
-        with_spec(torchrunConfig__procPerNode="4\n"),
+        WORKER.clone().torchrun(procPerNode="4\n").build(),
         "spec.torchrunConfig.procPerNode",
         "'4\\n' does not match ^([1-9][0-9]{0,3}|gpu)$",
     ),
     (
-        with_spec(torchrunConfig__maxRestarts=-1),
+        WORKER.clone().torchrun(maxRestarts=-1).build(),
         "spec.torchrunConfig.maxRestarts",
         "-1 is less than the minimum 0",
     ),
     (
-        with_spec(torchrunConfig__extraOptions=["--x"] * 65),
+        WORKER.clone().torchrun(extraOptions=["--x"] * 65).build(),
         "spec.torchrunConfig.extraOptions",
         "must have at most 64 items",
     ),
     (
-        with_spec(torchrunConfig__extraOptions=["x" * 1025]),
+        WORKER.clone().torchrun(extraOptions=["x" * 1025]).build(),
         "spec.torchrunConfig.extraOptions[0]",
         "must be at most 1024 characters",
     ),
     (
-        with_spec(elastic__minReplicas=0),
+        WORKER.clone().spec(elastic={"minReplicas": 0}).build(),
         "spec.elastic.minReplicas",
         "0 is less than the minimum 1",
     ),
     (
-        with_spec(tensorboardSpec__image=""),
+        WORKER.clone().tensorboard(image="").build(),
         "spec.tensorboardSpec.image",
         "must be at least 1 character",
     ),
     (
-        with_spec(tensorboardSpec__trainingLogFilesets=[]),
+        WORKER.clone().tensorboard(trainingLogFilesets=[]).build(),
         "spec.tensorboardSpec.image",
         "is required",
     ),
     (
-        with_spec(scheduler__t9kScheduler={"priority": 5}),
+        WORKER.clone().spec(scheduler={"t9kScheduler": {"priority": 5}}).build(),
         "spec.scheduler.t9kScheduler.queue",
         "is required",
     ),
@@ -149,8 +132,7 @@ def test_a_broken_limit_is_reported_with_its_field(
 
 def test_the_largest_replica_count_is_still_valid_and_one_more_is_not() -> None:
     def replicas_errors(count: int) -> list[str]:
-        job = base()
-        job["spec"]["replicaSpecs"][0]["replicas"] = count
+        job = WORKER.clone().replica_count(count).build()
         return [str(e) for e in validate(default_job(job)[0], schema=True).errors]
 
     assert replicas_errors(10000) == []
@@ -160,13 +142,12 @@ def test_the_largest_replica_count_is_still_valid_and_one_more_is_not() -> None:
 
 
 def test_a_field_a_rule_refuses_gets_one_message_not_two() -> None:
-    job = base()
-    job["spec"]["replicaSpecs"][0]["replicas"] = 0  # a rule and the CRD's minimum both refuse it
+    job = WORKER.clone().replica_count(0).build()  # a rule and the CRD's minimum both refuse it
     errors = [str(e) for e in validate(default_job(job)[0], schema=True).errors]
     assert errors == ["spec.replicaSpecs[0].replicas: must be at least 1"]
 
 
 def test_a_status_in_the_manifest_is_not_checked_as_the_apiserver_drops_it() -> None:
-    job = base()
+    job = WORKER.build()
     job["status"] = {"conditions": [{"type": "Running"}]}  # no `status`, which the CRD requires
     assert validate(default_job(job)[0], schema=True).errors == []

@@ -1,0 +1,59 @@
+"""The reconciler's planner as unit tests drive it: a job spec, the round's observations, the
+plan and the status it writes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from support.jobs import JobBuilder
+from torchjob.api.types import PyTorchTrainingJobSpec
+from torchjob.lifecycle.observe import PodView
+from torchjob.lifecycle.plan import Plan, plan
+from torchjob.lifecycle.round import Observed
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+META = {"name": "j", "namespace": "ns", "uid": "job-uid", "generation": 1}
+TRAINER = {"name": "python", "image": "i", "args": ["t.py"]}
+
+
+def spec(
+    policy: str = "OnFailure", workers: int = 2, master: bool = True, **extra: Any
+) -> PyTorchTrainingJobSpec:
+    """A master (unless not `master`) and `workers` workers restarted by `policy`, at most three
+    times; `extra` replaces top-level spec fields."""
+    job = JobBuilder()
+    if master:
+        job.replicas("master", 1, container=TRAINER, restartPolicy=policy)
+    job.replicas("worker", workers, container=TRAINER, restartPolicy=policy)
+    return job.run_policy(backoffLimit=3).spec(**extra).decoded_spec()
+
+
+def services(job: PyTorchTrainingJobSpec) -> frozenset[str]:
+    """The names of every replica's Service."""
+    return frozenset(
+        f"j-{r.type}-{i}" for r in job.replica_specs or [] for i in range(r.replicas or 1)
+    )
+
+
+def observe(
+    job: PyTorchTrainingJobSpec,
+    pods: list[PodView],
+    status: dict[str, Any] | None = None,
+    now: datetime = NOW,
+    svcs: frozenset[str] | None = None,
+) -> Plan:
+    """The plan for one round that observes `pods` (and every Service unless `svcs`)."""
+    return plan(
+        Observed(META, job, status or {}, pods, services(job) if svcs is None else svcs, now)
+    )
+
+
+def settle(job: PyTorchTrainingJobSpec, pods: list[PodView]) -> dict[str, Any]:
+    """The status after the replicas were created and observed."""
+    return observe(job, pods).status
+
+
+def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Each condition's status and reason, by type."""
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
