@@ -93,19 +93,19 @@ async def validating_configuration(kube_client: client.ApiClient, name: str) -> 
     return await api.create_validating_webhook_configuration(body)
 
 
+def owned_by(
+    kube_client: client.ApiClient, namespace: str, configuration: Any
+) -> SecretCertificateStore:
+    """A store whose Secret the webhook configuration owns."""
+    owner = webhook_configuration_owner(kube_client, configuration.metadata.name)
+    return SecretCertificateStore(kube_client, namespace, SECRET_NAME, DNS_NAMES, IPS, owner=owner)
+
+
 async def test_the_secret_goes_with_its_webhook_configuration(
     kube_client: client.ApiClient, namespace: str
 ) -> None:
     configuration = await validating_configuration(kube_client, f"{namespace}-validating")
-    owned = SecretCertificateStore(
-        kube_client,
-        namespace,
-        SECRET_NAME,
-        DNS_NAMES,
-        IPS,
-        owner=webhook_configuration_owner(kube_client, configuration.metadata.name),
-    )
-    await owned.ensure()
+    await owned_by(kube_client, namespace, configuration).ensure()
     secret = await read_secret(kube_client, namespace)
     assert [(o.kind, o.uid) for o in secret.metadata.owner_references] == [
         ("ValidatingWebhookConfiguration", configuration.metadata.uid)
@@ -133,15 +133,7 @@ async def test_a_secret_written_without_an_owner_is_adopted_keeping_its_bundle(
     bundle = await store(kube_client, namespace).ensure()
     configuration = await validating_configuration(kube_client, f"{namespace}-validating")
     try:
-        owned = SecretCertificateStore(
-            kube_client,
-            namespace,
-            SECRET_NAME,
-            DNS_NAMES,
-            IPS,
-            owner=webhook_configuration_owner(kube_client, configuration.metadata.name),
-        )
-        assert await owned.ensure() == bundle
+        assert await owned_by(kube_client, namespace, configuration).ensure() == bundle
         secret = await read_secret(kube_client, namespace)
         assert [o.uid for o in secret.metadata.owner_references] == [configuration.metadata.uid]
         assert await stored_bundle(kube_client, namespace) == bundle
