@@ -17,7 +17,7 @@ from kubernetes_asyncio import client, config
 from structlog.testing import capture_logs
 from support import ControlPlane
 from support.eventually import eventually
-from support.informers import running
+from support.informers import cache_contents, running
 
 from torchjob.kube.informer import Informer, KubeObject, ResourceKind, controller_uid
 
@@ -181,9 +181,9 @@ async def test_adds_updates_and_deletes_are_reported_and_cached(
         assert cached["data"] == {"k": "v2"}
         assert (cached["apiVersion"], cached["kind"]) == ("v1", "ConfigMap")
         assert "managedFields" not in cached["metadata"]
-        assert [name_of(obj) for obj in informer.list(namespace)] == ["later"]
-        assert [name_of(obj) for obj in informer.list()] == ["later"]
-        assert informer.list("elsewhere") == []
+        assert [name_of(obj) for obj in cache_contents(informer, namespace)] == ["later"]
+        assert [name_of(obj) for obj in cache_contents(informer)] == ["later"]
+        assert cache_contents(informer, "elsewhere") == []
 
 
 async def test_listed_objects_look_like_watched_ones(
@@ -211,7 +211,7 @@ async def test_pages_of_a_large_list_are_all_cached(
     )
     seen = Seen()
     async with running(seen.informer(kube_client, namespace, page_size=3)) as informer:
-        assert sorted(name_of(obj) for obj in informer.list(namespace)) == names
+        assert sorted(name_of(obj) for obj in cache_contents(informer, namespace)) == names
         assert sorted(name for _, name in seen.events) == names
 
 
@@ -359,7 +359,7 @@ async def test_after_410_gone_lists_again_and_reports_deletions_missed(
 
                 await eventually(lambda: ("delete", "goes") in seen.events)
                 await eventually(lambda: ("add", "arrived") in seen.events)
-                names = sorted(name_of(obj) for obj in informer.list(namespace))
+                names = sorted(name_of(obj) for obj in cache_contents(informer, namespace))
 
     assert names == ["arrived", "stays"]
     assert sorted(seen.events) == [

@@ -26,6 +26,14 @@ async def running(informer: Informer, sync_timeout: float = 30) -> AsyncIterator
             await task
 
 
+def cache_contents(informer: Informer, namespace: str | None = None) -> list[KubeObject]:
+    """Every object the informer's cache holds, in `namespace` or in all. The services read their
+    caches by name and by index only, so the whole cache is read from the store itself."""
+    by_namespace = informer._store.by_namespace
+    spaces = list(by_namespace) if namespace is None else [namespace]
+    return [obj for space in spaces for obj in by_namespace.get(space, {}).values()]
+
+
 class PodHistory:
     """Every pod uid a namespace has had, from a watch of its own: a test can tell a replica's
     pod created twice from one created once, whatever happened to the reconciler meanwhile."""

@@ -10,7 +10,6 @@ times smaller and faster to build than the client's models when thousands of pod
 from __future__ import annotations
 
 import asyncio
-import builtins
 import contextlib
 import random
 from collections.abc import AsyncGenerator, Callable, Mapping
@@ -198,16 +197,9 @@ class Informer:
         """The cached object; pass "" as the namespace of a cluster-scoped one."""
         return self._store.get((namespace, name))
 
-    def by_index(self, index: str, value: str) -> builtins.list[KubeObject]:
+    def by_index(self, index: str, value: str) -> list[KubeObject]:
         keys = self._store.indices[index].get(value, ())
         return [obj for key in keys if (obj := self._store.get(key)) is not None]
-
-    def list(self, namespace: str | None = None) -> builtins.list[KubeObject]:
-        if namespace is None:
-            return [
-                obj for objects in self._store.by_namespace.values() for obj in objects.values()
-            ]
-        return builtins.list(self._store.by_namespace.get(namespace, {}).values())
 
     # -- list and watch --------------------------------------------------------------------------
 
@@ -245,9 +237,9 @@ class Informer:
         )
         self.synced.set()
 
-    async def _list_all(self) -> tuple[builtins.list[KubeObject], str]:
+    async def _list_all(self) -> tuple[list[KubeObject], str]:
         """Every object, a page at a time, and the resourceVersion the pages are consistent at."""
-        objects: builtins.list[KubeObject] = []
+        objects: list[KubeObject] = []
         continue_token = ""
         while True:
             query = {"limit": str(self._page_size), "continue": continue_token}
@@ -258,7 +250,7 @@ class Informer:
             if not continue_token:
                 return objects, metadata["resourceVersion"]
 
-    def _replace(self, objects: builtins.list[KubeObject]) -> None:
+    def _replace(self, objects: list[KubeObject]) -> None:
         vanished = self._store.keys() - {object_key(obj) for obj in objects}
         for key in vanished:
             old = self._store.remove(key)
@@ -362,11 +354,11 @@ async def _lines(content: aiohttp.StreamReader) -> AsyncGenerator[bytes, None]:
                 yield line
 
 
-def _items_of(page: KubeObject) -> builtins.list[KubeObject]:
+def _items_of(page: KubeObject) -> list[KubeObject]:
     # List items carry no apiVersion and kind; consumers of the cache (event recorders, owner
     # references) need them, and watch events have them, so the cache is uniform.
     kind = str(page.get("kind", "")).removesuffix("List")
-    items: builtins.list[KubeObject] = page.get("items") or []
+    items: list[KubeObject] = page.get("items") or []
     for item in items:
         item.setdefault("apiVersion", page.get("apiVersion"))
         item.setdefault("kind", kind)
