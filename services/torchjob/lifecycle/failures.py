@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from torchjob.api import constants
+from torchjob.api.types import ConditionStatus, ConditionType
 from torchjob.lifecycle.status import condition
 from torchjob.lifecycle.times import format_time
 
@@ -60,12 +61,12 @@ def creation_failed(
 
 def _set_condition(
     status: dict[str, Any],
-    kind: str,
+    kind: ConditionType,
     reason: str,
     message: str,
     generation: int,
     stamp: str,
-    value: str = "True",
+    value: ConditionStatus = "True",
 ) -> None:
     conditions = status.get("conditions") or []
     before = next((c for c in conditions if c.get("type") == kind), None)

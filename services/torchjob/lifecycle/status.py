@@ -3,16 +3,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from torchjob.api import constants
+from torchjob.api.types import ConditionStatus, ConditionType, JobPhase
 from torchjob.lifecycle.backoff import PendingRestart
 from torchjob.lifecycle.observe import ContainerView
 from torchjob.lifecycle.round import Outcome, Round
 from torchjob.lifecycle.times import format_time, seconds_text
 from torchjob.render.topology import replica_name
 
-TERMINAL_CONDITIONS = ("Completed", "Failed")
+TERMINAL_CONDITIONS: tuple[ConditionType, ...] = ("Completed", "Failed")
+# What a condition holds besides its type: status, reason, message.
+Wanted = tuple[ConditionStatus, str, str]
 
 # Status fields another service writes; the reconciler's merge patches leave them alone.
 NOT_OURS = ("tensorboard",)
@@ -54,10 +57,10 @@ def build_status(state: Round, *, starting: bool) -> dict[str, Any]:
     return status
 
 
-def _phase(state: Round, outcome: Outcome | None) -> str:
+def _phase(state: Round, outcome: Outcome | None) -> JobPhase:
     old = state.observed.status
     if is_terminal(old):
-        return str(old.get("phase"))
+        return cast(JobPhase, str(old.get("phase")))
     if outcome is not None:
         return "Succeeded" if outcome.succeeded else "Failed"
     pause = state.observed.spec.run_mode.pause if state.observed.spec.run_mode else None
@@ -79,7 +82,7 @@ def _all_started(state: Round) -> bool:
 
 
 def _conditions(
-    state: Round, phase: str, outcome: Outcome | None, now: str
+    state: Round, phase: JobPhase, outcome: Outcome | None, now: str
 ) -> list[dict[str, Any]]:
     generation = state.observed.job_meta.get("generation", 0)
     previous = {c.get("type"): c for c in state.observed.status.get("conditions") or []}
@@ -91,8 +94,8 @@ def _conditions(
 
 
 def condition(
-    kind: str,
-    status: str,
+    kind: ConditionType,
+    status: ConditionStatus,
     reason: str,
     message: str,
     generation: int,
@@ -114,17 +117,23 @@ def condition(
 
 
 def _wanted_conditions(
-    state: Round, phase: str, outcome: Outcome | None
-) -> dict[str, tuple[str, str, str]]:
-    old = {c.get("type"): c for c in state.observed.status.get("conditions") or []}
+    state: Round, phase: JobPhase, outcome: Outcome | None
+) -> dict[ConditionType, Wanted]:
+    old: dict[ConditionType, dict[str, Any]] = {
+        c.get("type"): c for c in state.observed.status.get("conditions") or []
+    }
     if is_terminal(state.observed.status):
         return {
-            k: (str(c.get("status")), str(c.get("reason", "")), str(c.get("message", "")))
+            k: (
+                cast(ConditionStatus, str(c.get("status"))),
+                str(c.get("reason", "")),
+                str(c.get("message", "")),
+            )
             for k, c in old.items()
         }
     complete = _all_created(state)
     debug = any(p.debug for p in state.pods.values())
-    wanted: dict[str, tuple[str, str, str]] = {
+    wanted: dict[ConditionType, Wanted] = {
         "Initialized": ("True", constants.REASON_CREATED, "every replica's pod and service exists")
         if complete
         else ("False", constants.REASON_CREATING, "creating replicas"),
@@ -158,7 +167,7 @@ def _wanted_conditions(
             "runMode.pause.enabled is " + str(paused).lower(),
         )
     if outcome is not None:
-        kind = "Completed" if outcome.succeeded else "Failed"
+        kind: ConditionType = "Completed" if outcome.succeeded else "Failed"
         wanted[kind] = ("True", outcome.reason, outcome.message)
         wanted["Running"] = ("False", outcome.reason, outcome.message)
     return wanted
