@@ -1,5 +1,6 @@
 """The typed Python model: one dataclass per message, declared by a FIELDS table that
-torchjob.api.model interprets."""
+torchjob.api.model interprets; and a TypedDict per message of the status, for code that reads and
+writes the status as the JSON it is stored as."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def render(schema: Schema) -> str:
         "from __future__ import annotations",
         "",
         "from dataclasses import dataclass, field",
-        "from typing import Any, ClassVar, Literal",
+        "from typing import Any, ClassVar, Literal, TypedDict",
         "",
         "from torchjob.api.model import FieldInfo, Limits, Model",
         "",
@@ -38,7 +39,43 @@ def render(schema: Schema) -> str:
     for message in schema.messages.values():
         if not message.opaque:
             lines += ["", "", *_dataclass(schema, message)]
+    for message in _status_messages(schema):
+        lines += ["", "", *_typed_dict(schema, message)]
     return "\n".join(lines) + "\n"
+
+
+def _status_messages(schema: Schema) -> list[Message]:
+    """The root's status message and every message within it, in declaration order."""
+    status = next((f for f in schema.root.fields if f.json_name == "status"), None)
+    reached: set[str] = set()
+    pending = [status.ref] if status and status.ref else []
+    while pending:
+        name = pending.pop()
+        message = schema.messages[name]
+        if name in reached or message.opaque:
+            continue
+        reached.add(name)
+        pending += [f.ref for f in message.fields if f.kind == "message" and f.ref]
+    return [m for m in schema.messages.values() if m.name in reached]
+
+
+def _typed_dict(schema: Schema, message: Message) -> list[str]:
+    doc = f"{message.name} as stored: JSON field names, every field optional."
+    lines = [f"class {message.name}Dict(TypedDict, total=False):", f'    """{doc}"""', ""]
+    for f in message.fields:
+        lines.append(f"    {f.json_name}: {_json_annotation(schema, f)}")
+    return lines
+
+
+def _json_annotation(schema: Schema, f: Field) -> str:
+    if f.kind == "message":
+        target = schema.messages[f.ref or ""]
+        base = "dict[str, Any]" if target.opaque else f"{target.name}Dict"
+    elif f.kind == "enum":
+        base = f.ref or ""
+    else:
+        base = SCALAR_TYPES[f.kind]
+    return f"list[{base}]" if f.repeated else base
 
 
 def _dataclass(schema: Schema, message: Message) -> list[str]:

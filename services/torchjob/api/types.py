@@ -5,7 +5,7 @@ Do not edit."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypedDict
 
 from torchjob.api.model import FieldInfo, Limits, Model
 
@@ -628,3 +628,76 @@ class TensorBoardStatus(Model):
         FieldInfo("reason", "reason", "string"),
         FieldInfo("message", "message", "string"),
     )
+
+
+class PyTorchTrainingJobStatusDict(TypedDict, total=False):
+    """PyTorchTrainingJobStatus as stored: JSON field names, every field optional."""
+
+    phase: JobPhase
+    conditions: list[ConditionDict]
+    tasks: list[TaskStatusDict]
+    aggregate: AggregateDict
+    backoffCount: int
+    startTime: str
+    completionTime: str
+    observedGeneration: int
+    tensorboard: TensorBoardStatusDict
+
+
+class ConditionDict(TypedDict, total=False):
+    """Condition as stored: JSON field names, every field optional."""
+
+    type: ConditionType
+    status: ConditionStatus
+    reason: str
+    message: str
+    lastTransitionTime: str
+    observedGeneration: int
+
+
+class TaskStatusDict(TypedDict, total=False):
+    """TaskStatus as stored: JSON field names, every field optional."""
+
+    type: str
+    restartCount: int
+    replicas: list[ReplicaStatusDict]
+
+
+class ReplicaStatusDict(TypedDict, total=False):
+    """ReplicaStatus as stored: JSON field names, every field optional."""
+
+    name: str
+    uid: str
+    phase: str
+    containers: list[ContainerStatusDict]
+    consecutiveRestarts: int
+
+
+class ContainerStatusDict(TypedDict, total=False):
+    """ContainerStatus as stored: JSON field names, every field optional."""
+
+    name: str
+    state: str
+    exitCode: int
+    reason: str
+
+
+class AggregateDict(TypedDict, total=False):
+    """Aggregate as stored: JSON field names, every field optional."""
+
+    creating: int
+    pending: int
+    running: int
+    succeeded: int
+    failed: int
+    unknown: int
+    deleted: int
+
+
+class TensorBoardStatusDict(TypedDict, total=False):
+    """TensorBoardStatus as stored: JSON field names, every field optional."""
+
+    ready: bool
+    url: str
+    reason: str
+    message: str

@@ -6,7 +6,13 @@ from __future__ import annotations
 from typing import Any, cast
 
 from torchjob.api import constants
-from torchjob.api.types import ConditionStatus, ConditionType, JobPhase
+from torchjob.api.types import (
+    ConditionDict,
+    ConditionStatus,
+    ConditionType,
+    ContainerStatusDict,
+    JobPhase,
+)
 from torchjob.lifecycle.backoff import PendingRestart
 from torchjob.lifecycle.observe import ContainerView
 from torchjob.lifecycle.round import Outcome, Round
@@ -83,7 +89,7 @@ def _all_started(state: Round) -> bool:
 
 def _conditions(
     state: Round, phase: JobPhase, outcome: Outcome | None, now: str
-) -> list[dict[str, Any]]:
+) -> list[ConditionDict]:
     generation = state.observed.job_meta.get("generation", 0)
     previous = {c.get("type"): c for c in state.observed.status.get("conditions") or []}
     wanted = _wanted_conditions(state, phase, outcome)
@@ -101,7 +107,7 @@ def condition(
     generation: int,
     now: str,
     before: dict[str, Any] | None,
-) -> dict[str, Any]:
+) -> ConditionDict:
     """A condition as of `now`: its lastTransitionTime moves only when its status changes from
     what it was `before`."""
     since = (before or {}).get("lastTransitionTime")
@@ -221,8 +227,8 @@ def _replica_status(state: Round, kind: str, index: int, pod_name: str) -> dict[
     return entry
 
 
-def _container_status(container: ContainerView) -> dict[str, Any]:
-    entry: dict[str, Any] = {"name": container.name, "state": container.state}
+def _container_status(container: ContainerView) -> ContainerStatusDict:
+    entry: ContainerStatusDict = {"name": container.name, "state": container.state}
     if container.exit_code is not None:
         entry["exitCode"] = container.exit_code
     if container.reason:
