@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from torchjob.api import queries
+from torchjob.api.objects import ContainerState, PodStatus
 from torchjob.lifecycle.times import format_time
 
 
@@ -22,13 +23,13 @@ def exit_code_of(returncode: int) -> int:
 
 def local_pod_status(
     pod: dict[str, Any], started: datetime, exit_code: int | None, finished: datetime | None
-) -> dict[str, Any]:
+) -> PodStatus:
     """The pod's status: Running until the process exits, then Succeeded (0) or Failed."""
     _, container = queries.training_container_in(pod.get("spec") or {})
     name = container.get("name", "") if container else ""
     since = format_time(started)
     if exit_code is None:
-        state: dict[str, Any] = {"running": {"startedAt": since}}
+        state: ContainerState = {"running": {"startedAt": since}}
         phase = "Running"
     else:
         state = {

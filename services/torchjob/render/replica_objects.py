@@ -11,11 +11,12 @@ from typing import Any
 
 from torchjob.api import constants, queries
 from torchjob.api.jsoncopy import json_copy
+from torchjob.api.objects import OwnerReference
 from torchjob.api.types import API_VERSION, KIND, PyTorchTrainingJobSpec
 from torchjob.render.topology import DEFAULT_MASTER_PORT, MASTER_PORT_NAME, Replica, replica_name
 
 
-def owner_reference(job_meta: dict[str, Any]) -> dict[str, Any]:
+def owner_reference(job_meta: dict[str, Any]) -> OwnerReference:
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,

@@ -1,0 +1,68 @@
+"""The shapes of the Kubernetes objects the code builds and reads, as the JSON they are sent and
+stored as: TypedDicts, so they cost nothing at run time (kopf's `_cogs/structs/bodies.py` is the
+model). Only the fields the code touches are declared; every field is optional, as in the API."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class OwnerReference(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool
+    blockOwnerDeletion: bool
+
+
+class ObjectMeta(TypedDict, total=False):
+    name: str
+    generateName: str
+    namespace: str
+    uid: str
+    resourceVersion: str
+    generation: int
+    creationTimestamp: str
+    deletionTimestamp: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    ownerReferences: list[OwnerReference]
+
+
+class ContainerStateTerminated(TypedDict, total=False):
+    exitCode: int
+    reason: str
+    startedAt: str
+    finishedAt: str
+
+
+class ContainerState(TypedDict, total=False):
+    waiting: dict[str, Any]
+    running: dict[str, Any]
+    terminated: ContainerStateTerminated
+
+
+class ContainerStatus(TypedDict, total=False):
+    name: str
+    state: ContainerState
+    lastState: ContainerState
+    ready: bool
+    restartCount: int
+
+
+class PodStatus(TypedDict, total=False):
+    phase: str
+    reason: str
+    message: str
+    podIP: str
+    startTime: str
+    containerStatuses: list[ContainerStatus]
+
+
+class Pod(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    metadata: ObjectMeta
+    spec: dict[str, Any]
+    status: PodStatus
