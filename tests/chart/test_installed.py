@@ -226,7 +226,7 @@ def refused_attempts(installation: Installation, job_namespace: str) -> list[Att
         Attempt("reconciler", ("delete", "ptj", "any", "-n", job_namespace)),
         Attempt("reconciler", ("patch", "ptj", "any", "-n", job_namespace, "-p", "{}")),
         Attempt("reconciler", ("get", "secrets", "-n", job_namespace)),
-        Attempt("reconciler", ("delete", "service", "any", "-n", job_namespace)),
+        Attempt("reconciler", ("patch", "service", "any", "-n", job_namespace, "-p", "{}")),
         Attempt("reconciler", ("get", "lease", "someone-elses", "-n", ns)),
         # The housekeeper cleans up; it creates no pods or jobs and reads no Secrets.
         Attempt("housekeeper", create, POD),

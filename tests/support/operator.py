@@ -35,12 +35,6 @@ SERVICES = ("webhook", "reconciler", "housekeeper")
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 WEBHOOK_CONFIGURATION_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 Rules = list[dict[str, Any]]
-# What a service does that the chart's RBAC does not allow, granted here by a ClusterRole of its
-# own beside the chart's until the chart grants it: the reconciler deletes the Services of the
-# replicas an elastic scale-down removes (reconciler/executor.py).
-MISSING_FROM_CHART: dict[str, Rules] = {
-    "reconciler": [{"apiGroups": [""], "resources": ["services"], "verbs": ["delete"]}],
-}
 
 
 def rendered(**settings: object) -> list[Manifest]:
@@ -97,29 +91,6 @@ def install_rbac(control_plane: ControlPlane) -> None:
     them."""
     control_plane.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
     apply(control_plane, [m for part in SERVICES for m in _rbac(rendered(), part)])
-    apply(control_plane, [m for part in MISSING_FROM_CHART for m in _missing_from_chart(part)])
-
-
-def _missing_from_chart(part: str) -> list[Manifest]:
-    """A ClusterRole granting MISSING_FROM_CHART[part], bound to the ServiceAccount of `part`."""
-    account = service_account(part)
-    name = f"{account}-missing-from-chart"
-    rbac = "rbac.authorization.k8s.io"
-    role = {
-        "apiVersion": f"{rbac}/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": name},
-        "rules": MISSING_FROM_CHART[part],
-    }
-    subject = {"kind": "ServiceAccount", "name": account, "namespace": SYSTEM_NAMESPACE}
-    binding = {
-        "apiVersion": f"{rbac}/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": name},
-        "subjects": [subject],
-    }
-    return [role, binding]
 
 
 def _renamed(objects: Iterable[Manifest], suffix: str) -> list[Manifest]:
