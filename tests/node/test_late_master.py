@@ -7,39 +7,33 @@ from __future__ import annotations
 
 from typing import Any
 
+from support.jobs import JobBuilder
 from support.node import Node, running
 
 HOLD = "torchjob.test/hold-the-master"
 
 
 def late_master_job(image: str) -> dict[str, Any]:
-    def replica(kind: str, gates: list[dict[str, str]]) -> dict[str, Any]:
-        container = {
-            "name": "python",
-            "image": image,
-            "workingDir": "/workspace",
-            "args": ["train.py", "--epochs", "2", "--log_dir", "runs/late"],
-            # Small requests: both replicas and the chart's services fit on two cores.
-            "resources": {
-                "requests": {"cpu": "250m", "memory": "512Mi"},
-                "limits": {"cpu": "1", "memory": "2Gi"},
-            },
-        }
-        spec: dict[str, Any] = {"containers": [container]}
-        if gates:
-            spec["schedulingGates"] = gates
-        return {"type": kind, "replicas": 1, "template": {"spec": spec}}
-
-    return {
-        "apiVersion": "batch.tensorstack.dev/v1beta1",
-        "kind": "PyTorchTrainingJob",
-        "metadata": {"name": "late"},
-        "spec": {
-            "torchrunConfig": {"enabled": True, "procPerNode": "1"},
-            "runPolicy": {"backoffLimit": 3, "activeDeadlineSeconds": 1800},
-            "replicaSpecs": [replica("master", [{"name": HOLD}]), replica("worker", [])],
+    """A master and a worker training the example with torchrun; the master held back."""
+    container = {
+        "name": "python",
+        "image": image,
+        "workingDir": "/workspace",
+        "args": ["train.py", "--epochs", "2", "--log_dir", "runs/late"],
+        "resources": {
+            "requests": {"cpu": "250m", "memory": "512Mi"},
+            "limits": {"cpu": "1", "memory": "2Gi"},
         },
     }
+    return (
+        JobBuilder("late")
+        .replicas("master", 1, container=container)
+        .replicas("worker", 1, container=container)
+        .pod_spec("master", schedulingGates=[{"name": HOLD}])
+        .torchrun(procPerNode="1")
+        .run_policy(backoffLimit=3, activeDeadlineSeconds=1800)
+        .build()
+    )
 
 
 def test_workers_started_before_the_master_has_an_ip_still_succeed(

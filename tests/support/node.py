@@ -11,7 +11,6 @@ import shlex
 import shutil
 import subprocess
 import textwrap
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,9 @@ import yaml
 from torchjob.api.constants import LABEL_JOB_NAME
 
 from .controlplane import REPO_ROOT, KubectlError
+from .eventually import eventually_sync
 from .helm import HelmError, helm_binary
+from .jobs import JobBuilder
 
 NODE_SCRIPT = REPO_ROOT / "hack" / "node.sh"
 COMMON_SCRIPT = REPO_ROOT / "hack" / "node" / "common.sh"
@@ -82,15 +83,10 @@ def run_node_script(command: str, log_path: Path) -> None:
 def wait_until(
     what: str, probe: Callable[[], T | None], timeout: float = SLOW, interval: float = POLL_INTERVAL
 ) -> T:
-    """The first truthy value of `probe()`, or AssertionError naming `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not after {timeout:.0f}s")
-        time.sleep(interval)
+    """The first truthy value of `probe()`, polled at the pace real pods change."""
+    found = eventually_sync(probe, what, timeout=timeout, interval=interval)
+    assert found is not None
+    return found
 
 
 @dataclass(frozen=True)
@@ -256,37 +252,26 @@ def training_job(
     restart_policy: str = "ExitCode",
     backoff_limit: int = 3,
     limits: dict[str, str] | None = None,
-    command: list[str] | None = None,
 ) -> Manifest:
-    """A PyTorchTrainingJob of one `worker` replica spec running `command args` (plain python
-    unless `command` says otherwise), with no torchrun."""
+    """A PyTorchTrainingJob of one `worker` replica spec running `python args`, no torchrun."""
     container: Manifest = {
         "name": "python",
         "image": image,
-        "command": command or ["python"],
+        "command": ["python"],
         "args": args,
-        # Small requests, so that the tests' jobs fit on the node beside the chart's services.
-        "resources": {
-            "requests": {"cpu": "100m", "memory": "64Mi"},
-            "limits": limits or {"cpu": "500m", "memory": "256Mi"},
-        },
+        "resources": small_resources(limits or {"cpu": "500m", "memory": "256Mi"}),
     }
-    return {
-        "apiVersion": "batch.tensorstack.dev/v1beta1",
-        "kind": "PyTorchTrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "runPolicy": {"backoffLimit": backoff_limit, "activeDeadlineSeconds": 3600},
-            "replicaSpecs": [
-                {
-                    "type": "worker",
-                    "replicas": replicas,
-                    "restartPolicy": restart_policy,
-                    "template": {"spec": {"containers": [container]}},
-                }
-            ],
-        },
-    }
+    return (
+        JobBuilder(name)
+        .replicas("worker", replicas, container=container, restartPolicy=restart_policy)
+        .run_policy(backoffLimit=backoff_limit, activeDeadlineSeconds=3600)
+        .build()
+    )
+
+
+def small_resources(limits: dict[str, str]) -> Manifest:
+    """Small requests under `limits`, so that the tests' jobs fit beside the chart's services."""
+    return {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": limits}
 
 
 def host_path_claim(node: Node, namespace: str, claim: str, size: str = "1Gi") -> Path:
