@@ -72,7 +72,7 @@ generate: $(STAMP) ## regenerate the CRD, the Python API model and docs/api.md f
 	$(BIN)/ruff format --quiet services/torchjob/api/types.py
 
 .PHONY: lint
-lint: $(STAMP) ## ruff, mypy (strict on the pure layers) and the layer contracts
+lint: $(STAMP) ## ruff, mypy (strict) and the layer contracts
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
