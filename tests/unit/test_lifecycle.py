@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from support.planning import NOW, conditions, observe, services, settle, spec
 
 from torchjob.api import constants
+from torchjob.api.objects import PodPhase
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.lifecycle.observe import ContainerView, PodView, view_pod
 from torchjob.lifecycle.plan import Plan
@@ -22,7 +23,7 @@ _uids = itertools.count()
 def pod(
     kind: str,
     index: int,
-    phase: str = "Running",
+    phase: PodPhase = "Running",
     exit_code: int | None = None,
     *,
     uid: str | None = None,
@@ -49,7 +50,7 @@ def pod(
     )
 
 
-def all_pods(job: PyTorchTrainingJobSpec, phase: str = "Running") -> list[PodView]:
+def all_pods(job: PyTorchTrainingJobSpec, phase: PodPhase = "Running") -> list[PodView]:
     out = []
     for replica_spec in job.replica_specs or []:
         for index in range(replica_spec.replicas or 1):
@@ -423,7 +424,7 @@ PHASES = st.sampled_from(["Pending", "Running", "Succeeded", "Failed"])
     policy=st.sampled_from(["Never", "OnFailure", "ExitCode", "Always"]),
 )
 def test_same_observations_same_plan_in_any_order(
-    phases: list[str], codes: list[int], order: list[int], policy: str
+    phases: list[PodPhase], codes: list[int], order: list[int], policy: str
 ) -> None:
     job = spec(policy)
     keys = [("master", 0), ("worker", 0), ("worker", 1)]

@@ -13,6 +13,7 @@ import pytest
 from support.planning import META, NOW, conditions, services, settle, spec
 
 from torchjob.api import constants
+from torchjob.api.objects import PodPhase
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.lifecycle.backoff import RestartBackoff, next_in_a_row
 from torchjob.lifecycle.observe import ContainerView, PodView, view_pod
@@ -52,7 +53,7 @@ def ended(
     in_a_row: int = 0,
     deleting: bool = False,
 ) -> PodView:
-    phase = "Succeeded" if code == 0 else "Failed"
+    phase: PodPhase = "Succeeded" if code == 0 else "Failed"
     return replace(
         running(kind, index, in_a_row=in_a_row),
         phase=phase,

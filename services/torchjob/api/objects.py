@@ -4,7 +4,10 @@ model). Only the fields the code touches are declared; every field is optional, 
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
+
+# A pod's phase (`status.phase`), as the kubelet reports it.
+PodPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]
 
 
 class OwnerReference(TypedDict, total=False):
@@ -52,7 +55,7 @@ class ContainerStatus(TypedDict, total=False):
 
 
 class PodStatus(TypedDict, total=False):
-    phase: str
+    phase: PodPhase
     reason: str
     message: str
     podIP: str

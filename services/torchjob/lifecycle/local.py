@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from torchjob.api import queries
-from torchjob.api.objects import ContainerState, PodStatus
+from torchjob.api.objects import ContainerState, PodPhase, PodStatus
 from torchjob.lifecycle.times import format_time
 
 
@@ -30,7 +30,7 @@ def local_pod_status(
     since = format_time(started)
     if exit_code is None:
         state: ContainerState = {"running": {"startedAt": since}}
-        phase = "Running"
+        phase: PodPhase = "Running"
     else:
         state = {
             "terminated": {

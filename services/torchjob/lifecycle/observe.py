@@ -7,10 +7,11 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from torchjob.api import constants, queries
+from torchjob.api.objects import PodPhase
 from torchjob.lifecycle.times import parse_time
 
 # The pod phases after which a pod's containers run no more.
-FINISHED_PHASES = ("Succeeded", "Failed")
+FINISHED_PHASES: tuple[PodPhase, ...] = ("Succeeded", "Failed")
 # Terminated reasons that say no more than the exit code does; any other is worth naming.
 PLAIN_REASONS = frozenset({"Error", "Completed"})
 
@@ -28,7 +29,7 @@ class PodView:
     uid: str
     replica_type: str
     index: int
-    phase: str  # Pending, Running, Succeeded, Failed, Unknown
+    phase: PodPhase
     exit_code: int | None  # the training container's, once it terminated
     deleting: bool
     backoff_count: int  # the annotation the pod was created with
