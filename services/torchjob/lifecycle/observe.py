@@ -7,7 +7,13 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from torchjob.api import constants, queries
-from torchjob.api.objects import PodPhase
+from torchjob.api.objects import (
+    ContainerStateTerminated,
+    ContainerStatus,
+    ObjectMeta,
+    PodPhase,
+    PodStatus,
+)
 from torchjob.lifecycle.times import parse_time
 
 # The pod phases after which a pod's containers run no more.
@@ -50,15 +56,17 @@ class PodView:
 
 def view_pod(pod: dict[str, Any]) -> PodView | None:
     """The pod as the lifecycle sees it; None when it is not a replica pod (labels missing)."""
-    meta = pod.get("metadata") or {}
+    meta: ObjectMeta = pod.get("metadata") or ObjectMeta()
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
     index = labels.get(constants.LABEL_REPLICA_INDEX, "")
     replica_type = labels.get(constants.LABEL_REPLICA_TYPE)
     if not replica_type or not index.isdigit():
         return None
-    status = pod.get("status") or {}
-    statuses = [s for s in status.get("containerStatuses") or [] if isinstance(s, dict)]
+    status: PodStatus = pod.get("status") or PodStatus()
+    statuses: list[ContainerStatus] = [
+        s for s in status.get("containerStatuses") or [] if isinstance(s, dict)
+    ]
     _, training = queries.training_container_in(pod.get("spec") or {})
     training_name = str(training.get("name", "")) if training else ""
     ended = _terminated(statuses, training_name)
@@ -82,7 +90,7 @@ def view_pod(pod: dict[str, Any]) -> PodView | None:
     )
 
 
-def _container(status: dict[str, Any]) -> ContainerView:
+def _container(status: ContainerStatus) -> ContainerView:
     state = status.get("state") or {}
     name = status.get("name", "")
     for kind in ("terminated", "running", "waiting"):
@@ -98,7 +106,7 @@ def _container(status: dict[str, Any]) -> ContainerView:
     return ContainerView(name, "waiting")
 
 
-def _terminated(statuses: list[dict[str, Any]], training_name: str) -> dict[str, Any]:
+def _terminated(statuses: list[ContainerStatus], training_name: str) -> ContainerStateTerminated:
     """The training container's terminated state; {} while it has not terminated."""
     for status in statuses:
         if status.get("name") == training_name:
@@ -107,21 +115,21 @@ def _terminated(statuses: list[dict[str, Any]], training_name: str) -> dict[str,
     return {}
 
 
-def _reason(ended: dict[str, Any], status: dict[str, Any]) -> str | None:
+def _reason(ended: ContainerStateTerminated, status: PodStatus) -> str | None:
     for reason in (ended.get("reason"), None if ended else status.get("reason")):
         if isinstance(reason, str) and reason and reason not in PLAIN_REASONS:
             return reason
     return None
 
 
-def _last_finish(statuses: list[dict[str, Any]]) -> datetime | None:
+def _last_finish(statuses: list[ContainerStatus]) -> datetime | None:
     """The latest termination of any container: a pod whose training container never ran
     (evicted before it started, say) still ended when its last container did."""
     ends = [((s.get("state") or {}).get("terminated") or {}).get("finishedAt") for s in statuses]
     return max((moment for end in ends if (moment := parse_time(end))), default=None)
 
 
-def _ran_seconds(ended: dict[str, Any], status: dict[str, Any]) -> float | None:
+def _ran_seconds(ended: ContainerStateTerminated, status: PodStatus) -> float | None:
     """From the container's start (the pod's, when the container reports none) to its end. A
     container that never started reports a start before the pod's own (containerd gives the
     epoch): it ran for 0 seconds."""
