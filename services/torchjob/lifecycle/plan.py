@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from torchjob.api import constants, queries
-from torchjob.api.types import PyTorchTrainingJobSpec
+from torchjob.api.types import ConditionDict, ConditionType, JobPhase, PyTorchTrainingJobSpec
 from torchjob.lifecycle.backoff import (
     DEFAULT_BACKOFF,
     PendingRestart,
@@ -29,7 +29,13 @@ from torchjob.lifecycle.backoff import (
 )
 from torchjob.lifecycle.observe import FINISHED_PHASES, PodView
 from torchjob.lifecycle.round import Observed, Outcome, Round
-from torchjob.lifecycle.status import build_status, is_terminal, ours, recorded
+from torchjob.lifecycle.status import (
+    PAUSED_PHASES,
+    build_status,
+    is_terminal,
+    ours,
+    recorded,
+)
 from torchjob.lifecycle.times import parse_time, seconds_text
 from torchjob.render.topology import Replica, replica_name, replicas_of
 
@@ -234,7 +240,7 @@ def _create(
         constants.ANNOTATION_CONSECUTIVE_RESTARTS: str(in_a_row),
         **(extra or {}),
     }
-    if state.observed.status.get("phase") in ("Paused", "Resuming"):
+    if state.observed.status.get("phase") in PAUSED_PHASES:
         annotations[constants.ANNOTATION_RESUMING] = "true"
     state.uid_dropped.add(name)
     state.plan.create_pods.append(PodToCreate(replica, annotations))
@@ -389,10 +395,12 @@ def _scale_events(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:
 
 
 def _phase_events(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:
-    phase = new.get("phase")
+    phase: JobPhase | None = new.get("phase")
     if old.get("phase") == phase or (phase == "Pending" and not old.get("phase")):
         return []  # a new job is pending by the user's own act: no news
-    conditions = {c["type"]: c for c in new.get("conditions") or []}
+    conditions: dict[ConditionType, ConditionDict] = {
+        c["type"]: c for c in new.get("conditions") or []
+    }
     if phase == "Failed":
         failed = conditions["Failed"]
         return [Event("Warning", failed["reason"], failed["message"])]

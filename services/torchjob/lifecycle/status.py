@@ -20,6 +20,8 @@ from torchjob.lifecycle.times import format_time, seconds_text
 from torchjob.render.topology import replica_name
 
 TERMINAL_CONDITIONS: tuple[ConditionType, ...] = ("Completed", "Failed")
+# The phases of a job paused, or paused before and not running again yet.
+PAUSED_PHASES: tuple[JobPhase, ...] = ("Paused", "Resuming")
 # What a condition holds besides its type: status, reason, message.
 Wanted = tuple[ConditionStatus, str, str]
 
@@ -65,6 +67,7 @@ def build_status(state: Round, *, starting: bool) -> dict[str, Any]:
 
 def _phase(state: Round, outcome: Outcome | None) -> JobPhase:
     old = state.observed.status
+    was: JobPhase | None = old.get("phase")
     if is_terminal(old):
         return cast(JobPhase, str(old.get("phase")))
     if outcome is not None:
@@ -74,9 +77,9 @@ def _phase(state: Round, outcome: Outcome | None) -> JobPhase:
         return "Paused"
     if _all_started(state):
         return "Running"
-    if old.get("phase") in ("Paused", "Resuming"):
+    if was in PAUSED_PHASES:
         return "Resuming"
-    return "Running" if old.get("phase") == "Running" else "Pending"
+    return "Running" if was == "Running" else "Pending"
 
 
 def _all_started(state: Round) -> bool:
