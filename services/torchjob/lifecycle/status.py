@@ -12,6 +12,8 @@ from torchjob.api.types import (
     ConditionType,
     ContainerStatusDict,
     JobPhase,
+    ReplicaStatusDict,
+    TaskStatusDict,
 )
 from torchjob.lifecycle.backoff import PendingRestart
 from torchjob.lifecycle.observe import ContainerView
@@ -200,9 +202,9 @@ def _all_created(state: Round) -> bool:
     return True
 
 
-def _tasks(state: Round) -> list[dict[str, Any]]:
+def _tasks(state: Round) -> list[TaskStatusDict]:
     name = state.observed.job_meta["name"]
-    tasks: dict[str, dict[str, Any]] = {}
+    tasks: dict[str, TaskStatusDict] = {}
     for spec in state.observed.spec.replica_specs or []:
         kind = spec.type or ""
         restarts = state.restarts_by_type.get(kind, 0)
@@ -215,19 +217,21 @@ def _tasks(state: Round) -> list[dict[str, Any]]:
     return list(tasks.values())
 
 
-def _replica_status(state: Round, kind: str, index: int, pod_name: str) -> dict[str, Any]:
+def _replica_status(state: Round, kind: str, index: int, pod_name: str) -> ReplicaStatusDict:
     pod = state.pods.get((kind, index))
     if pod is None or pod_name in state.uid_dropped or pod.deleting:
         seen = {} if pod_name in state.uid_dropped else recorded(state.observed.status, pod_name)
         uid = seen.get("uid")
         carried = seen.get("consecutiveRestarts")
         in_a_row = state.in_a_row.get(pod_name, carried if isinstance(carried, int) else 0)
-        return {"name": pod_name, **({"uid": uid} if uid else {}), **_in_a_row(in_a_row)}
-    entry: dict[str, Any] = {"name": pod_name, "uid": pod.uid, "phase": pod.phase}
+        gone: ReplicaStatusDict = {"name": pod_name}
+        if uid:
+            gone["uid"] = uid
+        return _with_in_a_row(gone, in_a_row)
+    entry: ReplicaStatusDict = {"name": pod_name, "uid": pod.uid, "phase": pod.phase}
     if pod.containers:
         entry["containers"] = [_container_status(c) for c in pod.containers]
-    entry.update(_in_a_row(state.in_a_row.get(pod_name, pod.consecutive_restarts)))
-    return entry
+    return _with_in_a_row(entry, state.in_a_row.get(pod_name, pod.consecutive_restarts))
 
 
 def _container_status(container: ContainerView) -> ContainerStatusDict:
@@ -239,8 +243,11 @@ def _container_status(container: ContainerView) -> ContainerStatusDict:
     return entry
 
 
-def _in_a_row(count: int) -> dict[str, int]:
-    return {"consecutiveRestarts": count} if count else {}
+def _with_in_a_row(entry: ReplicaStatusDict, count: int) -> ReplicaStatusDict:
+    """`entry` with its restarts in a row, which it shows only when there are some."""
+    if count:
+        entry["consecutiveRestarts"] = count
+    return entry
 
 
 def recorded(status: dict[str, Any], pod_name: str) -> dict[str, Any]:
