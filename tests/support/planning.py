@@ -45,7 +45,7 @@ def observe(
 ) -> Plan:
     """The plan for one round that observes `pods` (and every Service unless `svcs`)."""
     return plan(
-        Observed(META, job, status or {}, pods, services(job) if svcs is None else svcs, now)
+        Observed.of_json(META, job, status, pods, services(job) if svcs is None else svcs, now)
     )
 
 

@@ -77,7 +77,7 @@ def decide(
     now: datetime = NOW,
     rule: RestartBackoff = RULE,
 ) -> Plan:
-    return plan(Observed(META, job, status, pods, services(job), now), rule)
+    return plan(Observed.of_json(META, job, status, pods, services(job), now), rule)
 
 
 def entry(status: dict[str, Any], name: str) -> dict[str, Any]:

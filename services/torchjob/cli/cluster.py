@@ -17,7 +17,7 @@ from torchjob.render.topology import Replica
 
 def first_plan(job: AdmittedJob) -> Plan:
     """The reconciler's plan for a job it sees for the first time: nothing exists yet."""
-    return plan(Observed(job.meta, job.spec, {}, [], frozenset(), datetime.now(UTC)))
+    return plan(Observed.of_json(job.meta, job.spec, {}, [], frozenset(), datetime.now(UTC)))
 
 
 def admitted_pod(

@@ -198,7 +198,7 @@ class LocalRunner:
             for r in replicas_of(self.job.spec)
             if self._host(r) in self.ports
         )
-        return Observed(
+        return Observed.of_json(
             self.job.meta, self.job.spec, self.status, views, services, datetime.now(UTC)
         )
 

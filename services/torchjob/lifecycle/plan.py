@@ -14,6 +14,7 @@ reconcile that decides to wait asks to be run again when the wait is over.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
@@ -379,11 +380,11 @@ def _status_can_wait(state: _Planning) -> bool:
     return creates and not deletes and state.outcome is None and state.backoff_count == recorded
 
 
-def _transition_events(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:
+def _transition_events(old: Mapping[str, Any], new: dict[str, Any]) -> list[Event]:
     return _scale_events(old, new) + _phase_events(old, new)
 
 
-def _scale_events(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:
+def _scale_events(old: Mapping[str, Any], new: dict[str, Any]) -> list[Event]:
     before = {t.get("type"): len(t.get("replicas") or []) for t in old.get("tasks") or []}
     events = []
     for task in new.get("tasks") or []:
@@ -394,7 +395,7 @@ def _scale_events(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:
     return events
 
 
-def _phase_events(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:
+def _phase_events(old: Mapping[str, Any], new: dict[str, Any]) -> list[Event]:
     phase: JobPhase | None = new.get("phase")
     if old.get("phase") == phase or (phase == "Pending" and not old.get("phase")):
         return []  # a new job is pending by the user's own act: no news

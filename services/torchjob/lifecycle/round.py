@@ -7,11 +7,13 @@ round's facts alone, so the status builder never needs to know how the planner d
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from torchjob.api.types import PyTorchTrainingJobSpec
+from torchjob.api.objects import ObjectMeta
+from torchjob.api.types import PyTorchTrainingJobSpec, PyTorchTrainingJobStatusDict
 from torchjob.lifecycle.backoff import PendingRestart
 from torchjob.lifecycle.observe import PodView
 from torchjob.render.topology import Replica
@@ -24,12 +26,33 @@ PodKey = tuple[str, int]
 class Observed:
     """The job and what the caches show of its pods and Services at `now`."""
 
-    job_meta: dict[str, Any]
+    job_meta: ObjectMeta
     spec: PyTorchTrainingJobSpec
-    status: dict[str, Any]
+    status: PyTorchTrainingJobStatusDict
     pods: list[PodView]
     services: frozenset[str]  # names of the job's Services
     now: datetime
+
+    @classmethod
+    def of_json(
+        cls,
+        job_meta: Mapping[str, Any],
+        spec: PyTorchTrainingJobSpec,
+        status: Mapping[str, Any] | None,
+        pods: list[PodView],
+        services: frozenset[str],
+        now: datetime,
+    ) -> Observed:
+        """Observations of a job as stored (JSON-shaped dicts), seen through their types; no
+        copy and no check: the apiserver's schema stands behind the shapes."""
+        return cls(
+            cast(ObjectMeta, job_meta),
+            spec,
+            cast(PyTorchTrainingJobStatusDict, status or {}),
+            pods,
+            services,
+            now,
+        )
 
 
 @dataclass(frozen=True, slots=True)

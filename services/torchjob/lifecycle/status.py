@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, cast
 
 from torchjob.api import constants
@@ -31,11 +32,11 @@ Wanted = tuple[ConditionStatus, str, str]
 NOT_OURS = ("tensorboard",)
 
 
-def ours(status: dict[str, Any]) -> dict[str, Any]:
+def ours(status: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in status.items() if k not in NOT_OURS}
 
 
-def is_terminal(status: dict[str, Any]) -> bool:
+def is_terminal(status: Mapping[str, Any]) -> bool:
     return any(
         c.get("type") in TERMINAL_CONDITIONS and c.get("status") == "True"
         for c in status.get("conditions") or []
@@ -111,7 +112,7 @@ def condition(
     message: str,
     generation: int,
     now: str,
-    before: dict[str, Any] | None,
+    before: Mapping[str, Any] | None,
 ) -> ConditionDict:
     """A condition as of `now`: its lastTransitionTime moves only when its status changes from
     what it was `before`."""
@@ -130,8 +131,8 @@ def condition(
 def _wanted_conditions(
     state: Round, phase: JobPhase, outcome: Outcome | None
 ) -> dict[ConditionType, Wanted]:
-    old: dict[ConditionType, dict[str, Any]] = {
-        c.get("type"): c for c in state.observed.status.get("conditions") or []
+    old: dict[ConditionType, Mapping[str, Any]] = {
+        c["type"]: c for c in state.observed.status.get("conditions") or [] if "type" in c
     }
     if is_terminal(state.observed.status):
         return {
@@ -250,7 +251,7 @@ def _with_in_a_row(entry: ReplicaStatusDict, count: int) -> ReplicaStatusDict:
     return entry
 
 
-def recorded(status: dict[str, Any], pod_name: str) -> dict[str, Any]:
+def recorded(status: Mapping[str, Any], pod_name: str) -> dict[str, Any]:
     """The replica's entry in `status.tasks[].replicas[]`; {} when it has none."""
     for task in status.get("tasks") or []:
         for replica in task.get("replicas") or []:

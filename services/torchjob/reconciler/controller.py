@@ -141,6 +141,6 @@ class Reconciler:
         services = frozenset(
             s["metadata"]["name"] for s in self.services.by_index(OWNER_INDEX, uid)
         )
-        return Observed(
+        return Observed.of_json(
             meta, spec, dict(job.get("status") or {}), pods, services, datetime.now(UTC)
         )
