@@ -90,14 +90,13 @@ class SecretCertificateStore:
 
     async def _ensure_once(self) -> CertBundle:
         secret = await self._read()
+        owner = await self._owner() if self._owner is not None else None
         if secret is None:
-            return await self._create(self._new_bundle())
+            return await self._create(self._new_bundle(), owner)
         stored = bundle_from_secret_data(secret.data or {})
         if stored is None:
             # Garbled or edited by hand: starting over beats failing on every start forever.
-            return await self._replace(secret, self._new_bundle())
-        if await self._needs_owner(secret):
-            return await self._replace(secret, stored)
+            return await self._replace(secret, self._new_bundle(), owner)
         renewed = renew(
             stored,
             self._dns_names,
@@ -107,9 +106,11 @@ class SecretCertificateStore:
             self._cert_validity,
             self._rotate_fraction,
         )
-        if renewed is None:
+        if renewed is None and not _lacks_owner(secret, owner):
             return stored
-        return await self._replace(secret, renewed)
+        # A Secret written before it had an owner is adopted (with the bundle it holds when
+        # that is still good), so that it goes with its owner.
+        return await self._replace(secret, renewed or stored, owner)
 
     def _new_bundle(self) -> CertBundle:
         return new_bundle(
@@ -127,25 +128,15 @@ class SecretCertificateStore:
         except NotFound:
             return None
 
-    async def _owner_references(self) -> list[client.V1OwnerReference] | None:
-        owner = await self._owner() if self._owner is not None else None
-        return [owner] if owner is not None else None
-
-    async def _needs_owner(self, secret: client.V1Secret) -> bool:
-        """A Secret written before it had an owner is adopted, so that it goes with its owner."""
-        owners = await self._owner_references()
-        if not owners:
-            return False
-        present = {reference.uid for reference in secret.metadata.owner_references or []}
-        return owners[0].uid not in present
-
-    async def _create(self, bundle: CertBundle) -> CertBundle:
+    async def _create(
+        self, bundle: CertBundle, owner: client.V1OwnerReference | None
+    ) -> CertBundle:
         secret = client.V1Secret(
             metadata=client.V1ObjectMeta(
                 name=self._secret_name,
                 namespace=self._namespace,
                 labels=dict(MANAGED_BY_LABELS),
-                owner_references=await self._owner_references(),
+                owner_references=[owner] if owner is not None else None,
             ),
             type=SECRET_TYPE,
             data=secret_data(bundle),
@@ -156,18 +147,24 @@ class SecretCertificateStore:
             )
         return bundle
 
-    async def _replace(self, secret: client.V1Secret, bundle: CertBundle) -> CertBundle:
+    async def _replace(
+        self, secret: client.V1Secret, bundle: CertBundle, owner: client.V1OwnerReference | None
+    ) -> CertBundle:
         # The resourceVersion read along with the Secret makes this fail with Conflict if anyone
         # wrote since. The type is left as found: it cannot be changed in place.
         secret.data = secret_data(bundle)
-        owners = await self._owner_references()
-        if owners and await self._needs_owner(secret):
-            secret.metadata.owner_references = [*(secret.metadata.owner_references or []), *owners]
+        if owner is not None and _lacks_owner(secret, owner):
+            secret.metadata.owner_references = [*(secret.metadata.owner_references or []), owner]
         async with translated():
             await self._core.replace_namespaced_secret(
                 self._secret_name, self._namespace, secret, field_manager=FIELD_MANAGER
             )
         return bundle
+
+
+def _lacks_owner(secret: client.V1Secret, owner: client.V1OwnerReference | None) -> bool:
+    present = {reference.uid for reference in secret.metadata.owner_references or []}
+    return owner is not None and owner.uid not in present
 
 
 def webhook_configuration_owner(api_client: client.ApiClient, validating_name: str) -> OwnerLookup:
