@@ -125,20 +125,11 @@ restore_host_network() {
 }
 
 remove_kube_chains() {
-  # kube-proxy's and the CNI plugins' chains: flush the references first, then the chains.
-  local table chain
+  # kube-proxy's and the CNI plugins' chains and every rule that jumps to one: the table is
+  # restored without them, in one step, and everything else in it as it was.
+  local table pattern='^:(KUBE|CNI)-|^-A (KUBE|CNI)-|-j (KUBE|CNI)-'
   for table in filter nat mangle; do
-    iptables-save -t "$table" 2>/dev/null | sed -n 's/^-A \([A-Z]*\) .*-j \(KUBE-[A-Z0-9-]*\|CNI-[A-Za-z0-9-]*\).*/\1 \2/p' |
-      sort -u | while read -r chain target; do
-        iptables-save -t "$table" | grep -E "^-A $chain .*-j $target( |$)" | sed 's/^-A/-D/' |
-          while read -r rule; do eval "iptables -t $table $rule" 2>/dev/null || true; done
-      done
-    for chain in $(iptables-save -t "$table" 2>/dev/null | sed -n 's/^:\(KUBE-[A-Z0-9-]*\|CNI-[A-Za-z0-9-]*\) .*/\1/p'); do
-      iptables -t "$table" -F "$chain" 2>/dev/null || true
-    done
-    for chain in $(iptables-save -t "$table" 2>/dev/null | sed -n 's/^:\(KUBE-[A-Z0-9-]*\|CNI-[A-Za-z0-9-]*\) .*/\1/p'); do
-      iptables -t "$table" -X "$chain" 2>/dev/null || true
-    done
+    iptables-save -t "$table" | grep -vE "$pattern" | iptables-restore -T "$table"
   done
 }
 
