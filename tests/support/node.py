@@ -44,7 +44,6 @@ class NodeError(RuntimeError):
 def node_settings() -> dict[str, str]:
     """The names hack/node/common.sh gives paths and images (the one place they are written)."""
     names = [
-        "NODE_DIR",
         "CONTAINERD_SOCKET",
         "IMAGES_DIR",
         "KUBECONFIG_ADMIN",
@@ -54,7 +53,6 @@ def node_settings() -> dict[str, str]:
         "BASE_IMAGE",
         "EXAMPLE_IMAGE",
         "TORCHJOB_IMAGE_REPOSITORY",
-        "HELM",
     ]
     script = f"source {shlex.quote(str(COMMON_SCRIPT))}; load_build_dirs; " + "; ".join(
         f'echo "{name}=${name}"' for name in names
