@@ -16,6 +16,7 @@ from structlog.testing import capture_logs
 from support.eventually import eventually
 
 from torchjob.kube.controller import run_workers
+from torchjob.kube.errors import Conflict
 from torchjob.kube.reconcile import Result, TerminalError
 from torchjob.kube.workqueue import WorkQueue
 
@@ -187,3 +188,24 @@ async def test_queue_depth_is_exported_while_workers_run() -> None:
         release.set()
         await wait_for(lambda: depth() == 0)
     assert depth() is None
+
+
+async def test_an_apiserver_refusal_is_logged_by_its_message_and_a_fault_by_its_traceback() -> None:
+    queue = new_queue()
+    failures = [Conflict(409, "Conflict", "the object has been modified"), KeyError("spec")]
+
+    async def reconcile(key: str) -> Result:
+        if failures:
+            raise failures.pop(0)
+        return Result()
+
+    with capture_logs() as logs:
+        async with workers(queue, reconcile, "failures"):
+            queue.add("ns/a")
+            await wait_for(lambda: reconciles("failures", "success") == 1)
+
+    refused, fault = (entry for entry in logs if entry["event"] == "reconcile failed; retrying")
+    assert refused["error"] == "Conflict: 409 Conflict: the object has been modified"
+    assert refused["exc_info"] is False
+    assert fault["error"] == "KeyError: 'spec'"
+    assert fault["exc_info"] is True

@@ -8,13 +8,19 @@ import asyncio
 import time
 import uuid
 
+import aiohttp
 import structlog
 from prometheus_client import Counter, Gauge, Histogram
 
+from torchjob.kube.errors import KubeError
 from torchjob.kube.reconcile import K, Reconcile, TerminalError
 from torchjob.kube.workqueue import QueueShutDown, WorkQueue
 
 log = structlog.get_logger("torchjob.kube.controller")
+
+# Failures the apiserver or the network report, which a retry is there for: logged with their
+# message, not a traceback, which would say nothing more and bury real faults.
+EXPECTED_FAILURES = (KubeError, aiohttp.ClientError, TimeoutError)
 
 RECONCILES = Counter(
     "torchjob_reconcile_total", "Reconciles finished, by outcome", ["controller", "result"]
@@ -74,14 +80,16 @@ async def _outcome_of(queue: WorkQueue[K], reconcile: Reconcile[K], key: K) -> s
         queue.forget(key)
         log.error("reconcile failed; not retrying", exc_info=True)
         return "terminal"
-    except Exception:
+    except Exception as error:
         retries = queue.retries(key)
         queue.add_rate_limited(key)
+        expected = isinstance(error, EXPECTED_FAILURES)
         log.warning(
             "reconcile failed; retrying",
             retries=retries,
             backoff=queue.backoff(retries),
-            exc_info=True,
+            error=f"{type(error).__name__}: {error}",
+            exc_info=not expected,
         )
         return "error"
     queue.forget(key)
