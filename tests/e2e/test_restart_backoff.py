@@ -244,7 +244,7 @@ async def test_the_deadline_is_not_held_back_by_a_wait(
     job = await running_job(kube_client, admitted_namespace, activeDeadlineSeconds=15)
     worker = f"{job.name}-worker-1"
     await fail_with_a_long_wait(job, worker)
-    status = await job.wait_phase("Failed", timeout=40)
+    status = await job.wait_phase("Failed")
     assert condition(status, "Failed")["reason"] == "DeadlineExceeded"
     assert status["backoffCount"] == 0
     await job.wait_pods({worker})  # the running one stopped; the failed one kept, not restarted

@@ -4,9 +4,18 @@ job past its activeDeadlineSeconds is stopped, and Ctrl-C leaves no process behi
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 
-from support.cli import SCRIPTS, descendants, process, run_to_end, running, still_alive
+from support.cli import (
+    SCRIPTS,
+    TorchjobRun,
+    descendants,
+    process,
+    run_to_end,
+    running,
+    still_alive,
+)
 from support.jobs import JobBuilder
 
 
@@ -33,34 +42,46 @@ def test_a_script_exiting_1_fails_the_job(tmp_path: Path) -> None:
 
 
 def test_a_job_past_its_deadline_is_stopped(tmp_path: Path) -> None:
+    # The deadline may pass before torch has started on a busy machine: the job is stopped
+    # all the same, so nothing here waits for training to be under way.
     manifest = (
         ddp("deadline", "--steps", "100000", "--sleep", "0.2")
         .run_policy(activeDeadlineSeconds=20)
         .build()
     )
     with running(manifest, tmp_path) as run:
-        run.wait_for(r"^deadline-worker-0 *\| step 1 ", timeout=60)
-        assert run.process is not None
-        started = descendants(run.process.pid)
-        finished = run.finish(120)
+        started = processes_until_exit(run)
+        finished = run.finish(240)
     assert finished.returncode == 1
     assert finished.condition("Failed")["reason"] == "DeadlineExceeded"
     assert "torchjob: stopping deadline-worker-0" in finished.stderr
     assert "torchjob: stopping deadline-worker-1" in finished.stderr
-    assert not still_alive(started, 10.0)
+    assert started, "no replica process was ever seen"
+    assert not still_alive(started, 60.0)
 
 
 def test_ctrl_c_leaves_no_process_behind(tmp_path: Path) -> None:
     with running(ddp("ctrl-c", "--steps", "100000").build(), tmp_path) as run:
-        run.wait_for(r"^ctrl-c-worker-0 *\| step 2 ", timeout=60)
+        run.wait_for(r"^ctrl-c-worker-0 *\| step 2 ", timeout=240)
         assert run.process is not None
         started = descendants(run.process.pid)
         # two torchrun agents and their training processes (each in a session of its own)
         assert len([p for p in started if "ddp_loop" in _command(p)]) >= 4
         run.signal(signal.SIGINT)
-        finished = run.finish(60)
+        finished = run.finish(240)
     assert finished.returncode == 130
-    assert not still_alive(started, 10.0)
+    assert not still_alive(started, 60.0)
+
+
+def processes_until_exit(run: TorchjobRun, timeout: float = 240.0) -> set[int]:
+    """Every process seen below `torchjob run` until it exits (or `timeout` passes)."""
+    assert run.process is not None
+    seen: set[int] = set()
+    until = time.monotonic() + timeout
+    while run.process.poll() is None and time.monotonic() < until:
+        seen |= descendants(run.process.pid)
+        time.sleep(0.1)
+    return seen
 
 
 def _command(pid: int) -> str:

@@ -10,7 +10,9 @@ from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
 
-TIMEOUT = 30.0
+# Generous: a wait ends as soon as its check holds, so only a failing test waits this long,
+# and a busy machine does not turn a slow pass into a failure.
+TIMEOUT = 120.0
 INTERVAL = 0.1
 
 
