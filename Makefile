@@ -71,6 +71,11 @@ generate: $(STAMP) ## regenerate the CRD, the Python API model and docs/api.md f
 		--torchjob_out=. $(filter-out proto/schema_options.proto,$(PROTO_FILES))
 	$(BIN)/ruff format --quiet services/torchjob/api/types.py
 
+.PHONY: pod-schema
+pod-schema: $(STAMP) ## regenerate api/pod_schema.py (the Pod fields admission checks) from the Kubernetes OpenAPI
+	$(BIN)/python tools/gen-pod-schema
+	$(BIN)/ruff format --quiet services/torchjob/api/pod_schema.py
+
 .PHONY: lint
 lint: $(STAMP) ## ruff, mypy (strict) and the layer contracts
 	$(BIN)/ruff check .

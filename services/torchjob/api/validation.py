@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from torchjob.api import constants, queries
+from torchjob.api import constants, pod_fields, queries
 from torchjob.api.model import Limits, Model, ModelError, child
 from torchjob.api.types import (
     Elastic,
+    PodTemplateSpec,
     PyTorchTrainingJob,
     PyTorchTrainingJobSpec,
     ReplicaSpec,
@@ -64,7 +65,11 @@ class Result:
 def validate(obj: Any, old: Any = None, *, schema: bool = False) -> Result:
     """Validate a (defaulted) job; with `old`, also the rules of an update. With `schema`, also
     the bounds and patterns of the CRD schema, which the apiserver has checked before a webhook
-    sees the object, but nothing has checked before `torchjob run`."""
+    sees the object, but nothing has checked before `torchjob run`.
+
+    On an update, a rule the old object already broke does not refuse the new one (Kubernetes
+    calls this ratcheting): a job stored before a rule existed can still have its metadata
+    changed, its finalizers removed or its replicas scaled back into bounds."""
     result = Result()
     try:
         job = PyTorchTrainingJob.from_dict(obj)
@@ -74,20 +79,79 @@ def validate(obj: Any, old: Any = None, *, schema: bool = False) -> Result:
     if job.spec is None:
         result.errors.append(FieldError("spec", "is required", Cause.REQUIRED))
         return result
-    result.errors += _spec_errors(job)
-    if schema:
-        # A field the rules above already refused needs no second message.
-        refused = {error.path for error in result.errors}
-        # The spec only: the apiserver drops a status written on create.
-        result.errors += [e for e in schema_errors(job.spec, "spec") if e.path not in refused]
+    result.errors += _object_errors(job, schema=schema)
     result.warnings += list(_warnings(job.spec))
     if old is not None:
         try:
             previous = PyTorchTrainingJob.from_dict(old)
         except ModelError:
             return result  # an old object that no longer decodes cannot constrain the update
+        if result.errors and previous.spec is not None:
+            before = {str(e) for e in _object_errors(previous, schema=schema)}
+            result.errors = [e for e in result.errors if str(e) not in before]
         result.errors += _update_errors(previous, job)
     return result
+
+
+def _object_errors(job: PyTorchTrainingJob, *, schema: bool) -> list[FieldError]:
+    errors = _spec_errors(job)
+    # A field the rules above already refused needs no second message.
+    refused = {error.path for error in errors}
+    errors += [e for e in unknown_field_errors(job) if e.path not in refused]
+    if schema and job.spec is not None:
+        refused = {error.path for error in errors}
+        # The spec only: the apiserver drops a status written on create.
+        errors += [e for e in schema_errors(job.spec, "spec") if e.path not in refused]
+    return errors
+
+
+# The fields of our schema that hold a Kubernetes object, with the definition of its type in the
+# Pod schema of the Kubernetes version we support (api/pod_schema.py).
+EMBEDDED: dict[tuple[type[Model], str], str] = {
+    (PyTorchTrainingJob, "metadata"): "ObjectMeta",
+    (PodTemplateSpec, "metadata"): "ObjectMeta",
+    (PodTemplateSpec, "spec"): "PodSpec",
+    (TensorBoardSpec, "resources"): "ResourceRequirements",
+}
+
+
+def unknown_field_errors(job: PyTorchTrainingJob) -> Iterator[FieldError]:
+    """Every field of the object that its schema does not have, as the apiserver's strict field
+    validation refuses them (`kubectl apply` validates strictly by default): top-level and in the
+    spec, from the CRD's structural schema, which the generated model knows; inside the Kubernetes
+    objects the spec embeds (a replica's pod template above all, which the CRD keeps opaque), from
+    the Pod schema, with each value's JSON type. The status is the reconciler's, written through
+    its own subresource, and is not checked."""
+    for key in job.extra:
+        yield FieldError(key, pod_fields.UNKNOWN_FIELD, Cause.NOT_SUPPORTED)
+    if job.metadata is not None:
+        yield from _embedded_errors(job.metadata, "ObjectMeta", "metadata")
+    if job.spec is not None:
+        yield from _model_unknown_errors(job.spec, "spec")
+
+
+def _model_unknown_errors(message: Model, path: str) -> Iterator[FieldError]:
+    for key in message.extra:
+        yield FieldError(child(path, key), pod_fields.UNKNOWN_FIELD, Cause.NOT_SUPPORTED)
+    for info in message.FIELDS:
+        value = getattr(message, info.attr)
+        if value is None:
+            continue
+        if info.kind == "object":
+            definition = EMBEDDED.get((type(message), info.key))
+            if definition is not None:
+                yield from _embedded_errors(value, definition, child(path, info.key))
+        elif info.kind == "message":
+            items = enumerate(value) if info.repeated else ((None, value),)
+            for index, item in items:
+                here = child(path, info.key) if index is None else child(path, info.key, index)
+                yield from _model_unknown_errors(item, here)
+
+
+def _embedded_errors(value: Any, definition: str, path: str) -> Iterator[FieldError]:
+    for problem in pod_fields.problems(value, definition, path):
+        cause = Cause.NOT_SUPPORTED if problem.unknown else Cause.INVALID
+        yield FieldError(problem.path, problem.message, cause)
 
 
 def schema_errors(message: Model, path: str = "") -> Iterator[FieldError]:
@@ -159,18 +223,51 @@ def _compiled(pattern: str) -> re.Pattern[str]:
 def _spec_errors(job: PyTorchTrainingJob) -> list[FieldError]:
     spec = job.spec
     assert spec is not None
-    errors = list(_replica_spec_errors(job, spec))
+    errors = list(_name_errors(job))
+    errors += _replica_spec_errors(job, spec, name_refused=bool(errors))
     errors += _spelling_errors(spec)
     errors += _torchrun_errors(spec)
     errors += _elastic_errors(spec)
+    errors += _elastic_count_errors(spec)
     errors += _run_policy_errors(spec)
     if spec.tensorboard_spec is not None:
         errors += _tensorboard_errors(spec.tensorboard_spec)
     return errors
 
 
+def _name_errors(job: PyTorchTrainingJob) -> Iterator[FieldError]:
+    """The job's name (or generateName) names the objects made for it: a Pod and a headless
+    Service `<job>-<type>-<index>` per replica, labelled with the job's name, and a TensorBoard
+    Deployment and Service `<job>-tensorboard` (shortened with a hash past 63 characters). A
+    Service's name must be a DNS-1035 label and a label value at most 63 characters, so the name
+    must be a DNS-1035 label; the apiserver admits any DNS subdomain (`resnet.v2`), and such a
+    job would wait for its Services forever."""
+    metadata = job.metadata or {}
+    path = "metadata.name" if metadata.get("name") else "metadata.generateName"
+    name = queries.job_name_for_length(metadata, constants.GENERATE_NAME_SUFFIX)
+    if not name:
+        return  # the apiserver requires a name; `torchjob run` says so before validating
+    spec = job.spec or PyTorchTrainingJobSpec()
+    kind = next((r.type for r in spec.replica_specs or [] if r.type), "worker")
+    written = metadata.get("name") or metadata.get("generateName")
+    if not DNS_LABEL.fullmatch(name):
+        yield FieldError(
+            path,
+            f"{written!r} would name the Service {f'{name}-{kind}-0'!r} of replica 0 of type "
+            f"{kind!r}, which must be a DNS-1035 label: lower-case letters, digits and '-', "
+            "starting with a letter and ending with a letter or digit",
+        )
+    elif len(name) > constants.DNS_LABEL_MAX:
+        yield FieldError(
+            path,
+            f"is {len(name)} characters; the label {constants.LABEL_JOB_NAME} on every replica "
+            f"carries it, and a label value is at most {constants.DNS_LABEL_MAX}",
+            Cause.TOO_LONG,
+        )
+
+
 def _replica_spec_errors(
-    job: PyTorchTrainingJob, spec: PyTorchTrainingJobSpec
+    job: PyTorchTrainingJob, spec: PyTorchTrainingJobSpec, *, name_refused: bool
 ) -> Iterator[FieldError]:
     replica_specs = spec.replica_specs or []
     if not replica_specs:
@@ -178,14 +275,14 @@ def _replica_spec_errors(
     seen: set[str] = set()
     for index, replica in enumerate(replica_specs):
         path = child("spec.replicaSpecs", index)
-        yield from _replica_type_errors(job, replica, path, seen)
+        yield from _replica_type_errors(job, replica, path, seen, name_refused=name_refused)
         yield from _template_errors(replica, path)
         if replica.replicas is not None and replica.replicas < 1:
             yield FieldError(child(path, "replicas"), "must be at least 1")
 
 
 def _replica_type_errors(
-    job: PyTorchTrainingJob, replica: ReplicaSpec, path: str, seen: set[str]
+    job: PyTorchTrainingJob, replica: ReplicaSpec, path: str, seen: set[str], *, name_refused: bool
 ) -> Iterator[FieldError]:
     kind, path = replica.type, child(path, "type")
     if not kind:
@@ -196,15 +293,27 @@ def _replica_type_errors(
     if kind in seen:
         yield FieldError(path, f"{kind!r} is used by another replica spec", Cause.DUPLICATE)
     seen.add(kind)
+    if name_refused:
+        return  # the name alone is refused; the names it makes with the type say nothing more
     job_name = queries.job_name_for_length(job.metadata or {}, constants.GENERATE_NAME_SUFFIX)
-    last = f"{job_name}-{kind}-{max((replica.replicas or 1) - 1, 0)}"
+    last = f"{job_name}-{kind}-{_highest_index(job, replica)}"
     if len(last) > constants.DNS_LABEL_MAX:
         yield FieldError(
             path,
-            f"replica name {last!r} is {len(last)} characters; job name, type and index must fit "
-            f"in {constants.DNS_LABEL_MAX}",
+            f"replica name {last!r} (its Pod's and its Service's) is {len(last)} characters; job "
+            f"name, type and index must fit in {constants.DNS_LABEL_MAX}",
             Cause.TOO_LONG,
         )
+
+
+def _highest_index(job: PyTorchTrainingJob, replica: ReplicaSpec) -> int:
+    """The highest replica index of the type: an elastic job may scale it up to its bound."""
+    count = replica.replicas or 1
+    spec = job.spec or PyTorchTrainingJobSpec()
+    elastic = spec.elastic if spec.elastic and spec.elastic.enabled else None
+    if elastic is not None:
+        count = max(count, elastic.max_replicas or 0, elastic.expected_replicas or 0)
+    return max(count - 1, 0)
 
 
 def _template_errors(replica: ReplicaSpec, path: str) -> Iterator[FieldError]:
@@ -281,13 +390,53 @@ def _elastic_errors(spec: PyTorchTrainingJobSpec) -> Iterator[FieldError]:
             "elastic training needs spec.torchrunConfig.enabled",
             Cause.FORBIDDEN,
         )
-    low, expected, high = elastic.min_replicas, elastic.expected_replicas, elastic.max_replicas
+    low, high = elastic.min_replicas, elastic.max_replicas
     if low is not None and high is not None and low > high:
+        # No count lies between them: _elastic_count_errors says nothing more.
         yield FieldError("spec.elastic.minReplicas", f"{low} exceeds maxReplicas {high}")
-    if expected is not None and not (low or expected) <= expected <= (high or expected):
-        yield FieldError(
-            "spec.elastic.expectedReplicas", "must lie between minReplicas and maxReplicas"
-        )
+
+
+def _elastic_count_errors(spec: PyTorchTrainingJobSpec) -> Iterator[FieldError]:
+    """An elastic job runs between its bounds: torchrun's nnodes is `min:max`, counted across
+    every replica type. The replicas written, and expectedReplicas (what a user scales), must lie
+    between them, at create and on every update."""
+    if not queries.torchrun_enabled(spec):
+        return  # the bounds mean nothing without torchrun (and elastic without it is refused)
+    low, high = queries.elastic_bounds(spec)
+    if (low is None and high is None) or (low is not None and high is not None and low > high):
+        return
+    elastic = spec.elastic if spec.elastic and spec.elastic.enabled else None
+    low_field = (
+        "spec.elastic.minReplicas"
+        if elastic and elastic.min_replicas is not None
+        else "spec.torchrunConfig.minNodes"
+    )
+    replica_specs = spec.replica_specs or []
+    counts = [(r.type or "?", 1 if r.replicas is None else r.replicas) for r in replica_specs]
+    total = sum(count for _, count in counts)
+    if len(counts) == 1:
+        path, what = "spec.replicaSpecs[0].replicas", f"{total} replicas"
+    else:
+        path = "spec.replicaSpecs"
+        what = f"{total} replicas in all ({', '.join(f'{k} {c}' for k, c in counts)})"
+    bounds = _bounds_text(low, low_field, high)
+    if counts and low is not None and total < low:
+        yield FieldError(path, f"{what} are fewer than {low_field} {low}; {bounds}")
+    if counts and high is not None and total > high:
+        yield FieldError(path, f"{what} are more than spec.elastic.maxReplicas {high}; {bounds}")
+    expected = elastic.expected_replicas if elastic else None
+    if expected is not None and (
+        (low is not None and expected < low) or (high is not None and expected > high)
+    ):
+        yield FieldError("spec.elastic.expectedReplicas", f"{expected} is outside {bounds}")
+
+
+def _bounds_text(low: int | None, low_field: str, high: int | None) -> str:
+    if low is not None and high is not None:
+        return f"an elastic job runs between {low} and {high} replicas in all"
+    if low is not None:
+        return f"an elastic job runs at least {low} replicas in all ({low_field})"
+    return f"an elastic job runs at most {high} replicas in all"
 
 
 def _run_policy_errors(spec: PyTorchTrainingJobSpec) -> Iterator[FieldError]:
