@@ -24,6 +24,9 @@ def main(argv: list[str] | None = None) -> None:
         access_log=None,
         print=None,
         shutdown_timeout=5,
+        # A request refused before its body was read (too large, too many, too slow) closes its
+        # connection at once instead of reading and discarding the rest for up to 10s.
+        lingering_time=0,
     )
 
 

@@ -2,11 +2,20 @@
 
 The certificate comes from a Secret the webhook keeps itself (or from files, for cert-manager) and
 is reloaded into the live SSLContext, so a rotation needs no restart and drops no connection.
+
+What a request may cost is bounded before any of it is read (`Admissions`): a body larger than
+anything the apiserver sends is refused from its Content-Length (413); bodies in flight are
+bounded in bytes (429 with Retry-After beyond it, which client-go, and so the apiserver, retries
+within the webhook's timeout); the body must arrive within a read timeout (408) and the answer
+within a handler timeout. Small bodies, which is every ordinary admission, are parsed and answered
+on the event loop in a few milliseconds; larger ones in one worker thread, so that no body holds
+the loop, and the probes are answered by threads of their own from the loop's heartbeat.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import functools
 import ssl
@@ -14,13 +23,13 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import structlog
 from aiohttp import web
 from kubernetes_asyncio import client
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from torchjob.api import types
 from torchjob.api.admission import Request, Response, handle, mutate_job, refuse, validate_job
@@ -29,7 +38,7 @@ from torchjob.kube.client import new_api_client
 from torchjob.kube.errors import NotFound, translated
 from torchjob.kube.informer import Informer
 from torchjob.render.pod_admission_handler import job_name_of, mutate_pod
-from torchjob.runtime.probes import serve_probes
+from torchjob.runtime.probes import Heartbeat, serve_threaded_probes
 from torchjob.webhook.certificates import CertBundle, not_after
 from torchjob.webhook.certstore import (
     FileCertificateSource,
@@ -37,7 +46,7 @@ from torchjob.webhook.certstore import (
     patch_ca_bundle,
     webhook_configuration_owner,
 )
-from torchjob.webhook.settings import Settings
+from torchjob.webhook.settings import Limits, MiB, Settings
 
 log = structlog.get_logger("torchjob.webhook")
 
@@ -49,6 +58,9 @@ LATENCY = Histogram(
     "Time to answer an admission request",
     ["endpoint", "outcome"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
+)
+INFLIGHT = Gauge(
+    "torchjob_admission_inflight_bytes", "Bytes of admission bodies being read or answered"
 )
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -124,47 +136,212 @@ ADMISSION_LOG = web.AppKey("admission_log", structlog.typing.FilteringBoundLogge
 
 
 Answer = Callable[[web.Application, Any], Awaitable[dict[str, Any]]]
+T = TypeVar("T")
+
+# Bodies up to this size are parsed and answered on the event loop: a few milliseconds at worst
+# (an ordinary job or pod review is 5 to 30 KiB). Larger ones go to the worker thread.
+INLINE_BYTES = 64 * 1024
+# Room for small bodies beyond max_inflight_bytes, so that large bodies filling the budget never
+# turn away an admission of ordinary size.
+SMALL_RESERVE_BYTES = 1 * MiB
+
+
+class TooLate(Exception):
+    """The worker reached a request whose answer was no longer awaited."""
+
+
+class Admissions:
+    """The bound on what admissions in progress cost: the bytes of their bodies (counted from
+    Content-Length before anything is read), and one worker thread for the large ones. One
+    thread: its work is CPU-bound, so more would not answer sooner, and the loop and probe
+    threads keep their share of the interpreter (it switches threads every few milliseconds)."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.inflight = 0
+        self.worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="admission")
+
+    def take(self, cost: int) -> bool:
+        room = self.limits.max_inflight_bytes
+        if cost <= INLINE_BYTES:
+            room += SMALL_RESERVE_BYTES
+        if self.inflight + cost > room:
+            return False
+        self.inflight += cost
+        INFLIGHT.set(self.inflight)
+        return True
+
+    def give(self, cost: int) -> None:
+        self.inflight -= cost
+        INFLIGHT.set(self.inflight)
+
+    def close(self) -> None:
+        self.worker.shutdown(wait=False, cancel_futures=True)
+
+
+ADMISSIONS_BOUND = web.AppKey("admissions", Admissions)
+# For an application built without init_app (tests of a single route): the default limits.
+_DEFAULT_ADMISSIONS = Admissions(Limits())
+
+
+class Work:
+    """One request's share of the bound: its cost, its deadline, and the worker's task for it."""
+
+    def __init__(self, admissions: Admissions, cost: int, size: int, timeout: float) -> None:
+        self.admissions = admissions
+        self.cost = cost
+        self.size = size  # of the body, once read; the cost until then
+        self.deadline = time.monotonic() + timeout
+        self.uid: str | None = None
+        self._pending: concurrent.futures.Future[Any] | None = None
+
+    async def compute(self, work: Callable[[], T]) -> T:
+        """`work()`, on the loop for a small body, else in the worker thread (with the caller's
+        context, so that log lines keep the request's identity). A task the worker reaches after
+        the deadline is dropped without running."""
+        if self.size <= INLINE_BYTES:
+            return work()
+        context, deadline = contextvars.copy_context(), self.deadline
+
+        def guarded() -> T:
+            if time.monotonic() > deadline:
+                raise TooLate
+            return context.run(work)
+
+        self._pending = self.admissions.worker.submit(guarded)
+        return await asyncio.wrap_future(self._pending)
+
+    def release(self) -> None:
+        """Give the cost back once nothing of the request is left: a task the worker had started
+        when the request timed out cannot be stopped, and its memory counts until it ends."""
+        pending = self._pending
+        if pending is None or pending.done():
+            self.admissions.give(self.cost)
+            return
+        loop = asyncio.get_running_loop()
+        pending.add_done_callback(
+            lambda _: loop.call_soon_threadsafe(self.admissions.give, self.cost)
+        )
+
+
+_WORK: contextvars.ContextVar[Work | None] = contextvars.ContextVar("work", default=None)
+
+
+async def _compute(work: Callable[[], T]) -> T:
+    current = _WORK.get()
+    return work() if current is None else await current.compute(work)
 
 
 def _route(endpoint: str, answer: Answer) -> Callable[[web.Request], Awaitable[web.Response]]:
-    """The aiohttp handler: read, answer, count, encode. Whatever the answer raises becomes a
-    refusal with a message, not a 500 page. No middleware: this is the only route kind there is,
-    and a middleware would cost every admission a further call chain."""
+    """The aiohttp handler: bound, read, answer, count, encode. Whatever the answer raises becomes
+    a refusal with a message, not a 500 page. No middleware: this is the only route kind there
+    is, and a middleware would cost every admission a further call chain."""
 
     async def serve(http: web.Request) -> web.Response:
         started = time.perf_counter()
-        body = await _read_body(http)
-        request = _request_fields(body)
-        tokens = _bind_request(request)
+        admissions = http.app.get(ADMISSIONS_BOUND) or _DEFAULT_ADMISSIONS
+        limits = admissions.limits
+        length = http.content_length
+        if length is not None and length > limits.max_body_bytes:
+            return _turned_away(endpoint, "too_large", 413, _too_large(limits))
+        # A body without Content-Length (chunked) may be as large as any.
+        cost = length if length is not None else limits.max_body_bytes
+        if not admissions.take(cost):
+            return _turned_away(
+                endpoint, "throttled", 429, "too many admissions at once; retry", retry_after=1
+            )
+        work = Work(admissions, cost, cost, limits.handler_timeout_seconds)
+        bound = _WORK.set(work)
         try:
-            review = await _answer_or_refuse(answer, http, body, request)
-            return _answer(http.app[ADMISSION_LOG], endpoint, review, started)
+            async with asyncio.timeout(limits.handler_timeout_seconds):
+                return await _serve(endpoint, answer, http, work, started)
+        except TimeoutError:
+            return _timed_out(http.app, endpoint, work, started)
         finally:
-            structlog.contextvars.reset_contextvars(**tokens)
+            _WORK.reset(bound)
+            work.release()
 
     return serve
+
+
+async def _serve(
+    endpoint: str, answer: Answer, http: web.Request, work: Work, started: float
+) -> web.Response:
+    limits = work.admissions.limits
+    try:
+        async with asyncio.timeout(limits.read_timeout_seconds):
+            raw = await http.read()
+    except TimeoutError:
+        message = f"the body did not arrive within {limits.read_timeout_seconds:g}s"
+        return _turned_away(endpoint, "read_timeout", 408, message)
+    except web.HTTPRequestEntityTooLarge:
+        return _turned_away(endpoint, "too_large", 413, _too_large(limits))
+    except Exception as error:  # the client went away, or sent a body aiohttp cannot decode
+        return _turned_away(endpoint, "unreadable", 400, f"the body could not be read: {error}")
+    work.size = len(raw)
+    body = await work.compute(functools.partial(_loads, raw))
+    del raw
+    request = _request_fields(body)
+    uid = request.get("uid")
+    work.uid = uid if isinstance(uid, str) else ""
+    tokens = _bind_request(request)
+    try:
+        review = await _answer_or_refuse(answer, http, body, request)
+        return _answer(http.app[ADMISSION_LOG], endpoint, review, started)
+    finally:
+        structlog.contextvars.reset_contextvars(**tokens)
+
+
+def _too_large(limits: Limits) -> str:
+    return f"the body is larger than {limits.max_body_bytes} bytes, more than the apiserver sends"
+
+
+def _turned_away(
+    endpoint: str, outcome: str, status: int, message: str, retry_after: int | None = None
+) -> web.Response:
+    """A plain HTTP refusal, for a request turned away before its uid was read: the apiserver
+    applies the webhook's failurePolicy (Fail), or retries a 429 that says when. The connection
+    is closed rather than drained of what is left of the body."""
+    _metrics_of(endpoint, outcome)[0].inc()
+    log.info("admission turned away", endpoint=endpoint, status=status, reason=message)
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    response = web.Response(status=status, text=message, headers=headers)
+    response.force_close()
+    return response
+
+
+def _timed_out(app: web.Application, endpoint: str, work: Work, started: float) -> web.Response:
+    """Out of time: a refusal the apiserver shows as ours when the uid is known, else a 504."""
+    message = (
+        f"the webhook could not answer within {work.admissions.limits.handler_timeout_seconds:g}s"
+    )
+    if not work.uid:
+        return _turned_away(endpoint, "timeout", 504, message)
+    review = refuse(work.uid, message, 504, "Timeout").review()
+    return _answer(app[ADMISSION_LOG], endpoint, review, started, outcome="timeout")
 
 
 async def _answer_or_refuse(
     answer: Answer, http: web.Request, body: Any, request: dict[str, Any]
 ) -> dict[str, Any]:
+    # The apiserver discards an answer whose uid is not the request's.
+    uid = request.get("uid")
+    uid = uid if isinstance(uid, str) else ""
     try:
         return await answer(http.app, body)
+    except TooLate:
+        message = "the webhook ran out of time before answering"
+        return refuse(uid, message, 504, "Timeout").review()
     except Exception:
         log.exception("admission handler failed", path=http.path)
-        # The apiserver discards an answer whose uid is not the request's.
-        uid = request.get("uid")
         return refuse(
-            uid if isinstance(uid, str) else "",
-            "the webhook failed to process the request; see its log",
-            500,
-            "InternalError",
+            uid, "the webhook failed to process the request; see its log", 500, "InternalError"
         ).review()
 
 
 def _pure(handler: Callable[[Request], Response]) -> Answer:
     async def answer(_: web.Application, body: Any) -> dict[str, Any]:
-        return handle(body, handler)
+        return await _compute(functools.partial(handle, body, handler))
 
     return answer
 
@@ -173,13 +350,15 @@ async def _mutate_pod(app: web.Application, body: Any) -> dict[str, Any]:
     creators = app[SETTINGS].pod_creators
     decode = app[DECODED_JOBS].decode
     job = await _job_of(app, body)
-    return handle(body, lambda request: mutate_pod(request, job, creators, decode))
+    return await _compute(
+        functools.partial(handle, body, lambda request: mutate_pod(request, job, creators, decode))
+    )
 
 
-async def _read_body(http: web.Request) -> Any:
+def _loads(raw: bytes) -> Any:
     try:
-        return orjson.loads(await http.read())
-    except orjson.JSONDecodeError:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:  # not JSON, or nested deeper than orjson goes (1024)
         return None  # answered by the handler as a malformed review
 
 
@@ -213,11 +392,13 @@ def _answer(
     endpoint: str,
     review: dict[str, Any],
     started: float,
+    outcome: str | None = None,
 ) -> web.Response:
     response = review["response"]
-    outcome = "allowed" if response["allowed"] else "denied"
-    if response.get("patch"):
-        outcome = "patched"
+    if outcome is None:
+        outcome = "allowed" if response["allowed"] else "denied"
+        if response.get("patch"):
+            outcome = "patched"
     elapsed = time.perf_counter() - started
     count, latency = _metrics_of(endpoint, outcome)
     count.inc()
@@ -226,7 +407,15 @@ def _answer(
         logger.debug("admitted", endpoint=endpoint, outcome=outcome, seconds=elapsed)
     else:
         logger.info("admission denied", endpoint=endpoint, message=response["status"]["message"])
-    return web.Response(body=orjson.dumps(review), content_type="application/json")
+    try:
+        encoded = orjson.dumps(review)
+    except orjson.JSONEncodeError:  # e.g. a warning echoing input nested deeper than orjson writes
+        log.exception("admission answer could not be encoded")
+        uid = response.get("uid", "")
+        encoded = orjson.dumps(
+            refuse(uid, "the webhook could not encode its answer", 500, "InternalError").review()
+        )
+    return web.Response(body=encoded, content_type="application/json")
 
 
 async def _job_of(app: web.Application, body: Any) -> dict[str, Any] | None:
@@ -338,16 +527,35 @@ def _file_refresher(settings: Settings, tls: ServingCertificate) -> Callable[[],
     return refresh
 
 
+async def _admission_worker(app: web.Application) -> AsyncIterator[None]:
+    yield
+    app[ADMISSIONS_BOUND].close()
+
+
 def init_app(settings: Settings) -> web.Application:
-    app = web.Application(client_max_size=8 * 1024 * 1024)
+    limits = settings.limits
+    app = web.Application(client_max_size=limits.max_body_bytes)
     app[SETTINGS] = settings
     app[TLS] = ServingCertificate()
     app[DECODED_JOBS] = DecodedJobs()
+    app[ADMISSIONS_BOUND] = Admissions(limits)
     app.on_startup.append(_resolve_logger)
+    # The probes first: they report a stalled loop from the start, and stop last.
+    heartbeat = Heartbeat(stall_after=limits.loop_stall_seconds)
+    app.cleanup_ctx.append(
+        serve_threaded_probes(settings.host, settings.probe_port, app[TLS].problem, heartbeat)
+    )
+    app.cleanup_ctx.append(_admission_worker)
     app.cleanup_ctx.append(_api_client)
     app.cleanup_ctx.append(_job_cache)
     app.cleanup_ctx.append(_keep_certificate)
-    app.cleanup_ctx.append(serve_probes(settings.host, settings.probe_port, app[TLS].problem))
+    add_admission_routes(app)
+    return app
+
+
+def add_admission_routes(app: web.Application) -> None:
+    """The admission routes, bounded by `app[ADMISSIONS_BOUND]`. The pod route reads
+    `app[SETTINGS]`, `app[DECODED_JOBS]` and `app[JOBS]`, and `app[API]` for a job not cached."""
     routes = {
         f"/mutate/{types.PLURAL}": _route("mutate-jobs", _pure(mutate_job)),
         f"/validate/{types.PLURAL}": _route("validate-jobs", _pure(validate_job)),
@@ -355,4 +563,3 @@ def init_app(settings: Settings) -> web.Application:
     }
     for path, serve in routes.items():
         app.router.add_post(path, serve)
-    return app

@@ -4,9 +4,50 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from torchjob.runtime.service import env, number
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one admission request may cost the webhook.
+
+    The body bound follows from what kube-apiserver can send: an AdmissionReview carries the
+    object and, on UPDATE, its old version too, each at most the 1.5 MiB etcd stores
+    (`--max-request-bytes`), plus the review's own small envelope; a pod on CREATE is at most the
+    3 MiB the apiserver accepts as a request body. 4 MiB covers both with room to spare, and
+    anything larger cannot have come from the apiserver.
+    """
+
+    # The largest body read; a larger one is answered 413 from its Content-Length, unread.
+    max_body_bytes: int = 4 * MiB
+    # The bodies being read or answered at once, counted by their Content-Length. Parsed JSON
+    # takes up to about ten times its size as Python objects, so this (plus the reserve for
+    # small bodies) times eleven bounds the memory admissions can take.
+    max_inflight_bytes: int = 8 * MiB
+    # The whole body must have arrived this long after the headers (a half-sent body is cut off).
+    read_timeout_seconds: float = 2.0
+    # A request not answered this long after its headers is refused; below the apiserver's own
+    # webhook timeout, so that the refusal and not a timeout reaches the user.
+    handler_timeout_seconds: float = 4.0
+
+    @property
+    def loop_stall_seconds(self) -> float:
+        """How long the event loop may go without running before the probes report it stuck:
+        well above the handler timeout, since no admission holds the loop anywhere near that."""
+        return 2 * self.handler_timeout_seconds + 2
+
+    def problem(self) -> str | None:
+        if self.max_body_bytes < 1024:
+            return "--max-body-bytes must be at least 1024"
+        if self.max_inflight_bytes < self.max_body_bytes:
+            return "--max-inflight-bytes must be at least --max-body-bytes"
+        if not 0 < self.read_timeout_seconds <= self.handler_timeout_seconds:
+            return "--read-timeout-seconds must be positive and at most --handler-timeout-seconds"
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +68,7 @@ class Settings:
     rotate_check_seconds: float
     kubeconfig: str | None
     log_level: str
+    limits: Limits = field(default_factory=Limits)
 
     @property
     def dns_names(self) -> list[str]:
@@ -87,7 +129,44 @@ def parse(argv: list[str] | None = None) -> Settings:
     )
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None)
     p.add_argument("--log-level", default=env("LOG_LEVEL", "INFO"))
+    defaults = Limits()
+    number(
+        p,
+        "--max-body-bytes",
+        "WEBHOOK_MAX_BODY_BYTES",
+        defaults.max_body_bytes,
+        "the largest admission body read; larger ones are refused with 413",
+    )
+    number(
+        p,
+        "--max-inflight-bytes",
+        "WEBHOOK_MAX_INFLIGHT_BYTES",
+        defaults.max_inflight_bytes,
+        "the admission bodies handled at once, in bytes; beyond it 429 with Retry-After",
+    )
+    number(
+        p,
+        "--read-timeout-seconds",
+        "WEBHOOK_READ_TIMEOUT",
+        defaults.read_timeout_seconds,
+        "how long a request's body may take to arrive",
+    )
+    number(
+        p,
+        "--handler-timeout-seconds",
+        "WEBHOOK_HANDLER_TIMEOUT",
+        defaults.handler_timeout_seconds,
+        "how long a request may take to be answered; keep it below the webhook's timeoutSeconds",
+    )
     a = p.parse_args(argv)
+    limits = Limits(
+        max_body_bytes=a.max_body_bytes,
+        max_inflight_bytes=a.max_inflight_bytes,
+        read_timeout_seconds=a.read_timeout_seconds,
+        handler_timeout_seconds=a.handler_timeout_seconds,
+    )
+    if problem := limits.problem():
+        p.error(problem)
     return Settings(
         namespace=a.namespace,
         service_name=a.service_name,
@@ -105,4 +184,5 @@ def parse(argv: list[str] | None = None) -> Settings:
         rotate_check_seconds=a.rotate_check_seconds,
         kubeconfig=a.kubeconfig,
         log_level=a.log_level,
+        limits=limits,
     )

@@ -1,0 +1,199 @@
+"""What one admission request may cost the webhook, served for real on a loopback port: a body
+larger than the apiserver sends is refused unread, a half-sent one is cut off, bodies in flight
+are bounded (with room kept for ordinary ones), and a handler out of time is answered for. No
+assertion is about speed: each says what answer comes back, and the generous waits only keep a
+broken server from hanging the suite."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import web
+from support.webhook import (
+    JOB,
+    admission_app,
+    half_sent,
+    padded_job,
+    review,
+    serving,
+    status_line,
+)
+
+from torchjob.api import admission
+from torchjob.webhook import app as webhook_app
+from torchjob.webhook.app import ADMISSIONS_BOUND, INLINE_BYTES, Admissions, _route
+from torchjob.webhook.settings import Limits
+
+VALIDATE = "/validate/pytorchtrainingjobs"
+SMALL = Limits(
+    max_body_bytes=256 * 1024,
+    max_inflight_bytes=512 * 1024,
+    read_timeout_seconds=0.5,
+    handler_timeout_seconds=1.0,
+)
+WAIT = 30  # seconds: only a server that never answers takes this long
+
+
+async def test_an_ordinary_admission_is_answered() -> None:
+    async with serving(admission_app(SMALL)) as client:
+        response = await client.post(VALIDATE, data=orjson.dumps(review(JOB)))
+        assert response.status == 200
+        assert (await response.json())["response"]["allowed"] is True
+
+
+async def test_a_body_larger_than_the_bound_is_refused_before_it_is_sent() -> None:
+    """Only the headers go out: the 413 comes from the Content-Length alone."""
+    async with (
+        serving(admission_app(SMALL)) as client,
+        half_sent(client, VALIDATE, SMALL.max_body_bytes + 1) as reader,
+    ):
+        assert await asyncio.wait_for(status_line(reader), WAIT) == 413
+
+
+async def test_a_chunked_body_larger_than_the_bound_is_refused() -> None:
+    async def chunks() -> Any:
+        for _ in range(SMALL.max_body_bytes // 65536 + 2):
+            yield b" " * 65536
+
+    async with serving(admission_app(SMALL)) as client:
+        response = await client.post(VALIDATE, data=chunks())
+        assert response.status == 413
+
+
+async def test_a_half_sent_body_is_cut_off() -> None:
+    async with serving(admission_app(SMALL)) as client:
+        async with half_sent(client, VALIDATE, 10_000) as reader:
+            assert await asyncio.wait_for(status_line(reader), WAIT) == 408
+            # ...and the connection is closed, not held open for the rest of the body.
+            await asyncio.wait_for(reader.read(), WAIT)
+            assert reader.at_eof()
+        assert client.app is not None
+        assert client.app[ADMISSIONS_BOUND].inflight == 0
+
+
+async def test_bodies_beyond_the_bound_in_flight_are_told_to_retry() -> None:
+    """Two half-sent bodies of the largest size fill the budget: a third large one is refused
+    with a 429 that says when to retry (client-go, and so the apiserver, retries it), while an
+    ordinary one still fits in the room kept for small bodies."""
+    limits = Limits(
+        max_body_bytes=256 * 1024,
+        max_inflight_bytes=512 * 1024,
+        read_timeout_seconds=20,
+        handler_timeout_seconds=20,
+    )
+    async with serving(admission_app(limits)) as client:
+        assert client.app is not None
+        bound = client.app[ADMISSIONS_BOUND]
+        async with (
+            half_sent(client, VALIDATE, limits.max_body_bytes),
+            half_sent(client, VALIDATE, limits.max_body_bytes),
+        ):
+            await _until(lambda: bound.inflight == limits.max_inflight_bytes)
+            large = orjson.dumps(review(padded_job(200 * 1024)))
+            response = await client.post(VALIDATE, data=large)
+            assert response.status == 429
+            assert response.headers["Retry-After"] == "1"
+            ordinary = await client.post(VALIDATE, data=orjson.dumps(review(JOB)))
+            assert ordinary.status == 200
+            assert (await ordinary.json())["response"]["allowed"] is True
+        await _until(lambda: bound.inflight == 0)
+
+
+async def test_a_large_body_is_answered_off_the_loop() -> None:
+    """A body above the inline size is parsed and validated in the worker thread."""
+    threads: list[str] = []
+    real = admission.handle
+
+    def spy(body: Any, handler: Any) -> dict[str, Any]:
+        threads.append(threading.current_thread().name)
+        return real(body, handler)
+
+    async with serving(admission_app(SMALL)) as client:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(webhook_app, "handle", spy)
+            for job in (JOB, padded_job(INLINE_BYTES * 2)):
+                response = await client.post(VALIDATE, data=orjson.dumps(review(job)))
+                assert (await response.json())["response"]["allowed"] is True
+    assert threads[0] == threading.current_thread().name
+    assert threads[1].startswith("admission")
+
+
+# -- a handler out of time ------------------------------------------------------------------------
+
+
+async def test_a_handler_out_of_time_is_refused_with_the_uid() -> None:
+    async def stuck(_: web.Application, body: Any) -> dict[str, Any]:
+        await asyncio.sleep(3600)
+        raise AssertionError("not reached")
+
+    async with serving(_one_route(stuck, SMALL)) as client:
+        response = await asyncio.wait_for(client.post("/x", data=orjson.dumps(review(JOB))), WAIT)
+        assert response.status == 200
+        answer = (await response.json())["response"]
+        assert answer["uid"] == "r1"
+        assert answer["allowed"] is False
+        assert answer["status"]["code"] == 504
+        assert "within 1s" in answer["status"]["message"]
+
+
+async def test_slow_work_in_the_worker_neither_holds_the_loop_nor_the_answer() -> None:
+    """A large body whose validation takes longer than the handler timeout (a deliberately slow
+    validator in the worker thread): its answer is a timely refusal, a small admission sent
+    meanwhile is answered, and the budget comes back only once the worker lets go of the body."""
+    release = threading.Event()
+
+    def slow(body: Any, handler: Any) -> dict[str, Any]:
+        release.wait(WAIT)
+        return {"response": {"uid": "late", "allowed": True}}
+
+    async def answer(_: web.Application, body: Any) -> dict[str, Any]:
+        return await webhook_app._compute(lambda: slow(body, None))
+
+    async def quick(_: web.Application, body: Any) -> dict[str, Any]:
+        return {"response": {"uid": body["request"]["uid"], "allowed": True}}
+
+    app = _one_route(answer, SMALL)
+    app.router.add_post("/quick", _route("quick", quick))
+    async with serving(app) as client:
+        bound = app[ADMISSIONS_BOUND]
+        large = orjson.dumps(review(padded_job(INLINE_BYTES * 2)))
+        slow_answer = asyncio.create_task(client.post("/x", data=large))
+        await _until(lambda: bound.inflight > INLINE_BYTES)
+        small = await asyncio.wait_for(client.post("/quick", data=orjson.dumps(review(JOB))), WAIT)
+        assert (await small.json())["response"]["allowed"] is True
+        response = await asyncio.wait_for(slow_answer, WAIT)
+        refused = (await response.json())["response"]
+        assert (refused["allowed"], refused["status"]["code"]) == (False, 504)
+        assert bound.inflight == len(large), "the worker still holds the body"
+        release.set()
+        await _until(lambda: bound.inflight == 0)
+
+
+async def test_work_the_worker_reaches_too_late_is_dropped() -> None:
+    bound = Admissions(SMALL)
+    try:
+        work = webhook_app.Work(bound, INLINE_BYTES * 2, INLINE_BYTES * 2, timeout=0)
+        ran: list[bool] = []
+        with pytest.raises(webhook_app.TooLate):
+            await work.compute(lambda: ran.append(True))
+        assert ran == []
+    finally:
+        bound.close()
+
+
+def _one_route(answer: webhook_app.Answer, limits: Limits) -> web.Application:
+    app = admission_app(limits)
+    app.router.add_post("/x", _route("x", answer))
+    return app
+
+
+async def _until(condition: Any) -> None:
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        assert time.monotonic() < deadline, "condition never held"
+        await asyncio.sleep(0.01)
