@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +151,10 @@ def errors_of(obj: dict[str, Any], old: dict[str, Any] | None = None) -> dict[st
     defaulted, _ = default_job(obj)
     old_defaulted = default_job(old)[0] if old is not None else None
     return {e.path: e.message for e in validate(defaulted, old_defaulted).errors}
+
+
+# Workers of torchrun, elastic between 1 and 4.
+ELASTIC = JobBuilder().replicas("worker").torchrun().elastic(minReplicas=1, maxReplicas=4)
 
 
 GPU_CONTAINER = {
@@ -302,6 +307,74 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
         "spec.replicaSpecs[0].replicas",
         "must be an integer",
     ),
+    (
+        "name with a dot",
+        job(replica(), name="resnet.v2"),
+        "metadata.name",
+        "would name the Service 'resnet.v2-worker-0' of replica 0 of type 'worker', which must be "
+        "a DNS-1035 label",
+    ),
+    ("name starting with a digit", job(replica(), name="1st"), "metadata.name", "DNS-1035"),
+    ("name with upper case", job(replica(), name="ResNet"), "metadata.name", "DNS-1035"),
+    (
+        "name too long for a label value",
+        job(replica(), name="j" * 64),
+        "metadata.name",
+        "is 64 characters; the label batch.tensorstack.dev/job-name",
+    ),
+    (
+        "replicas above maxReplicas",
+        ELASTIC.clone().replica_count(9).build(),
+        "spec.replicaSpecs[0].replicas",
+        "9 replicas are more than spec.elastic.maxReplicas 4; an elastic job runs between 1 and 4",
+    ),
+    (
+        "replicas below minReplicas",
+        ELASTIC.clone().replica_count(1).elastic(minReplicas=2, maxReplicas=4).build(),
+        "spec.replicaSpecs[0].replicas",
+        "1 replicas are fewer than spec.elastic.minReplicas 2",
+    ),
+    (
+        "replicas below minNodes",
+        JobBuilder().replicas("worker", 1).torchrun(minNodes=2).build(),
+        "spec.replicaSpecs[0].replicas",
+        "1 replicas are fewer than spec.torchrunConfig.minNodes 2",
+    ),
+    (
+        "replicas counted across types",
+        ELASTIC.clone().replicas("master", 1).replica_count(4, "worker").build(),
+        "spec.replicaSpecs",
+        "5 replicas in all (worker 4, master 1) are more than spec.elastic.maxReplicas 4",
+    ),
+    (
+        "expectedReplicas below minNodes",
+        JobBuilder()
+        .replicas("worker", 2)
+        .torchrun(minNodes=2)
+        .elastic(maxReplicas=4, expectedReplicas=1)
+        .build(),
+        "spec.elastic.expectedReplicas",
+        "1 is out of bounds: an elastic job runs between 2 and 4 replicas in all",
+    ),
+    ("top-level unknown field", {**job(replica()), "replica": 2}, "replica", "unknown field"),
+    (
+        "unknown field in the spec",
+        job(replica(replica=2), runPolicy={"backoffLimt": 1}),
+        "spec.replicaSpecs[0].replica",
+        "unknown field",
+    ),
+    (
+        "unknown field in the template",
+        job(replica(container={"name": "python", "image": "i", "resouces": {}})),
+        "spec.replicaSpecs[0].template.spec.containers[0].resouces",
+        "unknown field",
+    ),
+    (
+        "unknown field in the job's metadata",
+        {**job(replica()), "metadata": {"name": "j", "label": {}}},
+        "metadata.label",
+        "unknown field",
+    ),
 ]
 
 
@@ -396,10 +469,6 @@ def test_warnings_for_user_env_and_etcd_without_endpoint() -> None:
 # --- update rules: compare the old object with the new one ------------------------------------
 
 
-# Workers of torchrun, elastic between 1 and 4.
-ELASTIC = JobBuilder().replicas("worker").torchrun().elastic(minReplicas=1, maxReplicas=4)
-
-
 def test_replica_specs_are_immutable() -> None:
     old = job(replica(replicas=2))
     assert "spec.replicaSpecs" in errors_of(job(replica(replicas=3)), old)
@@ -431,3 +500,81 @@ def test_resume_specs_are_immutable() -> None:
         "resumeSpecs": [{"type": "worker", "command": ["a"]}],
     }
     assert errors_of(new, old) == {}
+
+
+def test_elastic_replicas_within_bounds_are_valid_at_any_count() -> None:
+    for count in (1, 2, 4):
+        assert errors_of(ELASTIC.clone().replica_count(count).build()) == {}
+    expected = ELASTIC.clone().replica_count(2).elastic(minReplicas=1, maxReplicas=4)
+    assert (
+        errors_of(expected.elastic(minReplicas=1, maxReplicas=4, expectedReplicas=4).build()) == {}
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    low=st.integers(min_value=1, max_value=6),
+    high=st.integers(min_value=1, max_value=6),
+    counts=st.lists(st.integers(min_value=1, max_value=5), min_size=1, max_size=3),
+    expected=st.none() | st.integers(min_value=1, max_value=8),
+)
+def test_elastic_counts_are_refused_exactly_outside_the_bounds(
+    low: int, high: int, counts: list[int], expected: int | None
+) -> None:
+    builder = JobBuilder().torchrun()
+    for index, count in enumerate(counts):
+        builder.replicas(f"t{index}", count)
+    bounds = {"minReplicas": low, "maxReplicas": high}
+    builder.elastic(**bounds, **({} if expected is None else {"expectedReplicas": expected}))
+    errors = errors_of(builder.build())
+    total = sum(counts)
+    path = "spec.replicaSpecs[0].replicas" if len(counts) == 1 else "spec.replicaSpecs"
+    if low > high:
+        assert set(errors) == {"spec.elastic.minReplicas"}
+        return
+    assert (path in errors) == (not low <= total <= high)
+    assert ("spec.elastic.expectedReplicas" in errors) == (
+        expected is not None and not low <= expected <= high
+    )
+    if path in errors:
+        assert f"between {low} and {high}" in errors[path]
+
+
+def test_elastic_bounds_hold_on_update() -> None:
+    two, nine = (ELASTIC.clone().replica_count(n).build() for n in (2, 9))
+    assert errors_of(nine, two) == {
+        "spec.replicaSpecs[0].replicas": "9 replicas are more than spec.elastic.maxReplicas 4; "
+        "an elastic job runs between 1 and 4 replicas in all"
+    }
+    scaled = ELASTIC.clone().replica_count(2).elastic(minReplicas=1, maxReplicas=4)
+    assert "spec.elastic.expectedReplicas" in errors_of(
+        scaled.elastic(minReplicas=1, maxReplicas=4, expectedReplicas=5).build(), two
+    )
+
+
+def test_a_rule_the_old_object_broke_does_not_refuse_an_update() -> None:
+    """Ratcheting: a job stored before a rule existed keeps its changes of metadata (finalizers,
+    labels) and may be brought back within the rules; a value changed into another violation is
+    still refused."""
+    stored = ELASTIC.clone().name("resnet.v2").replica_count(9).build()
+    labelled = copy.deepcopy(stored)
+    labelled["metadata"]["labels"] = {"team": "a"}
+    assert errors_of(labelled, stored) == {}
+    fewer = ELASTIC.clone().name("resnet.v2").replica_count(5).build()
+    assert "spec.replicaSpecs[0].replicas" in errors_of(fewer, stored)  # another count, refused
+    # Back within the bounds: the name, unchanged since it was stored, does not refuse it.
+    assert errors_of(ELASTIC.clone().name("resnet.v2").replica_count(4).build(), stored) == {}
+
+
+@settings(max_examples=200, deadline=None)
+@given(name=st.from_regex(r"[a-z0-9.-]{1,70}", fullmatch=True))
+def test_a_job_name_is_refused_exactly_when_a_service_could_not_carry_it(name: str) -> None:
+    errors = errors_of(job(replica(), name=name))
+    service = f"{name}-worker-0"
+    valid = (
+        re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name) is not None
+        and len(name) <= 63
+        and len(service) <= 63
+    )
+    named = "metadata.name" in errors or "spec.replicaSpecs[0].type" in errors
+    assert named != valid, errors

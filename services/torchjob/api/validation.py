@@ -428,7 +428,7 @@ def _elastic_count_errors(spec: PyTorchTrainingJobSpec) -> Iterator[FieldError]:
     if expected is not None and (
         (low is not None and expected < low) or (high is not None and expected > high)
     ):
-        yield FieldError("spec.elastic.expectedReplicas", f"{expected} is outside {bounds}")
+        yield FieldError("spec.elastic.expectedReplicas", f"{expected} is out of bounds: {bounds}")
 
 
 def _bounds_text(low: int | None, low_field: str, high: int | None) -> str:
