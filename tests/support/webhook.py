@@ -6,9 +6,13 @@ in part."""
 from __future__ import annotations
 
 import asyncio
+import asyncio.base_events
 import contextlib
 import copy
 import dataclasses
+import http.client
+import threading
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -159,3 +163,68 @@ async def status_line(reader: asyncio.StreamReader) -> int:
     """The status of the HTTP response on `reader` (0 when the connection closed unanswered)."""
     line = await reader.readline()
     return int(line.split()[1]) if line else 0
+
+
+class ServerThread:
+    """`app` served on a loopback port by an event loop in a thread of its own, for tests that
+    post synchronously (hypothesis drives plain functions). `max_lag` is the longest the loop
+    went without running a task that wakes every 10 ms: how long any request held the loop."""
+
+    def __init__(self, app: web.Application) -> None:
+        self.app = app
+        self.port = 0
+        self.max_lag = 0.0
+        self._loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._run, name="webhook-under-test", daemon=True)
+
+    def __enter__(self) -> ServerThread:
+        self._thread.start()
+        if not self._started.wait(30):
+            raise RuntimeError("the webhook under test did not start")
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        stop = self._stop
+        if stop is not None:
+            self._loop.call_soon_threadsafe(stop.set)
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        self._loop.run_until_complete(self._serve())
+        self._loop.close()
+
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+        runner = web.AppRunner(self.app, access_log=None, lingering_time=0)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        server = site._server
+        assert isinstance(server, asyncio.base_events.Server)
+        self.port = server.sockets[0].getsockname()[1]
+        lag = asyncio.create_task(self._watch_lag())
+        self._started.set()
+        try:
+            await self._stop.wait()
+        finally:
+            lag.cancel()
+            await runner.cleanup()
+            self.app[ADMISSIONS_BOUND].close()
+
+    async def _watch_lag(self) -> None:
+        every = 0.01
+        while True:
+            before = time.monotonic()
+            await asyncio.sleep(every)
+            self.max_lag = max(self.max_lag, time.monotonic() - before - every)
+
+    def post(self, path: str, body: bytes, timeout: float = 30) -> tuple[int, bytes]:
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            connection.request("POST", path, body, {"Content-Type": "application/json"})
+            response = connection.getresponse()
+            return response.status, response.read()
+        finally:
+            connection.close()
