@@ -16,9 +16,11 @@ import pytest
 from aiohttp import web
 from support.webhook import (
     JOB,
+    RECONCILER,
     admission_app,
     half_sent,
     padded_job,
+    replica_pod,
     review,
     serving,
     status_line,
@@ -197,3 +199,25 @@ async def _until(condition: Any) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition never held"
         await asyncio.sleep(0.01)
+
+
+async def test_a_large_body_of_nothing_but_empty_objects_is_refused_unparsed() -> None:
+    """`[{},{},...]` would take 24 times its size once parsed."""
+    dense = b'{"request":{"uid":"d","object":[' + b"{}," * (INLINE_BYTES // 3) + b"{}]}}"
+    async with serving(admission_app(SMALL)) as client:
+        response = await client.post(VALIDATE, data=dense)
+        assert response.status == 400
+        assert "objects and arrays" in await response.text()
+
+
+async def test_pods_of_uncached_jobs_wait_on_a_bounded_number_of_lookups() -> None:
+    """Each such pod holds its parsed body while the job is fetched: beyond the bound, the pod
+    is refused with a 429 the reconciler retries, and nothing is fetched."""
+    app = admission_app(SMALL, job=None)
+    async with serving(app) as client:
+        app[ADMISSIONS_BOUND].lookups = webhook_app.MAX_JOB_LOOKUPS
+        pod = review(replica_pod(), user=RECONCILER)
+        response = await client.post("/mutate/pods", data=orjson.dumps(pod))
+        answer = (await response.json())["response"]
+        assert (answer["allowed"], answer["status"]["code"]) == (False, 429)
+        assert "not cached yet" in answer["status"]["message"]

@@ -144,6 +144,17 @@ INLINE_BYTES = 64 * 1024
 # Room for small bodies beyond max_inflight_bytes, so that large bodies filling the budget never
 # turn away an admission of ordinary size.
 SMALL_RESERVE_BYTES = 1 * MiB
+# Parsed JSON takes up to 24 times its size as Python objects when it is all empty or one-key
+# objects (`[{},{},...]`); objects Kubernetes sends, with their long keys, take about 12. A large
+# body with more than one object or array per this many bytes is refused before it is parsed,
+# which holds a parsed body to about 14 times its size.
+MIN_BYTES_PER_CONTAINER = 16
+# Pod admissions whose job is not cached yet, each waiting on a GET with its parsed body.
+MAX_JOB_LOOKUPS = 8
+
+
+class Busy(Exception):
+    """Refused for now: the answer says to retry."""
 
 
 class TooLate(Exception):
@@ -160,6 +171,11 @@ class Admissions:
         self.limits = limits
         self.inflight = 0
         self.worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="admission")
+        # One large body at a time is parsed and answered, so that one parsed large body at most
+        # is in memory; the others wait as bytes. Small bodies are answered on the loop, one at a
+        # time but for pods waiting on their job (`lookups`, at most MAX_JOB_LOOKUPS).
+        self.one_large = asyncio.Lock()
+        self.lookups = 0
 
     def take(self, cost: int) -> bool:
         room = self.limits.max_inflight_bytes
@@ -279,6 +295,18 @@ async def _serve(
     except Exception as error:  # the client went away, or sent a body aiohttp cannot decode
         return _turned_away(endpoint, "unreadable", 400, f"the body could not be read: {error}")
     work.size = len(raw)
+    if work.size <= INLINE_BYTES:
+        return await _parse_and_answer(endpoint, answer, http, work, raw, started)
+    if raw.count(b"{") + raw.count(b"[") > work.size // MIN_BYTES_PER_CONTAINER:
+        message = "the body holds more objects and arrays for its size than Kubernetes objects do"
+        return _turned_away(endpoint, "too_dense", 400, message)
+    async with work.admissions.one_large:
+        return await _parse_and_answer(endpoint, answer, http, work, raw, started)
+
+
+async def _parse_and_answer(
+    endpoint: str, answer: Answer, http: web.Request, work: Work, raw: bytes, started: float
+) -> web.Response:
     body = await work.compute(functools.partial(_loads, raw))
     del raw
     request = _request_fields(body)
@@ -332,6 +360,8 @@ async def _answer_or_refuse(
     except TooLate:
         message = "the webhook ran out of time before answering"
         return refuse(uid, message, 504, "Timeout").review()
+    except Busy as busy:
+        return refuse(uid, str(busy), 429, "TooManyRequests").review()
     except Exception:
         log.exception("admission handler failed", path=http.path)
         return refuse(
@@ -429,6 +459,10 @@ async def _job_of(app: web.Application, body: Any) -> dict[str, Any] | None:
     if cached is not None:
         return cached
     # Not cached yet (created a moment ago): ask the apiserver.
+    admissions = app.get(ADMISSIONS_BOUND) or _DEFAULT_ADMISSIONS
+    if admissions.lookups >= MAX_JOB_LOOKUPS:
+        raise Busy(f"too many pods of jobs the webhook has not cached yet; retry ({name})")
+    admissions.lookups += 1
     objects = client.CustomObjectsApi(app[API])
     try:
         async with translated():
@@ -437,6 +471,8 @@ async def _job_of(app: web.Application, body: Any) -> dict[str, Any] | None:
             )
     except NotFound:
         return None
+    finally:
+        admissions.lookups -= 1
     return job if isinstance(job, dict) else None
 
 
