@@ -6,7 +6,13 @@ same event loop (uvloop), TLS set-up and certificate, in a process of its own, a
 allow-all AdmissionReview. The same client measures both, so each ratio to the floor is the cost of
 the webhook's own work. Prints figures; the exit status says nothing about them.
 
-    .venv/bin/python tests/bench/admission.py
+First, in this process, the cost of the check of pod templates against the Kubernetes Pod schema
+(api/pod_fields.py): the job validation handler timed with the check and with it switched off,
+per request, from the decoded body to the review, on the job as the apiserver sends it and on a
+job with four replica types of a template using much of the Pod schema. `--in-process` prints
+only these figures.
+
+    .venv/bin/python tests/bench/admission.py [--in-process]
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ import aiohttp
 import orjson
 import yaml
 
-from torchjob.api import constants, types
+from torchjob.api import constants, types, validation
+from torchjob.api.admission import handle, validate_job
 from torchjob.api.defaults import default_job
 from torchjob.webhook.certificates import new_bundle
 
@@ -565,6 +572,114 @@ def goal_check(figures: Figures, p50_ratio: float, p99_ratio: float, *, is_floor
     return "meets" if not missed else "misses: " + ", ".join(missed)
 
 
+# -- the Pod schema check, in process ------------------------------------------------------------
+
+IN_PROCESS_REQUESTS = 2000  # per round
+IN_PROCESS_ROUNDS = 7  # alternating with and without the check; the median round counts
+
+# A template using much of the Pod schema: what a careful user's replica looks like.
+RICH_TEMPLATE: dict[str, Any] = {
+    "metadata": {"labels": {"app": "train", "team": "vision"}, "annotations": {"a/b": "c"}},
+    "spec": {
+        "initContainers": [{"name": "fetch", "image": "busybox", "command": ["sh", "-c", "true"]}],
+        "containers": [
+            {
+                "name": "python",
+                "image": "pytorch",
+                "args": ["train.py", "--epochs", "3", "--batch-size", "64"],
+                "env": [
+                    {"name": "NCCL_DEBUG", "value": "INFO"},
+                    {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                ],
+                "ports": [{"name": "dist", "containerPort": 23456, "protocol": "TCP"}],
+                "resources": {
+                    "limits": {"nvidia.com/gpu": 8, "cpu": "16", "memory": "64Gi"},
+                    "requests": {"cpu": "8", "memory": "32Gi"},
+                },
+                "readinessProbe": {"tcpSocket": {"port": 23456}, "periodSeconds": 10},
+                "volumeMounts": [
+                    {"name": "data", "mountPath": "/data", "readOnly": True},
+                    {"name": "shm", "mountPath": "/dev/shm"},
+                ],
+                "securityContext": {"runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}},
+            }
+        ],
+        "volumes": [
+            {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+            {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+        ],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}
+                    ]
+                }
+            }
+        },
+        "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "nodeSelector": {"pool": "gpu"},
+    },
+}
+
+
+def rich_review(job_review: bytes) -> bytes:
+    review = orjson.loads(job_review)
+    job = review["request"]["object"]
+    job["spec"]["replicaSpecs"] = [
+        {"type": kind, "replicas": 2, "restartPolicy": "OnFailure", "template": RICH_TEMPLATE}
+        for kind in ("master", "worker", "evaluator", "loader")
+    ]
+    job["spec"]["elastic"] = {"enabled": True, "minReplicas": 1, "maxReplicas": 8}
+    return orjson.dumps(review)
+
+
+@contextlib.contextmanager
+def schema_check(enabled: bool) -> Iterator[None]:
+    """The Pod schema check (and the unknown-field check of our own schema it runs with) on or
+    off, as admission was before it."""
+    if enabled:
+        yield
+        return
+    saved = validation.unknown_field_errors
+    validation.unknown_field_errors = lambda job: iter(())
+    try:
+        yield
+    finally:
+        validation.unknown_field_errors = saved
+
+
+def microseconds_per_request(body: bytes, *, check: bool) -> float:
+    """One round: what the webhook does per job validation request, from the body to the review."""
+    with schema_check(check):
+        review = handle(orjson.loads(body), validate_job)
+        assert review["response"]["allowed"], review["response"]
+        start = time.perf_counter()
+        for _ in range(IN_PROCESS_REQUESTS):
+            handle(orjson.loads(body), validate_job)
+        return (time.perf_counter() - start) / IN_PROCESS_REQUESTS * 1e6
+
+
+def print_schema_check_cost(job_review: bytes) -> None:
+    print()
+    print(
+        f"job validation in process, median of {IN_PROCESS_ROUNDS} rounds of "
+        f"{IN_PROCESS_REQUESTS} (decode + default + validate + review)"
+    )
+    row = "{:<28} {:>8} {:>10} {:>10} {:>7} {:>9}"
+    print(row.format("body", "bytes", "before µs", "after µs", "ratio", "added µs"))
+    bodies = (("example job, as stored", job_review), ("4 rich templates", rich_review(job_review)))
+    for label, body in bodies:
+        before: list[float] = []
+        after: list[float] = []
+        for _ in range(IN_PROCESS_ROUNDS):
+            before.append(microseconds_per_request(body, check=False))
+            after.append(microseconds_per_request(body, check=True))
+        low, high = statistics.median(before), statistics.median(after)
+        cells = (f"{low:.1f}", f"{high:.1f}", f"{high / low:.2f}x", f"{high - low:.1f}")
+        print(row.format(label, len(body), *cells), flush=True)
+
+
 # -- main ----------------------------------------------------------------------------------------
 
 
@@ -577,6 +692,9 @@ def main() -> None:
         context = tls.client_context()
         with floor_server(tls) as floor, ControlPlane() as plane:
             reviews = prepare_cluster(plane)
+            print_schema_check_cost(reviews.job_validation)
+            if "--in-process" in sys.argv[1:]:
+                return
             with webhook_server(plane, tls) as webhook:
                 print_setup(floor[0], webhook[0], context, reviews)
                 pairs = pairs_to_measure(floor, webhook, reviews)
