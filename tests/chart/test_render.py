@@ -108,9 +108,12 @@ def test_every_service_has_its_objects(rendered: tuple[str, list[Manifest]]) -> 
         assert len(find(component_objects(manifests, part), "ServiceMonitor")) == (
             1 if values.get("metrics") else 0
         )
-        assert len(find(component_objects(manifests, part), "NetworkPolicy")) == (
-            1 if values.get("networkPolicy") else 0
-        )
+        policies = 1 if values.get("networkPolicy", {}).get("enabled") else 0
+        if part == "webhook" and values.get("webhook", {}).get("networkPolicy", {}).get(
+            "enabled", True
+        ):
+            policies = 1  # the webhook's own, on by default
+        assert len(find(component_objects(manifests, part), "NetworkPolicy")) == policies
     for part in ("reconciler", "housekeeper"):
         # The leader's Lease is the chart's, so that `helm uninstall` takes it; its spec is the
         # leader's alone, so that an upgrade leaves it be.
@@ -258,6 +261,84 @@ def test_rendered_arguments_are_what_the_services_accept(
     )
 
 
+def test_webhook_limits_and_its_admission_port(rendered: tuple[str, list[Manifest]]) -> None:
+    """The request limits reach the webhook, within the apiserver's timeout and the memory limit;
+    the admission port admits only the configured peers or, by default, no pod."""
+    name, manifests = rendered
+    values = values_of(name)
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    wanted = {**defaults["webhook"], **values.get("webhook", {})}
+    limits_values = {**defaults["webhook"]["limits"], **wanted.get("limits", {})}
+    deployment = component(manifests, "Deployment", "webhook")
+    limits = webhook_settings.parse(container_command(deployment, "webhook-pod").args).limits
+    assert limits.max_body_bytes == limits_values["maxBodyBytes"]
+    assert limits.max_inflight_bytes == limits_values["maxInflightBytes"]
+    assert limits.read_timeout_seconds == limits_values["readTimeoutSeconds"]
+    assert limits.handler_timeout_seconds == limits_values["handlerTimeoutSeconds"]
+    hooks = [
+        hook
+        for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+        for hook in one(manifests, kind)["webhooks"]
+    ]
+    assert all(limits.handler_timeout_seconds < hook["timeoutSeconds"] for hook in hooks)
+    # The memory admissions may take (the bound in values.yaml) beside the process's own.
+    bound = 90 * MiB + limits.max_inflight_bytes + MiB + 18 * limits.max_body_bytes + 13 * MiB
+    memory = deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert bound < 0.8 * quantity(memory["memory"])
+
+    policy = find(component_objects(manifests, "webhook"), "NetworkPolicy")
+    if not policy:
+        return
+    ingress = policy[0]["spec"]["ingress"]
+    (admission,) = [
+        rule for rule in ingress if {"port": "https", "protocol": "TCP"} in rule["ports"]
+    ]
+    assert admission["ports"] == [{"port": "https", "protocol": "TCP"}]
+    peers = values.get("networkPolicy", {}).get("webhookFrom")
+    pods = wanted.get("networkPolicy", {}).get("podCIDRs")
+    if peers:
+        assert admission["from"] == peers
+    elif pods:
+        blocks = {
+            peer["ipBlock"]["cidr"]: peer["ipBlock"].get("except", []) for peer in admission["from"]
+        }
+        assert set(blocks) == {"0.0.0.0/0", "::/0"}
+        assert sorted(blocks["0.0.0.0/0"] + blocks["::/0"]) == sorted(pods)
+        assert all(":" in cidr for cidr in blocks["::/0"])
+    else:
+        assert "from" not in admission
+    # Nothing but the two ports is open.
+    assert {p["port"] for rule in ingress for p in rule["ports"]} == {"https", "probes"}
+
+
+MiB = 1024 * 1024
+
+
+def quantity(text: str) -> float:
+    units = {"Ki": 1024, "Mi": MiB, "Gi": 1024 * MiB}
+    for suffix, factor in units.items():
+        if text.endswith(suffix):
+            return float(text.removesuffix(suffix)) * factor
+    return float(text)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"webhook.limits.handlerTimeoutSeconds": 5}, "must be below webhook.timeoutSeconds"),
+        (
+            {"webhook.limits.readTimeoutSeconds": 3, "webhook.limits.handlerTimeoutSeconds": 2},
+            "readTimeoutSeconds must be at most",
+        ),
+        ({"webhook.limits.maxInflightBytes": 2097152}, "at least webhook.limits.maxBodyBytes"),
+    ],
+)
+def test_inconsistent_webhook_limits_are_refused(settings: dict[str, object], message: str) -> None:
+    result = helm("template", "torchjob", str(CHART), *values_args(settings=settings), check=False)
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+
+
 def test_rbac_is_least_privilege(rendered: tuple[str, list[Manifest]]) -> None:
     name, manifests = rendered
     roles = find(manifests, "ClusterRole") + find(manifests, "Role")
@@ -379,6 +460,9 @@ BAD_VALUES = [
     ("webhook.certificate.ipAddresses", ["localhost"], "at '/webhook/certificate/ipAddresses/0'"),
     ("certManager.issuerRef", {"name": "ca", "kind": "Vault"}, "at '/certManager/issuerRef/kind'"),
     ("networkPolicy.apiServerPorts", [0], "at '/networkPolicy/apiServerPorts/0': minimum"),
+    ("webhook.limits.maxBodyBytes", 512, "at '/webhook/limits/maxBodyBytes': minimum"),
+    ("webhook.limits.readTimeoutSeconds", 0, "at '/webhook/limits/readTimeoutSeconds'"),
+    ("webhook.networkPolicy.podCIDRs", ["10.244.0.0"], "at '/webhook/networkPolicy/podCIDRs/0'"),
 ]
 
 
