@@ -145,9 +145,9 @@ INLINE_BYTES = 64 * 1024
 # turn away an admission of ordinary size.
 SMALL_RESERVE_BYTES = 1 * MiB
 # Parsed JSON takes up to 24 times its size as Python objects when it is all empty or one-key
-# objects (`[{},{},...]`); objects Kubernetes sends, with their long keys, take about 12. A large
-# body with more than one object or array per this many bytes is refused before it is parsed,
-# which holds a parsed body to about 14 times its size.
+# objects (`[{},{},...]`), 18 when it is all one-letter strings; objects Kubernetes sends, with
+# their long keys, about 12. A large body with more than one object or array per this many bytes
+# is refused before it is parsed, which holds a parsed body to about 18 times its size.
 MIN_BYTES_PER_CONTAINER = 16
 # Pod admissions whose job is not cached yet, each waiting on a GET with its parsed body.
 MAX_JOB_LOOKUPS = 8
