@@ -5,6 +5,10 @@ accepted."""
 from __future__ import annotations
 
 import copy
+import importlib.machinery
+import importlib.util
+import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +25,7 @@ from torchjob.api.pod_fields import problems
 from torchjob.api.validation import Cause, FieldError, validate
 
 DATA = Path(__file__).parents[1] / "data" / "t9k"
+ROOT = Path(__file__).parents[2]
 DEFINITIONS = pod_schema.DEFINITIONS
 
 # A template touching much of the schema: containers and init containers, probes, resources,
@@ -290,3 +295,25 @@ def test_template_metadata_and_tensorboard_resources_are_checked() -> None:
         "spec.replicaSpecs[0].template.metadata.lables: unknown field",
         "spec.tensorboardSpec.resources.limit: unknown field",
     ]
+
+
+def test_the_committed_tree_is_what_make_pod_schema_writes() -> None:
+    """api/pod_schema.py is the generator's output for the OpenAPI document of the Kubernetes
+    version `make cluster` builds (read from the Go module cache that build filled; tests/e2e
+    compares the tree with the live apiserver's too)."""
+    loader = importlib.machinery.SourceFileLoader(
+        "gen_pod_schema", str(ROOT / "tools/gen-pod-schema")
+    )
+    spec = importlib.util.spec_from_loader("gen_pod_schema", loader)
+    assert spec is not None
+    generator = importlib.util.module_from_spec(spec)
+    loader.exec_module(generator)
+    version = generator.kubernetes_version()
+    assert version == pod_schema.KUBERNETES_VERSION
+    cache = Path(os.environ.get("GOMODCACHE") or Path.home() / "go" / "pkg" / "mod")
+    document = cache / f"k8s.io/kubernetes@{version}/api/openapi-spec/v3/api__v1_openapi.json"
+    if not document.exists():
+        pytest.skip(f"{document} is absent (make cluster downloads it)")
+    tree = generator.reduce_document(json.loads(document.read_text()))
+    committed = (ROOT / "services/torchjob/api/pod_schema.py").read_text()
+    assert generator.render(version, tree) == committed
