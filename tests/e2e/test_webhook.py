@@ -9,12 +9,14 @@ import copy
 import json
 import socket
 import ssl
+import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio import client
 from support import ControlPlane
+from support.abuse import Abuse, expensive_review
 from support.eventually import eventually
 from support.jobs import job_manifest
 from support.operator import SYSTEM_NAMESPACE, user, webhook_port, webhook_secret
@@ -246,3 +248,36 @@ def test_metrics_count_admissions(webhook_server: ServiceProcess, admitted_names
     assert (
         'torchjob_admission_requests_total{endpoint="validate-jobs",outcome="allowed"}' in metrics
     )
+
+
+async def test_admission_and_probes_answer_while_the_port_is_abused(
+    control_plane: ControlPlane, admitted_namespace: str, webhook_server: ServiceProcess
+) -> None:
+    """20 senders of 2 MB reviews back to back and 20 half-sent 2 MB bodies straight at the
+    admission port (the scenario of the issue): a job still goes through the apiserver and both
+    of the webhook's admissions, and /healthz still answers. What is asserted is that they
+    answer; how fast is the benchmark's (tests/bench/webhook_abuse.py)."""
+    port = webhook_port(webhook_server)
+    manifest = json.dumps(job_manifest("basic", "under-abuse"))
+    async with Abuse(port, expensive_review(2 * 1024 * 1024)) as abuse:
+        await eventually(lambda: abuse.answered >= 40, "the abuse is under way", timeout=60)
+        created = await asyncio.to_thread(
+            control_plane.kubectl,
+            *("create", "--dry-run=server", "-n", admitted_namespace, "-f", "-"),
+            input=manifest,
+            check=False,
+        )
+        healthz = await asyncio.to_thread(probe, webhook_server.probe_port, "/healthz")
+        outcomes = dict(abuse.outcomes)
+    assert created.returncode == 0, created.stderr
+    assert healthz == 200
+    # The abuse was answered, with refusals of what could not be taken on, not with failures.
+    assert {"200", "429", "408"} & set(outcomes), outcomes
+    assert not {key for key in outcomes if key.startswith("5")}, outcomes
+    assert "torchjob_admission_requests_total" in webhook_server.metrics()
+
+
+def probe(port: int, path: str) -> int:
+    """GET a probe with a generous timeout: the assertion is that it answers."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as response:
+        return int(response.status)
