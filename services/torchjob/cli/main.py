@@ -1,11 +1,13 @@
-"""The `torchjob` command.
+"""The `torchjob` command (also the kubectl plugin `kubectl torchjob`).
 
 `torchjob run JOB.yaml` runs a PyTorchTrainingJob on this machine, each replica's training
 container as a local process, with the defaulting, validation, pod rendering and restart
 decisions of the cluster; `torchjob run --dry-run JOB.yaml` prints what a cluster would create.
+`submit`, `list`, `get`, `logs`, `top`, `delete`, `pause`, `resume`, `wait` and `tensorboard`
+work on the cluster of the current kubeconfig context (cli/parsers.py).
 
 Exit codes: 0 the job succeeded (or the dry run rendered it), 1 the job failed, 2 the manifest was
-refused or cannot run here, 130 interrupted.
+refused or cannot run here (or a cluster command failed), 124 a wait timed out, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from torchjob.api import queries
 from torchjob.cli.cluster import admitted_pod, dry_run_documents, first_plan
 from torchjob.cli.console import Console
 from torchjob.cli.manifest import AdmittedJob, InvalidManifest, admit, read_manifest
+from torchjob.cli.parsers import add_cluster_commands, run_cluster_command
 from torchjob.cli.runner import LocalRunner, RunResult, write_status
 from torchjob.lifecycle.backoff import BASE_DELAY, MAX_DELAY, RestartBackoff
 from torchjob.render.local import LocalRenderError, gpu_shares, local_command
@@ -34,9 +37,9 @@ from torchjob.render.topology import replicas_of, service_host, world_size
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
-def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="torchjob", description="PyTorchTrainingJob tools")
-    commands = top.add_subparsers(dest="command", required=True)
+def parser(prog: str = "torchjob") -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog=prog, description="PyTorchTrainingJob tools")
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = commands.add_parser(
         "run",
         help="run a job locally, each replica as a process",
@@ -72,6 +75,7 @@ def parser() -> argparse.ArgumentParser:
         help="delay before a replica's first restart in a row, doubling with each further one "
         f"up to {MAX_DELAY:.0f}s, as the reconciler's (default: {BASE_DELAY:.0f}; 0: at once)",
     )
+    add_cluster_commands(commands)
     return top
 
 
@@ -83,7 +87,12 @@ def _restart_delay(text: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    prog = "kubectl torchjob" if Path(sys.argv[0]).name.startswith("kubectl-") else "torchjob"
+    top = parser(prog)
+    args = top.parse_args(argv)
+    if args.command != "run":
+        args.parser = top
+        return run_cluster_command(args)
     console = Console(sys.stdout, sys.stderr)
     # A dry run shows a stable stand-in for the uid; a run is a new job with a uid of its own.
     uid = None if args.dry_run else str(uuid.uuid4())

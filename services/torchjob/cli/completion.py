@@ -1,0 +1,126 @@
+"""`torchjob completion bash|zsh`: a completion script written from the command's own parser, so
+it never lists a flag the command lacks. Job names are completed by asking the cluster
+(`torchjob list -o name`, with the --kubeconfig, --context and -n already typed). zsh loads the
+bash script through bashcompinit."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from torchjob.cli.commands import EXIT_SUCCEEDED
+
+# The commands whose first positional argument is a job's name.
+TAKES_JOB = ("get", "logs", "delete", "pause", "resume", "wait", "tensorboard", "top job")
+
+
+def _options(parser: argparse.ArgumentParser) -> list[str]:
+    return sorted(
+        {s for action in parser._actions for s in action.option_strings if s.startswith("--")}
+        | {s for action in parser._actions for s in action.option_strings if len(s) == 2}
+    )
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _choices(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
+    return {
+        option: [str(c) for c in action.choices]
+        for action in parser._actions
+        if action.choices and action.option_strings
+        for option in action.option_strings
+    }
+
+
+def bash_script(parser: argparse.ArgumentParser, prog: str = "torchjob") -> str:
+    commands = _subparsers(parser)
+    cases = []
+    for name, sub in sorted(commands.items()):
+        nested = _subparsers(sub)
+        if nested:
+            for inner, inner_parser in sorted(nested.items()):
+                cases.append(_case(f"{name} {inner}", inner_parser))
+            words = " ".join(sorted(nested))
+            cases.append(f'        "{name}") words="{words}" ;;')
+        else:
+            cases.append(_case(name, sub))
+    function = "_" + prog.replace("-", "_").replace(" ", "_")
+    takes_job = " ".join(c.replace(" ", "_") for c in TAKES_JOB)
+    return f"""# bash completion for {prog}; load it with: source <({prog} completion bash)
+{function}_jobs() {{
+    local args=() i
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        case "${{COMP_WORDS[i]}}" in
+            --kubeconfig|--context|-n|--namespace)
+                args+=("${{COMP_WORDS[i]}}" "${{COMP_WORDS[i+1]}}") ;;
+            --kubeconfig=*|--context=*|--namespace=*) args+=("${{COMP_WORDS[i]}}") ;;
+        esac
+    done
+    {prog} list -o name "${{args[@]}}" 2>/dev/null
+}}
+
+{function}() {{
+    local cur prev command="" i words="" choices=""
+    cur="${{COMP_WORDS[COMP_CWORD]}}"
+    prev="${{COMP_WORDS[COMP_CWORD-1]}}"
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        case "${{COMP_WORDS[i]}}" in
+            -*) ;;
+            *) if [[ -z "$command" ]]; then command="${{COMP_WORDS[i]}}";
+               elif [[ "$command" == top && "${{COMP_WORDS[i]}}" =~ ^(job|node)$ ]]; then
+                   command="top ${{COMP_WORDS[i]}}"; fi ;;
+        esac
+    done
+    if [[ -z "$command" ]]; then
+        COMPREPLY=($(compgen -W "{" ".join(sorted(commands))}" -- "$cur"))
+        return
+    fi
+    case "$command" in
+{chr(10).join(cases)}
+    esac
+    if [[ -n "$choices" ]]; then
+        COMPREPLY=($(compgen -W "$choices" -- "$cur"))
+    elif [[ "$cur" == -* ]]; then
+        COMPREPLY=($(compgen -W "$words" -- "$cur"))
+    elif [[ "$prev" =~ ^(-f|--filename|--kubeconfig)$ || "$command" == run ]]; then
+        COMPREPLY=($(compgen -f -- "$cur"))
+    elif [[ " {takes_job} " == *" ${{command// /_}} "* ]]; then
+        COMPREPLY=($(compgen -W "$({function}_jobs)" -- "$cur"))
+    elif [[ "$command" == top ]]; then
+        COMPREPLY=($(compgen -W "$words" -- "$cur"))
+    fi
+}}
+complete -o default -F {function} {prog}
+"""
+
+
+def _case(name: str, parser: argparse.ArgumentParser) -> str:
+    lines = [f'        "{name}")', f'            words="{" ".join(_options(parser))}"']
+    choices = _choices(parser)
+    if choices:
+        lines.append('            case "$prev" in')
+        for option, values in sorted(choices.items()):
+            lines.append(f'                {option}) choices="{" ".join(values)}" ;;')
+        lines.append("            esac")
+    lines.append("            ;;")
+    return "\n".join(lines)
+
+
+def zsh_script(parser: argparse.ArgumentParser, prog: str = "torchjob") -> str:
+    return (
+        f"# zsh completion for {prog}; load it with: source <({prog} completion zsh)\n"
+        "autoload -U +X compinit && compinit\n"
+        "autoload -U +X bashcompinit && bashcompinit\n" + bash_script(parser, prog)
+    )
+
+
+async def completion(args: argparse.Namespace) -> int:
+    parser: argparse.ArgumentParser = args.parser
+    script = bash_script if args.shell == "bash" else zsh_script
+    sys.stdout.write(script(parser))
+    return EXIT_SUCCEEDED

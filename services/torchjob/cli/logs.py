@@ -1,0 +1,159 @@
+"""`torchjob logs NAME`: a replica's log by its replica name (the master by default), or every
+replica's with `--all`, each line prefixed; `-f` follows, waiting for containers that have not
+started yet."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from torchjob.api.queries import training_container_in
+from torchjob.api.types import PyTorchTrainingJob
+from torchjob.cli.commands import EXIT_SUCCEEDED, target_of
+from torchjob.cli.connection import CliError, Cluster, connect
+from torchjob.render import tables
+from torchjob.render.topology import master_of, replica_name
+
+WAIT_POLL = 1.0
+NO_PREVIOUS = (
+    "a replica is restarted in a new pod (its pods have restartPolicy Never), so a container "
+    "has no previous attempt inside its pod; the ended pod of a restarting replica is kept, and "
+    "shown by `torchjob logs` without --previous, only until its restart delay has passed"
+)
+
+
+async def logs(args: argparse.Namespace) -> int:
+    async with connect(target_of(args)) as cluster:
+        job = await cluster.get_job(args.job)
+        replicas = [name for name, _ in tables.replica_pods(job, [])]
+        if args.all:
+            chosen = replicas
+        elif args.replica:
+            if args.replica not in replicas:
+                raise CliError(
+                    f"job {args.job} has no replica {args.replica}; its replicas: "
+                    + ", ".join(replicas)
+                )
+            chosen = [args.replica]
+        else:
+            spec = PyTorchTrainingJob.from_dict(job).spec
+            assert spec is not None
+            master_type, index = master_of(spec)
+            chosen = [f"{master_type}-{index}"]
+        prefixed = args.all or len(chosen) > 1
+        width = max(len(r) for r in chosen)
+        tasks = [
+            _replica_log(cluster, args, job, replica, f"{replica:<{width}} | " if prefixed else "")
+            for replica in chosen
+        ]
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        for failure in failures:
+            if not isinstance(failure, CliError):
+                raise failure
+        if failures and len(failures) == len(results):
+            raise failures[0]
+        for failure in failures:
+            sys.stderr.write(f"error: {failure}\n")
+    return EXIT_SUCCEEDED
+
+
+async def _replica_log(
+    cluster: Cluster, args: argparse.Namespace, job: dict[str, Any], replica: str, prefix: str
+) -> None:
+    replica_type, _, index = replica.rpartition("-")
+    pod_name = replica_name(job["metadata"]["name"], replica_type, int(index))
+    pod = await cluster.get_pod(pod_name)
+    if pod is None:
+        raise CliError(
+            f"replica {replica} has no pod now (job phase {tables.phase(job)}); "
+            "torchjob get shows why"
+        )
+    container = args.container or _training_container(pod)
+    if args.previous:
+        await _print(cluster, pod_name, container, prefix, args, previous=True)
+        return
+    if args.follow:
+        await _until_started(cluster, pod_name, container, replica)
+    await _print(cluster, pod_name, container, prefix, args, previous=False)
+
+
+def _training_container(pod: dict[str, Any]) -> str:
+    _, container = training_container_in(pod.get("spec") or {})
+    return str((container or {}).get("name") or "")
+
+
+async def _until_started(cluster: Cluster, pod_name: str, container: str, replica: str) -> None:
+    """Until the container runs or has run: the kubelet has no log for it before."""
+    said = ""
+    while True:
+        pod = await cluster.get_pod(pod_name)
+        if pod is None:
+            raise CliError(f"pod {pod_name} of replica {replica} was deleted")
+        states = {
+            s.get("name"): s.get("state") or {}
+            for s in (pod.get("status") or {}).get("containerStatuses") or []
+        }
+        state = states.get(container) or {}
+        if "running" in state or "terminated" in state:
+            return
+        why = tables.pod_reason(pod) or tables.pod_phase(pod)
+        if why != said:
+            sys.stderr.write(f"waiting for {replica} to start ({why})\n")
+            sys.stderr.flush()
+            said = why
+        await asyncio.sleep(WAIT_POLL)
+
+
+async def _print(
+    cluster: Cluster,
+    pod_name: str,
+    container: str,
+    prefix: str,
+    args: argparse.Namespace,
+    *,
+    previous: bool,
+) -> None:
+    options: dict[str, Any] = {"container": container, "follow": bool(args.follow)}
+    if previous:
+        options = {"container": container, "previous": True}
+    if args.tail is not None:
+        options["tail_lines"] = args.tail
+    if args.since is not None:
+        options["since_seconds"] = args.since
+    if args.timestamps:
+        options["timestamps"] = True
+    try:
+        response = await cluster.pod_log(pod_name, **options)
+    except CliError as error:
+        if previous and "previous terminated container" in error.message:
+            raise CliError(f"{pod_name}: no previous attempt: {NO_PREVIOUS}") from error
+        raise
+    try:
+        partial = b""
+        async for chunk in response.content.iter_any():
+            partial += chunk
+            *lines, partial = partial.split(b"\n")
+            if lines:
+                sys.stdout.write(
+                    "".join(f"{prefix}{line.decode(errors='replace')}\n" for line in lines)
+                )
+                sys.stdout.flush()
+        if partial:
+            sys.stdout.write(f"{prefix}{partial.decode(errors='replace')}\n")
+            sys.stdout.flush()
+    finally:
+        response.release()
+
+
+def parse_since(text: str) -> int:
+    """`--since 90s | 5m | 2h`: seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        if text[-1:] in units:
+            return max(1, int(float(text[:-1]) * units[text[-1]]))
+        return max(1, int(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: write a duration like 90s, 5m or 2h") from None
