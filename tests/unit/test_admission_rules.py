@@ -332,13 +332,13 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
         "replicas below minReplicas",
         ELASTIC.clone().replica_count(1).elastic(minReplicas=2, maxReplicas=4).build(),
         "spec.replicaSpecs[0].replicas",
-        "1 replicas are fewer than spec.elastic.minReplicas 2",
+        "1 replica is fewer than spec.elastic.minReplicas 2",
     ),
     (
         "replicas below minNodes",
         JobBuilder().replicas("worker", 1).torchrun(minNodes=2).build(),
         "spec.replicaSpecs[0].replicas",
-        "1 replicas are fewer than spec.torchrunConfig.minNodes 2",
+        "1 replica is fewer than spec.torchrunConfig.minNodes 2",
     ),
     (
         "replicas counted across types",

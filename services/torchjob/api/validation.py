@@ -414,16 +414,18 @@ def _elastic_count_errors(spec: PyTorchTrainingJobSpec) -> Iterator[FieldError]:
     replica_specs = spec.replica_specs or []
     counts = [(r.type or "?", 1 if r.replicas is None else r.replicas) for r in replica_specs]
     total = sum(count for _, count in counts)
+    are = "is" if total == 1 else "are"
     if len(counts) == 1:
-        path, what = "spec.replicaSpecs[0].replicas", f"{total} replicas"
+        path, what = "spec.replicaSpecs[0].replicas", f"{_counted(total, 'replica')} {are}"
     else:
         path = "spec.replicaSpecs"
-        what = f"{total} replicas in all ({', '.join(f'{k} {c}' for k, c in counts)})"
+        by_type = ", ".join(f"{kind} {count}" for kind, count in counts)
+        what = f"{_counted(total, 'replica')} in all ({by_type}) {are}"
     bounds = _bounds_text(low, low_field, high)
     if counts and low is not None and total < low:
-        yield FieldError(path, f"{what} are fewer than {low_field} {low}; {bounds}")
+        yield FieldError(path, f"{what} fewer than {low_field} {low}; {bounds}")
     if counts and high is not None and total > high:
-        yield FieldError(path, f"{what} are more than spec.elastic.maxReplicas {high}; {bounds}")
+        yield FieldError(path, f"{what} more than spec.elastic.maxReplicas {high}; {bounds}")
     expected = elastic.expected_replicas if elastic else None
     if expected is not None and (
         (low is not None and expected < low) or (high is not None and expected > high)
