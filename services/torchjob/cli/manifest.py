@@ -54,6 +54,17 @@ class AdmittedJob:
         return JobKey.of(self.job)
 
 
+class _KubectlLoader(yaml.SafeLoader):
+    """YAML as kubectl reads it: converted to JSON, which has no timestamps, so an unquoted
+    `2024-01-01` (a creationTimestamp, an annotation) stays the string the apiserver sees."""
+
+
+_KubectlLoader.yaml_implicit_resolvers = {
+    first: [r for r in resolvers if r[0] != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
 def read_manifest(path: str) -> dict[str, Any]:
     """The one YAML (or JSON) document of `path` ('-' reads standard input)."""
     try:
@@ -61,7 +72,7 @@ def read_manifest(path: str) -> dict[str, Any]:
     except OSError as error:
         raise InvalidManifest([f"{path}: {error.strerror or error}"]) from error
     try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+        documents = [d for d in yaml.load_all(text, Loader=_KubectlLoader) if d is not None]
     except yaml.YAMLError as error:
         raise InvalidManifest([f"{path}: not valid YAML: {error}"]) from error
     if len(documents) != 1:
