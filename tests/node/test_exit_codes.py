@@ -71,7 +71,7 @@ def test_a_container_that_exits_1_fails_the_job_without_a_restart(
     assert terminated["exitCode"] == 1
 
 
-def test_a_container_over_its_memory_limit_ends_oomkilled(node: Node, node_namespace: str) -> None:
+def test_a_master_over_its_memory_limit_ends_oomkilled(node: Node, node_namespace: str) -> None:
     # bytearray() writes every page it allocates: well past the limit, the kernel kills it.
     grow = ["-c", "blocks = [bytearray(16 << 20) for _ in range(64)]"]
     node.apply(
@@ -80,6 +80,7 @@ def test_a_container_over_its_memory_limit_ends_oomkilled(node: Node, node_names
             "greedy",
             node.base_image,
             grow,
+            replica_type="master",
             restart_policy="Never",
             limits={"cpu": "500m", "memory": "64Mi"},
         ),

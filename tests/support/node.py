@@ -247,11 +247,13 @@ def training_job(
     args: list[str],
     *,
     replicas: int = 1,
+    replica_type: str = "worker",
     restart_policy: str = "ExitCode",
     backoff_limit: int = 3,
     limits: dict[str, str] | None = None,
 ) -> Manifest:
-    """A PyTorchTrainingJob of one `worker` replica spec running `python args`, no torchrun."""
+    """A PyTorchTrainingJob of one replica spec (`worker` unless told) running `python args`, no
+    torchrun."""
     container: Manifest = {
         "name": "python",
         "image": image,
@@ -261,7 +263,7 @@ def training_job(
     }
     return (
         JobBuilder(name)
-        .replicas("worker", replicas, container=container, restartPolicy=restart_policy)
+        .replicas(replica_type, replicas, container=container, restartPolicy=restart_policy)
         .run_policy(backoffLimit=backoff_limit, activeDeadlineSeconds=3600)
         .build()
     )
