@@ -28,6 +28,7 @@ from support.webhook import (
 
 from torchjob.api import admission
 from torchjob.webhook import app as webhook_app
+from torchjob.webhook import settings as webhook_settings
 from torchjob.webhook.app import ADMISSIONS_BOUND, INLINE_BYTES, Admissions, _route
 from torchjob.webhook.settings import Limits
 
@@ -221,3 +222,25 @@ async def test_pods_of_uncached_jobs_wait_on_a_bounded_number_of_lookups() -> No
         answer = (await response.json())["response"]
         assert (answer["allowed"], answer["status"]["code"]) == (False, 429)
         assert "not cached yet" in answer["status"]["message"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--max-body-bytes", "100"],
+        ["--max-inflight-bytes", "1048576"],  # below the default largest body
+        ["--read-timeout-seconds", "5"],  # above the default handler timeout
+        ["--handler-timeout-seconds", "0"],
+    ],
+)
+def test_inconsistent_limits_are_refused_at_start(argv: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        webhook_settings.parse(argv)
+
+
+def test_limits_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCHJOB_WEBHOOK_MAX_BODY_BYTES", "2097152")
+    monkeypatch.setenv("TORCHJOB_WEBHOOK_HANDLER_TIMEOUT", "8")
+    limits = webhook_settings.parse([]).limits
+    assert (limits.max_body_bytes, limits.handler_timeout_seconds) == (2097152, 8.0)
+    assert limits.loop_stall_seconds > limits.handler_timeout_seconds

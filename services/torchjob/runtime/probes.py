@@ -1,5 +1,7 @@
 """`/healthz`, `/readyz` and Prometheus `/metrics` on a plain-HTTP port of their own, so probes
-and scrapes never depend on the service's TLS or leadership."""
+and scrapes never depend on the service's TLS or leadership: on the service's event loop
+(`probe_app`, the controllers'), or from threads of their own that read the loop's heartbeat
+(`serve_threaded_probes`, the webhook's, whose loop takes requests from anyone who can reach it)."""
 
 from __future__ import annotations
 
@@ -42,21 +44,6 @@ def probe_app(ready: ReadinessCheck, healthy: ReadinessCheck | None = None) -> w
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
     return app
-
-
-def serve_probes(
-    host: str, port: int, ready: ReadinessCheck
-) -> Callable[[web.Application], AsyncIterator[None]]:
-    """A cleanup_ctx entry that runs the probe server for the main app's lifetime."""
-
-    async def run(_: web.Application) -> AsyncIterator[None]:
-        runner = web.AppRunner(probe_app(ready), access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, host, port).start()
-        yield
-        await runner.cleanup()
-
-    return run
 
 
 class Heartbeat:
