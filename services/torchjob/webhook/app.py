@@ -308,7 +308,6 @@ async def _parse_and_answer(
     endpoint: str, answer: Answer, http: web.Request, work: Work, raw: bytes, started: float
 ) -> web.Response:
     body = await work.compute(functools.partial(_loads, raw))
-    del raw
     request = _request_fields(body)
     uid = request.get("uid")
     work.uid = uid if isinstance(uid, str) else ""
@@ -331,7 +330,8 @@ def _turned_away(
     applies the webhook's failurePolicy (Fail), or retries a 429 that says when. The connection
     is closed rather than drained of what is left of the body."""
     _metrics_of(endpoint, outcome)[0].inc()
-    log.info("admission turned away", endpoint=endpoint, status=status, reason=message)
+    # Debug, not info: a flood would flood the log too. The counter's outcome label tells.
+    log.debug("admission turned away", endpoint=endpoint, status=status, reason=message)
     headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
     response = web.Response(status=status, text=message, headers=headers)
     response.force_close()
