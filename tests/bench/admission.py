@@ -644,7 +644,7 @@ def schema_check(enabled: bool) -> Iterator[None]:
         yield
         return
     saved = validation.unknown_field_errors
-    validation.unknown_field_errors = lambda job: iter(())
+    validation.unknown_field_errors = lambda job: []
     try:
         yield
     finally:
@@ -656,17 +656,19 @@ def microseconds_per_request(body: bytes, *, check: bool) -> float:
     with schema_check(check):
         review = handle(orjson.loads(body), validate_job)
         assert review["response"]["allowed"], review["response"]
-        start = time.perf_counter()
+        # CPU time of this process, not the wall clock: time the neighbours take is not counted.
+        start = time.process_time()
         for _ in range(IN_PROCESS_REQUESTS):
             handle(orjson.loads(body), validate_job)
-        return (time.perf_counter() - start) / IN_PROCESS_REQUESTS * 1e6
+        return (time.process_time() - start) / IN_PROCESS_REQUESTS * 1e6
 
 
 def print_schema_check_cost(job_review: bytes) -> None:
     print()
     print(
-        f"job validation in process, fastest of {IN_PROCESS_ROUNDS} rounds of "
-        f"{IN_PROCESS_REQUESTS} (decode + default + validate + review)"
+        f"job validation in process: CPU time per request (decode, default, validate, review), "
+        f"fastest of {IN_PROCESS_ROUNDS} rounds of {IN_PROCESS_REQUESTS}; before = without the "
+        "Pod schema and unknown-field check"
     )
     row = "{:<28} {:>8} {:>10} {:>10} {:>7} {:>9}"
     print(row.format("body", "bytes", "before µs", "after µs", "ratio", "added µs"))

@@ -115,43 +115,58 @@ EMBEDDED: dict[tuple[type[Model], str], str] = {
 }
 
 
-def unknown_field_errors(job: PyTorchTrainingJob) -> Iterator[FieldError]:
+def unknown_field_errors(job: PyTorchTrainingJob) -> list[FieldError]:
     """Every field of the object that its schema does not have, as the apiserver's strict field
     validation refuses them (`kubectl apply` validates strictly by default): top-level and in the
     spec, from the CRD's structural schema, which the generated model knows; inside the Kubernetes
     objects the spec embeds (a replica's pod template above all, which the CRD keeps opaque), from
     the Pod schema, with each value's JSON type. The status is the reconciler's, written through
     its own subresource, and is not checked."""
-    for key in job.extra:
-        yield FieldError(key, pod_fields.UNKNOWN_FIELD, Cause.NOT_SUPPORTED)
+    errors = [FieldError(key, pod_fields.UNKNOWN_FIELD, Cause.NOT_SUPPORTED) for key in job.extra]
     if job.metadata is not None:
-        yield from _embedded_errors(job.metadata, "ObjectMeta", "metadata")
+        _embedded_errors(job.metadata, "ObjectMeta", "metadata", errors)
     if job.spec is not None:
-        yield from _model_unknown_errors(job.spec, "spec")
+        _model_unknown_errors(job.spec, "spec", errors)
+    return errors
 
 
-def _model_unknown_errors(message: Model, path: str) -> Iterator[FieldError]:
+# Per message class, the fields that can hold an unknown field: (attribute, key, repeated, the
+# Kubernetes definition of an embedded object or "" for a message of ours). Admission walks every
+# job through them, so they are worked out once.
+_WALKED: dict[type[Model], tuple[tuple[str, str, bool, str], ...]] = {}
+
+
+def _walked(model: type[Model]) -> tuple[tuple[str, str, bool, str], ...]:
+    walked = _WALKED.get(model)
+    if walked is None:
+        walked = _WALKED[model] = tuple(
+            (info.attr, info.key, info.repeated, EMBEDDED.get((model, info.key), ""))
+            for info in model.FIELDS
+            if info.kind == "message" or (model, info.key) in EMBEDDED
+        )
+    return walked
+
+
+def _model_unknown_errors(message: Model, path: str, errors: list[FieldError]) -> None:
     for key in message.extra:
-        yield FieldError(child(path, key), pod_fields.UNKNOWN_FIELD, Cause.NOT_SUPPORTED)
-    for info in message.FIELDS:
-        value = getattr(message, info.attr)
+        errors.append(FieldError(child(path, key), pod_fields.UNKNOWN_FIELD, Cause.NOT_SUPPORTED))
+    for attr, key, repeated, definition in _walked(type(message)):
+        value = getattr(message, attr)
         if value is None:
             continue
-        if info.kind == "object":
-            definition = EMBEDDED.get((type(message), info.key))
-            if definition is not None:
-                yield from _embedded_errors(value, definition, child(path, info.key))
-        elif info.kind == "message":
-            items = enumerate(value) if info.repeated else ((None, value),)
-            for index, item in items:
-                here = child(path, info.key) if index is None else child(path, info.key, index)
-                yield from _model_unknown_errors(item, here)
+        if definition:
+            _embedded_errors(value, definition, child(path, key), errors)
+        elif not repeated:
+            _model_unknown_errors(value, child(path, key), errors)
+        else:
+            for index, item in enumerate(value):
+                _model_unknown_errors(item, child(path, key, index), errors)
 
 
-def _embedded_errors(value: Any, definition: str, path: str) -> Iterator[FieldError]:
+def _embedded_errors(value: Any, definition: str, path: str, errors: list[FieldError]) -> None:
     for problem in pod_fields.problems(value, definition, path):
         cause = Cause.NOT_SUPPORTED if problem.unknown else Cause.INVALID
-        yield FieldError(problem.path, problem.message, cause)
+        errors.append(FieldError(problem.path, problem.message, cause))
 
 
 def schema_errors(message: Model, path: str = "") -> Iterator[FieldError]:
