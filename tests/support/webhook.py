@@ -11,9 +11,10 @@ import contextlib
 import copy
 import dataclasses
 import http.client
+import logging
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import orjson
@@ -23,6 +24,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from torchjob.api import constants
 from torchjob.kube.informer import Informer, KubeObject
+from torchjob.runtime import logging as runtime_logging
 from torchjob.webhook import settings as webhook_settings
 from torchjob.webhook.app import (
     ADMISSION_LOG,
@@ -228,3 +230,22 @@ class ServerThread:
             return response.status, response.read()
         finally:
             connection.close()
+
+
+@contextlib.contextmanager
+def production_logging() -> Iterator[None]:
+    """structlog configured as the services configure it (`runtime.logging`: JSON, tracebacks
+    formatted as text), to the stdlib loggers pytest captures, for the length of the block. The
+    default renders tracebacks with their locals, which can hold the loop for seconds on a large
+    body: a cost of the tests, not of the webhook. Loggers bound before the block keep theirs."""
+    saved = structlog.get_config()
+    structlog.configure(
+        processors=[*runtime_logging.SHARED_PROCESSORS, structlog.processors.JSONRenderer()],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        cache_logger_on_first_use=False,
+    )
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)

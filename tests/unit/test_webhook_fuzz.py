@@ -25,6 +25,7 @@ from support.webhook import (
     ServerThread,
     admission_app,
     padded_job,
+    production_logging,
     replica_pod,
     review,
 )
@@ -143,7 +144,10 @@ BODIES = st.one_of(
 
 @pytest.fixture(scope="module")
 def webhook() -> Iterator[ServerThread]:
-    with ServerThread(admission_app(LIMITS, job=copy.deepcopy(JOB))) as server:
+    with (
+        production_logging(),
+        ServerThread(admission_app(LIMITS, job=copy.deepcopy(JOB))) as server,
+    ):
         yield server
 
 
