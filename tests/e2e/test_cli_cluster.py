@@ -69,9 +69,11 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
     return result.stdout
 
 
-SUBMIT = ("submit", "--name", "train", "--image", "img", "--workers", "2", "--cpu", "500m")
-SUBMIT += ("--memory", "1Gi", "--env", "EPOCHS=3", "--restart-policy", "Never")
-SUBMIT += ("--backoff-limit", "1", "--", "python", "train.py", "--epochs", "3")
+SUBMIT: tuple[str, ...] = (
+    *("submit", "--name", "train", "--image", "img", "--workers", "2", "--cpu", "500m"),
+    *("--memory", "1Gi", "--env", "EPOCHS=3", "--restart-policy", "Never"),
+    *("--backoff-limit", "1", "--", "python", "train.py", "--epochs", "3"),
+)
 
 
 async def test_submit_dry_run_round_trips_through_run_and_admission(
@@ -298,7 +300,8 @@ async def test_top_job_and_node_from_the_api(
     """A Node object with GPUs; one replica bound to it (as the scheduler binds), one not."""
     node = f"gpu-{admitted_namespace}"[:63]
     core = client.CoreV1Api(kube_client)
-    await core.create_node({"metadata": {"name": node}})
+    create_node: Any = core.create_node
+    await create_node({"metadata": {"name": node}})
     try:
         capacity = {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "4", "pods": "110"}
         await core.patch_node_status(
