@@ -216,3 +216,19 @@ def test_flags_and_a_file_do_not_mix(capsys: pytest.CaptureFixture[str]) -> None
     assert "either -f FILE or the job's flags" in capsys.readouterr().err
     assert main(["submit", "--dry-run", "--name", "x", "--", "t.py"]) == 2
     assert "submit needs --image" in capsys.readouterr().err
+
+
+def test_limits_above_the_requests() -> None:
+    job = build_job(
+        Submission(
+            name="j", image="i", command=("x",), cpu="100m", cpu_limit="2", memory="1Gi", gpus=2
+        )
+    )
+    resources = job["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]["resources"]
+    assert resources == {
+        "requests": {"cpu": "100m", "memory": "1Gi", "nvidia.com/gpu": "2"},
+        "limits": {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "2"},
+    }
+    limited = build_job(Submission(name="j", image="i", command=("x",), memory_limit="1Gi"))
+    container = limited["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]
+    assert container["resources"] == {"limits": {"memory": "1Gi"}}

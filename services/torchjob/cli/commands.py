@@ -61,6 +61,8 @@ def submission_of(args: argparse.Namespace, namespace: str | None) -> Submission
         gpus=args.gpus,
         cpu=args.cpu,
         memory=args.memory,
+        cpu_limit=args.cpu_limit,
+        memory_limit=args.memory_limit,
         working_dir=args.working_dir,
         env=tuple(args.env),
         data=tuple(args.data),

@@ -15,6 +15,7 @@ import orjson
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
+from kubernetes_asyncio.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION
 
 from torchjob.api import constants, types
 from torchjob.kube import errors
@@ -312,6 +313,16 @@ class Cluster:
         return CliError(message)
 
 
+def _require_kubeconfig(path: str | None) -> None:
+    """A kubeconfig that is not there is said plainly (the client's message names a key)."""
+    chosen = path or os.path.expanduser(KUBE_CONFIG_DEFAULT_LOCATION)
+    if not os.path.exists(chosen) and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        raise CliError(
+            f"no cluster to talk to: the kubeconfig {chosen} does not exist. Give "
+            "--kubeconfig FILE (or set $KUBECONFIG) for the cluster's kubeconfig"
+        )
+
+
 def _refusal(response: aiohttp.ClientResponse, data: bytes) -> ApiException:
     error = ApiException(status=response.status, reason=response.reason)
     error.body = data
@@ -323,12 +334,7 @@ async def connect(target: Target) -> AsyncIterator[Cluster]:
     """The cluster of `target`'s kubeconfig and context; the client is closed on the way out."""
     configuration = client.Configuration()
     path = kubeconfig_path(target)
-    default = os.path.expanduser(config.KUBE_CONFIG_DEFAULT_LOCATION)
-    if not os.path.exists(path or default) and not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        raise CliError(
-            f"no cluster to talk to: the kubeconfig {path or default} does not exist. Give "
-            "--kubeconfig FILE (or set $KUBECONFIG) for the cluster's kubeconfig"
-        )
+    _require_kubeconfig(path)
     try:
         await config.load_kube_config(
             config_file=path, context=target.context, client_configuration=configuration

@@ -228,8 +228,10 @@ def _submit(commands_: Any, cluster: argparse.ArgumentParser) -> None:
     job.add_argument("--image", help="the training image")
     job.add_argument("--workers", type=_positive, default=1, help="replicas (default: 1)")
     job.add_argument("--gpus", type=_not_negative, default=0, help="GPUs per replica")
-    job.add_argument("--cpu", help="CPU per replica, e.g. 2 or 500m (request and limit)")
-    job.add_argument("--memory", help="memory per replica, e.g. 4Gi (request and limit)")
+    job.add_argument("--cpu", help="CPU requested per replica, e.g. 2 or 500m")
+    job.add_argument("--memory", help="memory requested per replica, e.g. 4Gi")
+    job.add_argument("--cpu-limit", metavar="CPU", help="CPU limit (default: --cpu)")
+    job.add_argument("--memory-limit", metavar="MEMORY", help="memory limit (default: --memory)")
     job.add_argument("--working-dir", metavar="DIR", help="the container's working directory")
     job.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
     job.add_argument(

@@ -62,6 +62,8 @@ class Submission:
     gpus: int = 0
     cpu: str | None = None
     memory: str | None = None
+    cpu_limit: str | None = None
+    memory_limit: str | None = None
     working_dir: str | None = None
     env: tuple[str, ...] = ()
     data: tuple[str, ...] = ()
@@ -209,19 +211,28 @@ def _replica_spec(s: Submission) -> dict[str, Any]:
 
 
 def _resources(s: Submission) -> dict[str, Any]:
-    """Requests equal to limits: what a replica asks for is what it may use."""
-    amounts: dict[str, Any] = {}
-    if s.cpu:
-        amounts["cpu"] = s.cpu
-    if s.memory:
-        amounts["memory"] = s.memory
+    """--cpu and --memory are requests and, unless --cpu-limit or --memory-limit say more, the
+    limits too (what a replica asks for is what it may use); GPUs are limits, as Kubernetes
+    requires of extended resources, and requests alike."""
     if s.gpus < 0:
         raise SubmissionError(f"--gpus {s.gpus}: must be 0 or more")
-    if s.gpus:
-        amounts[GPU_RESOURCE] = str(s.gpus)
-    if not amounts:
-        return {}
-    return {"requests": dict(amounts), "limits": dict(amounts)}
+    requests: dict[str, Any] = {}
+    limits: dict[str, Any] = {}
+    for name, request, limit in (
+        ("cpu", s.cpu, s.cpu_limit),
+        ("memory", s.memory, s.memory_limit),
+        (GPU_RESOURCE, str(s.gpus) if s.gpus else None, None),
+    ):
+        if request:
+            requests[name] = request
+        if limit or request:
+            limits[name] = limit or request
+    resources: dict[str, Any] = {}
+    if requests:
+        resources["requests"] = requests
+    if limits:
+        resources["limits"] = limits
+    return resources
 
 
 def _data_volumes(s: Submission) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
