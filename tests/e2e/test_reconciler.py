@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 from support import ControlPlane
-from support.cluster import Job, condition
+from support.cluster import Cluster, Job, condition
 from support.controlplane import free_port
 from support.eventually import TIMEOUT, eventually
-from support.jobs import JobBuilder, job_manifest, names
+from support.jobs import CONTAINER, JobBuilder, job_manifest, names
 from support.operator import pod_webhook
 from support.processes import ServiceProcess
 from support.scenarios import happy_path, master_failure
@@ -205,6 +205,44 @@ async def test_debug_mode(
     assert (await job.status())["phase"] == "Running"
 
 
+async def test_debug_switched_off_is_not_running_until_the_new_pods_run(
+    kube_client: client.ApiClient, admitted_namespace: str, reconciler: ServiceProcess
+) -> None:
+    """Debug mode on, then off: the debug pods are replaced, and while the new pods are Pending
+    the job is Pending, not Running; the Debug condition and Events tell each switch."""
+    manifest = JobBuilder.example("debug-custom").restart_policy("OnFailure").replica_count(2)
+    job = await Job(kube_client, admitted_namespace, manifest.build()).create()
+    workers = names(job.name, "worker", 2)
+    debug_pods = await job.wait_pods(workers)
+    await job.run_all()
+    status = await job.wait_phase("Running")
+    assert (condition(status, "Debug")["status"], condition(status, "Debug")["reason"]) == (
+        "True",
+        "DebugEnabled",
+    )
+    await job.patch_spec({"runMode": {"debug": {"enable": False, "enabled": False}}})
+    old = {name: pod.metadata.uid for name, pod in debug_pods.items()}
+
+    async def replaced() -> bool:
+        pods = await job.pods()
+        return set(pods) == workers and all(p.metadata.uid != old[n] for n, p in pods.items())
+
+    await job.wait("new pods", replaced)
+    await asyncio.sleep(1)  # the reconciler has seen the new pods, Pending
+    status = await job.status()
+    assert status["phase"] == "Pending", status
+    assert condition(status, "Running")["status"] == "False"
+    debug = condition(status, "Debug")
+    assert (debug["status"], debug["reason"]) == ("False", "DebugDisabled")
+    assert status["aggregate"]["pending"] == 2, status["aggregate"]
+    await job.run_all()
+    status = await job.wait_phase("Running")
+    assert condition(status, "Running")["reason"] == "AllReplicasRunning"
+    cluster = Cluster(kube_client, admitted_namespace)
+    for reason in ("DebugEnabled", "DebugDisabled", "JobPending", "JobRunning"):
+        assert await cluster.events(job.name, reason), reason
+
+
 async def test_pause_and_resume(
     kube_client: client.ApiClient, admitted_namespace: str, reconciler: ServiceProcess
 ) -> None:
@@ -223,13 +261,19 @@ async def test_pause_and_resume(
     status = await job.wait_phase("Paused")
     await job.wait_pods(set())
     assert status["startTime"] == started
+    status = await job.status()
+    assert condition(status, "Initialized")["reason"] == "Paused"
     await job.patch_spec({"runMode": {"pause": {"enabled": False}}})
     pods = await job.wait_pods(names(job.name, "worker", 2))
-    assert (await job.status())["phase"] in ("Resuming", "Pending")
     assert pods[f"{job.name}-worker-0"].spec.containers[0].args == ["dist_mnist.py", "--resume"]
+    status = await job.wait_phase("Resuming")
+    assert condition(status, "Paused")["reason"] == "Resuming"
+    assert condition(status, "Initialized")["reason"] != "Paused"
     await job.run_all()
     status = await job.wait_phase("Running")
     assert status["backoffCount"] == 0
+    resumed = condition(status, "Paused")
+    assert (resumed["status"], resumed["reason"]) == ("False", "Resumed")
 
 
 async def test_job_deletion_removes_pods_and_services(
@@ -357,6 +401,36 @@ async def test_a_quota_refusal_is_shown_and_retried_until_the_quota_allows_it(
     await job.wait_pods(expected, timeout=60)
     await job.run_all()
     await job.wait_phase("Running")
+
+
+async def test_an_invalid_pod_template_fails_the_job_at_once_naming_the_refusal(
+    kube_client: client.ApiClient,
+    admitted_namespace: str,
+    reconciler: ServiceProcess,
+) -> None:
+    """The apiserver refuses the pod as invalid (422: a volumeMount of no volume): retrying the
+    same pod cannot help, so the job fails at once with the apiserver's message in its Failed
+    condition and a Warning Event, and the reconciler logs the refusal without a traceback."""
+    broken = {**CONTAINER, "volumeMounts": [{"name": "missing", "mountPath": "/data"}]}
+    job = await Job(
+        kube_client,
+        admitted_namespace,
+        JobBuilder("invalid").replicas("worker", 2, container=broken).build(),
+    ).create()
+    status = await job.wait_phase("Failed")
+    failed = condition(status, "Failed")
+    assert failed["reason"] == "PodCreationFailed", failed
+    assert failed["message"].startswith(f"creating pod {job.name}-worker-0: "), failed
+    assert "volumeMounts[0].name: Not found" in failed["message"], failed
+    warnings = await Cluster(kube_client, admitted_namespace).events(job.name, "PodCreationFailed")
+    assert [e.type for e in warnings] == ["Warning"]
+    await asyncio.sleep(1)  # no retry comes
+    assert await job.pods() == {}
+    assert (await job.status())["phase"] == "Failed"
+    log = reconciler.log_tail(400)
+    assert "creation refused" in log
+    ours = [line for line in log.splitlines() if admitted_namespace in line]
+    assert [line for line in ours if "Traceback" in line] == []
 
 
 async def _quota_counted(control_plane: ControlPlane, namespace: str, resource: str) -> None:

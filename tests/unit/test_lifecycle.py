@@ -350,7 +350,7 @@ def test_pause_deletes_pods_and_resume_recreates_them_uncounted() -> None:
     assert resuming.status["backoffCount"] == 0
     back = observe(resumed, all_pods(resumed), resuming.status)
     assert back.status["phase"] == "Running"
-    assert conditions(back.status)["Paused"] == ("False", "Resuming")
+    assert conditions(back.status)["Paused"] == ("False", "Resumed")
 
 
 def test_elastic_scale_up_and_down() -> None:

@@ -52,6 +52,11 @@ REASON_NOT_RUNNING: Final = "ReplicasNotRunning"
 REASON_DEBUG: Final = "Debug"
 REASON_PAUSED: Final = "Paused"
 REASON_RESUMING: Final = "Resuming"
+# Paused condition False once a resumed job runs again.
+REASON_RESUMED: Final = "Resumed"
+# Debug condition (and its Events): debug mode switched on, or off again.
+REASON_DEBUG_ENABLED: Final = "DebugEnabled"
+REASON_DEBUG_DISABLED: Final = "DebugDisabled"
 REASON_MASTER_SUCCEEDED: Final = "MasterSucceeded"
 REASON_MASTER_FAILED: Final = "MasterFailed"
 REASON_REPLICA_FAILED: Final = "ReplicaFailed"
@@ -62,6 +67,9 @@ REASON_DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
 REASON_POD_CREATION_FAILED: Final = "PodCreationFailed"
 REASON_SERVICE_CREATION_FAILED: Final = "ServiceCreationFailed"
 REASON_REPLICA_RESTARTING: Final = "ReplicaRestarting"
+# Event reasons of the reconciler's actions, as the built-in controllers name them.
+REASON_SUCCESSFUL_CREATE: Final = "SuccessfulCreate"
+REASON_SUCCESSFUL_DELETE: Final = "SuccessfulDelete"
 # Event reason: an elastic job's replica count changed.
 REASON_SCALED: Final = "ReplicasScaled"
 REASON_NO_FAILURE: Final = "NoReplicaFailure"

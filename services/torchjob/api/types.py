@@ -49,7 +49,9 @@ JOB_PHASE_VALUES: tuple[JobPhase, ...] = (
     "Failed",
 )
 
-ConditionType = Literal["Initialized", "Running", "ReplicaFailure", "Completed", "Failed", "Paused"]
+ConditionType = Literal[
+    "Initialized", "Running", "ReplicaFailure", "Completed", "Failed", "Paused", "Debug"
+]
 CONDITION_TYPE_VALUES: tuple[ConditionType, ...] = (
     "Initialized",
     "Running",
@@ -57,6 +59,7 @@ CONDITION_TYPE_VALUES: tuple[ConditionType, ...] = (
     "Completed",
     "Failed",
     "Paused",
+    "Debug",
 )
 
 ConditionStatus = Literal["True", "False", "Unknown"]

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import structlog
 from kubernetes_asyncio import client
 
-from torchjob.kube.errors import Conflict, NotFound, translated
+from torchjob.kube.errors import Conflict, KubeError, NotFound, translated
 from torchjob.lifecycle.times import format_micro_time
 
 log = structlog.get_logger("torchjob.kube.events")
@@ -64,6 +64,19 @@ def _reference(obj: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in reference.items() if value}
 
 
+def _not_recorded(regarding: Any, reason: str, message: str, error: Exception) -> None:
+    """An Event the apiserver refused (its namespace is being deleted, say) is logged with what
+    the apiserver said; anything else, with its traceback."""
+    log.warning(
+        "could not record an event",
+        regarding=regarding,
+        reason=reason,
+        event_message=message,
+        error=str(error) if isinstance(error, KubeError) else None,
+        exc_info=not isinstance(error, KubeError),
+    )
+
+
 class EventRecorder:
     """Records Events as `component` (the reporting controller) on `host` (its instance)."""
 
@@ -91,14 +104,8 @@ class EventRecorder:
         Never raises: an Event is worth less than the work that reports it."""
         try:
             await self._record(obj, event_type, reason, message[:NOTE_LIMIT])
-        except Exception:
-            log.warning(
-                "could not record an event",
-                regarding=(obj.get("metadata") or {}).get("name"),
-                reason=reason,
-                event_message=message,
-                exc_info=True,
-            )
+        except Exception as error:
+            _not_recorded((obj.get("metadata") or {}).get("name"), reason, message, error)
 
     async def record_once(
         self, obj: dict[str, Any], event_type: EventType, reason: str, message: str, key: str
@@ -118,14 +125,8 @@ class EventRecorder:
             return True
         except Conflict:
             return False
-        except Exception:
-            log.warning(
-                "could not record an event",
-                regarding=regarding.get("name"),
-                reason=reason,
-                event_message=message,
-                exc_info=True,
-            )
+        except Exception as error:
+            _not_recorded(regarding.get("name"), reason, message, error)
             return False
 
     async def _record(

@@ -1,10 +1,11 @@
-"""What the reconciler observes of a replica's pod, read from the pod object. Pure."""
+"""What the reconciler observes of a replica's pod, read from the pod object, and what the
+apiserver said when it refused to create one. Pure."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from torchjob.api import constants, queries
 from torchjob.api.objects import (
@@ -145,3 +146,68 @@ def _ran_seconds(ended: ContainerStateTerminated, status: PodStatus) -> float | 
 
 def _int(value: Any) -> int:
     return int(value) if isinstance(value, str) and value.isdigit() else 0
+
+
+def describe_failure(pod: PodView) -> str:
+    """`j-worker-0 failed with exit code 1`, or naming why when the kubelet says more than the
+    exit code: `j-worker-0 container python was OOMKilled (exit code 137)`."""
+    if pod.reason and pod.exit_code is not None:
+        return f"{pod.name} {_killed(pod)}"
+    if pod.exit_code is not None:
+        return f"{pod.name} failed with exit code {pod.exit_code}"
+    return f"{pod.name} failed" + (f" ({pod.reason})" if pod.reason else "")
+
+
+def _killed(pod: PodView) -> str:
+    container = f"container {pod.training_container} " if pod.training_container else ""
+    return f"{container}was {pod.reason} (exit code {pod.exit_code})"
+
+
+def failure_message(pod: PodView) -> str:
+    return f"replica {describe_failure(pod)} and is not restarted"
+
+
+def ending(pod: PodView) -> str:
+    if pod.phase == "Succeeded":
+        return "it succeeded (restartPolicy Always)"
+    if pod.reason and pod.exit_code is not None:
+        return _killed(pod)
+    if pod.exit_code is not None:
+        return f"exit code {pod.exit_code}"
+    return f"it failed ({pod.reason})" if pod.reason else "it failed"
+
+
+# A refusal of the apiserver (reconciler/executor.py) is permanent when sending the same object
+# again cannot succeed: 422 Invalid (the object fails validation: an invalid pod template, a
+# Service name that is not a DNS label) and 400 BadRequest (a malformed request); the planner
+# fails the job at once on one. Every other refusal may pass later without a change to the job,
+# so the creation is retried with backoff while a ReplicaFailure condition shows it: 403 Forbidden
+# (a ResourceQuota exceeded, a policy webhook's denial, RBAC, a namespace being terminated), 409
+# AlreadyExists (an object of that name the job does not own is in the way), 429 and 5xx (the
+# apiserver, or a webhook it calls, is unavailable or timed out).
+PERMANENT_STATUSES = frozenset({400, 422})
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """The apiserver refused to create a replica's `kind` named `name` with HTTP `status`,
+    saying `said`."""
+
+    kind: Literal["pod", "service"]
+    name: str
+    said: str
+    status: int
+
+    @property
+    def permanent(self) -> bool:
+        return self.status in PERMANENT_STATUSES
+
+    @property
+    def reason(self) -> str:
+        if self.kind == "pod":
+            return constants.REASON_POD_CREATION_FAILED
+        return constants.REASON_SERVICE_CREATION_FAILED
+
+    @property
+    def message(self) -> str:
+        return f"creating {self.kind} {self.name}: {self.said}"

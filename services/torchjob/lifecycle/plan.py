@@ -28,7 +28,13 @@ from torchjob.lifecycle.backoff import (
     next_in_a_row,
     pending_restart,
 )
-from torchjob.lifecycle.observe import FINISHED_PHASES, PodView
+from torchjob.lifecycle.observe import (
+    FINISHED_PHASES,
+    PodView,
+    describe_failure,
+    ending,
+    failure_message,
+)
 from torchjob.lifecycle.round import Observed, Outcome, Round
 from torchjob.lifecycle.status import (
     PAUSED_PHASES,
@@ -86,6 +92,7 @@ def plan(observed: Observed, backoff: RestartBackoff = DEFAULT_BACKOFF) -> Plan:
         return Plan(status=ours(observed.status))
     state = _start_round(observed)
     state.rule = backoff
+    state.debug = queries.debug_enabled(spec) and not _paused(spec)
     if is_terminal(observed.status):
         state.plan.status = build_status(state, starting=False)
         return state.plan
@@ -97,6 +104,7 @@ def plan(observed: Observed, backoff: RestartBackoff = DEFAULT_BACKOFF) -> Plan:
         _debug(state)
     else:
         _run(state)
+    _judge_refusals(state)
     return _finish(state)
 
 
@@ -110,6 +118,27 @@ def _start_round(observed: Observed) -> _Planning:
         for t in observed.status.get("tasks") or []
     }
     return _Planning(observed, desired, pods, backoff, restarts)
+
+
+def _judge_refusals(state: _Planning) -> None:
+    """The apiserver refused some of the job's creations last time: a permanent refusal of an
+    object this round creates again fails the job, a transient one is shown while it is retried.
+    A refusal of an object that exists since, or that is no longer created, is history."""
+    name = state.observed.job_meta["name"]
+    again = {
+        *(
+            ("pod", replica_name(name, p.replica.type, p.replica.index))
+            for p in state.plan.create_pods
+        ),
+        *(("service", replica_name(name, r.type, r.index)) for r in state.plan.create_services),
+    }
+    for refusal in state.observed.refusals:
+        if (refusal.kind, refusal.name) not in again:
+            continue
+        if not refusal.permanent:
+            state.refused.append(refusal)
+        elif state.outcome is None:
+            state.outcome = Outcome(False, refusal.reason, refusal.message)
 
 
 def _paused(spec: PyTorchTrainingJobSpec) -> bool:
@@ -274,28 +303,9 @@ def _judge_finished(state: _Planning, replica: Replica, pod: PodView) -> None:
     if _retryable(policy, pod.exit_code):
         _restart(state, pod)
     elif replica.is_master:
-        state.outcome = Outcome(False, constants.REASON_MASTER_FAILED, _failure_message(pod))
+        state.outcome = Outcome(False, constants.REASON_MASTER_FAILED, failure_message(pod))
     elif not _elastic_survives(state):
-        state.outcome = Outcome(False, constants.REASON_REPLICA_FAILED, _failure_message(pod))
-
-
-def describe_failure(pod: PodView) -> str:
-    """`j-worker-0 failed with exit code 1`, or naming why when the kubelet says more than the
-    exit code: `j-worker-0 container python was OOMKilled (exit code 137)`."""
-    if pod.reason and pod.exit_code is not None:
-        return f"{pod.name} {_killed(pod)}"
-    if pod.exit_code is not None:
-        return f"{pod.name} failed with exit code {pod.exit_code}"
-    return f"{pod.name} failed" + (f" ({pod.reason})" if pod.reason else "")
-
-
-def _killed(pod: PodView) -> str:
-    container = f"container {pod.training_container} " if pod.training_container else ""
-    return f"{container}was {pod.reason} (exit code {pod.exit_code})"
-
-
-def _failure_message(pod: PodView) -> str:
-    return f"replica {describe_failure(pod)} and is not restarted"
+        state.outcome = Outcome(False, constants.REASON_REPLICA_FAILED, failure_message(pod))
 
 
 def _retryable(policy: str, exit_code: int | None) -> bool:
@@ -331,19 +341,9 @@ def _announce(state: _Planning, pending: PendingRestart, wait: float) -> None:
     if seen.get("uid") == pod.uid and seen.get("phase") in FINISHED_PHASES:
         return
     when = f"in {seconds_text(wait)}" if wait > 0 else "now"
-    message = f"restarting {pod.name} {when} after {_ending(pod)}"
+    message = f"restarting {pod.name} {when} after {ending(pod)}"
     kind: Literal["Normal", "Warning"] = "Normal" if pod.phase == "Succeeded" else "Warning"
     state.announced.append(Event(kind, constants.REASON_RESTART_BACKOFF, message))
-
-
-def _ending(pod: PodView) -> str:
-    if pod.phase == "Succeeded":
-        return "it succeeded (restartPolicy Always)"
-    if pod.reason and pod.exit_code is not None:
-        return _killed(pod)
-    if pod.exit_code is not None:
-        return f"exit code {pod.exit_code}"
-    return f"it failed ({pod.reason})" if pod.reason else "it failed"
 
 
 def _requeue(state: _Planning, seconds: float) -> None:
@@ -381,7 +381,20 @@ def _status_can_wait(state: _Planning) -> bool:
 
 
 def _transition_events(old: Mapping[str, Any], new: dict[str, Any]) -> list[Event]:
-    return _scale_events(old, new) + _phase_events(old, new)
+    return _scale_events(old, new) + _debug_events(old, new) + _phase_events(old, new)
+
+
+def _debug_events(old: Mapping[str, Any], new: dict[str, Any]) -> list[Event]:
+    """An Event when debug mode is switched on or off (the Debug condition changes)."""
+    before = _condition(old, "Debug")
+    after = _condition(new, "Debug")
+    if not after or before.get("status") == after.get("status"):
+        return []
+    return [Event("Normal", after["reason"], after["message"])]
+
+
+def _condition(status: Mapping[str, Any], kind: ConditionType) -> Mapping[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c.get("type") == kind), {})
 
 
 def _scale_events(old: Mapping[str, Any], new: dict[str, Any]) -> list[Event]:

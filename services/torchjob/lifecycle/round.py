@@ -15,7 +15,7 @@ from typing import Any, cast
 from torchjob.api.objects import ObjectMeta
 from torchjob.api.types import PyTorchTrainingJobSpec, PyTorchTrainingJobStatusDict
 from torchjob.lifecycle.backoff import PendingRestart
-from torchjob.lifecycle.observe import PodView
+from torchjob.lifecycle.observe import PodView, Refusal
 from torchjob.render.topology import Replica
 
 # A replica's identity within its job: (replica type, index).
@@ -24,7 +24,8 @@ PodKey = tuple[str, int]
 
 @dataclass(frozen=True, slots=True)
 class Observed:
-    """The job and what the caches show of its pods and Services at `now`."""
+    """The job and what the caches show of its pods and Services at `now`, with what the
+    apiserver said when it last refused to create one of them."""
 
     job_meta: ObjectMeta
     spec: PyTorchTrainingJobSpec
@@ -32,6 +33,9 @@ class Observed:
     pods: list[PodView]
     services: frozenset[str]  # names of the job's Services
     now: datetime
+    # The apiserver's refusals of the job's latest creations (reconciler/executor.py); those of
+    # objects that exist since, or that the plan no longer creates, are ignored.
+    refusals: tuple[Refusal, ...] = ()
 
     @classmethod
     def of_json(
@@ -42,6 +46,7 @@ class Observed:
         pods: list[PodView],
         services: frozenset[str],
         now: datetime,
+        refusals: tuple[Refusal, ...] = (),
     ) -> Observed:
         """Observations of a job as stored (JSON-shaped dicts), seen through their types; no
         copy and no check: the apiserver's schema stands behind the shapes."""
@@ -52,6 +57,7 @@ class Observed:
             pods,
             services,
             now,
+            refusals,
         )
 
 
@@ -90,3 +96,13 @@ class Round:
     # Restarts in a row each replica's status shows, where this round decided it (a restart
     # pending or made); the others show their pod's own, or what the status recorded.
     in_a_row: dict[str, int] = field(default_factory=dict)
+    # Refusals of creations this round makes again, which retrying may overcome.
+    refused: list[Refusal] = field(default_factory=list)
+    # The job runs in debug mode now (runMode.debug, not paused): only pods of this mode are its
+    # current pods; the others are of the mode before and are deleted.
+    debug: bool = False
+
+    def current(self, pod: PodView) -> bool:
+        """The pod is one of the job's pods as the spec stands: not being deleted, and of the
+        job's mode (debug or not)."""
+        return not pod.deleting and pod.debug == self.debug

@@ -69,6 +69,9 @@ def build_status(state: Round, *, starting: bool) -> dict[str, Any]:
 
 
 def _phase(state: Round, outcome: Outcome | None) -> JobPhase:
+    """Running only while the job's current pods run: a change of mode (debug switched on or
+    off, a resume) makes the job Pending (Resuming) until its new pods run. A replica restarted
+    within a running job leaves it Running; ReplicaFailure tells of the restart."""
     old = state.observed.status
     was: JobPhase | None = old.get("phase")
     if is_terminal(old):
@@ -82,13 +85,26 @@ def _phase(state: Round, outcome: Outcome | None) -> JobPhase:
         return "Running"
     if was in PAUSED_PHASES:
         return "Resuming"
-    return "Running" if was == "Running" else "Pending"
+    return "Running" if was == "Running" and not _mode_changed(state) else "Pending"
+
+
+def _mode_changed(state: Round) -> bool:
+    """The job ran in the other mode (debug or not) than the one it is in now."""
+    running = _old_condition(state, "Running")
+    if running.get("status") != "True":
+        return False
+    return (running.get("reason") == constants.REASON_DEBUG) != state.debug
+
+
+def _old_condition(state: Round, kind: ConditionType) -> Mapping[str, Any]:
+    conditions = state.observed.status.get("conditions") or []
+    return next((c for c in conditions if c.get("type") == kind), {})
 
 
 def _all_started(state: Round) -> bool:
     for replica in state.desired:
         pod = state.pods.get((replica.type, replica.index))
-        if pod is None or pod.deleting or pod.phase not in ("Running", "Succeeded"):
+        if pod is None or not state.current(pod) or pod.phase not in ("Running", "Succeeded"):
             return False
     return True
 
@@ -143,27 +159,26 @@ def _wanted_conditions(
             )
             for k, c in old.items()
         }
-    complete = _all_created(state)
-    debug = any(p.debug for p in state.pods.values())
-    wanted: dict[ConditionType, Wanted] = {
-        "Initialized": ("True", constants.REASON_CREATED, "every replica's pod and service exists")
-        if complete
-        else ("False", constants.REASON_CREATING, "creating replicas"),
-    }
+    wanted: dict[ConditionType, Wanted] = {"Initialized": _initialized(state, phase)}
     if phase == "Running":
-        reason = constants.REASON_DEBUG if debug else constants.REASON_RUNNING
         wanted["Running"] = (
-            "True",
-            reason,
-            "debug mode: replicas run the debug command" if debug else "every replica has started",
+            ("True", constants.REASON_DEBUG, "debug mode: replicas run the debug command")
+            if state.debug
+            else ("True", constants.REASON_RUNNING, "every replica has started")
         )
     else:
         wanted["Running"] = ("False", constants.REASON_NOT_RUNNING, f"the job is {phase.lower()}")
-    if state.failures or state.waiting:
+    if state.failures or state.waiting or state.refused:
         wanted["ReplicaFailure"] = (
             "True",
-            constants.REASON_RESTART_BACKOFF if state.waiting else constants.REASON_REPLICA_FAILED,
-            "; ".join([*state.failures, *(_waiting(w) for w in state.waiting)]),
+            _failure_reason(state),
+            "; ".join(
+                [
+                    *state.failures,
+                    *(_waiting(w) for w in state.waiting),
+                    *(r.message for r in state.refused),
+                ]
+            ),
         )
     elif "ReplicaFailure" in old:
         wanted["ReplicaFailure"] = (
@@ -171,18 +186,49 @@ def _wanted_conditions(
             constants.REASON_NO_FAILURE,
             "no replica has failed since",
         )
-    if phase == "Paused" or "Paused" in old:
-        paused = phase == "Paused"
+    if phase == "Paused":
+        wanted["Paused"] = ("True", constants.REASON_PAUSED, "runMode.pause.enabled is true")
+    elif phase == "Resuming":
         wanted["Paused"] = (
-            "True" if paused else "False",
-            constants.REASON_PAUSED if paused else constants.REASON_RESUMING,
-            "runMode.pause.enabled is " + str(paused).lower(),
+            "False",
+            constants.REASON_RESUMING,
+            "runMode.pause.enabled is false: the replicas are being created again",
+        )
+    elif "Paused" in old:
+        wanted["Paused"] = ("False", constants.REASON_RESUMED, "the job was resumed")
+    if state.debug:
+        wanted["Debug"] = (
+            "True",
+            constants.REASON_DEBUG_ENABLED,
+            "runMode.debug.enabled is true: the replicas run the debug command",
+        )
+    elif "Debug" in old:
+        wanted["Debug"] = (
+            "False",
+            constants.REASON_DEBUG_DISABLED,
+            "debug mode is off: the replicas run the training command",
         )
     if outcome is not None:
         kind: ConditionType = "Completed" if outcome.succeeded else "Failed"
         wanted[kind] = ("True", outcome.reason, outcome.message)
         wanted["Running"] = ("False", outcome.reason, outcome.message)
     return wanted
+
+
+def _initialized(state: Round, phase: JobPhase) -> Wanted:
+    if phase == "Paused":
+        return ("False", constants.REASON_PAUSED, "the job is paused: its replicas have no pods")
+    if _all_created(state):
+        return ("True", constants.REASON_CREATED, "every replica's pod and service exists")
+    return ("False", constants.REASON_CREATING, "creating replicas")
+
+
+def _failure_reason(state: Round) -> str:
+    if state.waiting:
+        return constants.REASON_RESTART_BACKOFF
+    if state.failures:
+        return constants.REASON_REPLICA_FAILED
+    return state.refused[0].reason
 
 
 def _waiting(pending: PendingRestart) -> str:
@@ -198,7 +244,8 @@ def _all_created(state: Round) -> bool:
     for replica in state.desired:
         if replica_name(name, replica.type, replica.index) not in state.observed.services:
             return False
-        if (replica.type, replica.index) not in state.pods:
+        pod = state.pods.get((replica.type, replica.index))
+        if pod is None or pod.debug != state.debug:
             return False
     return True
 
@@ -270,8 +317,8 @@ def _aggregate(state: Round) -> dict[str, int]:
         pod = state.pods.get((replica.type, replica.index))
         if pod is None:
             counts[missing] += 1
-        elif pod.deleting:
-            counts["deleted"] += 1
+        elif not state.current(pod):
+            counts["deleted"] += 1  # being deleted, or of the mode before (and about to be)
         else:
             counts[pod.phase.lower() if pod.phase.lower() in counts else "unknown"] += 1
     return counts

@@ -4,6 +4,7 @@ plan and has the executor carry it out."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,7 +27,8 @@ from torchjob.kube.resources import (
 )
 from torchjob.kube.workqueue import WorkQueue
 from torchjob.lifecycle.backoff import RestartBackoff
-from torchjob.lifecycle.observe import view_pod
+from torchjob.lifecycle.failures import retry_delay
+from torchjob.lifecycle.observe import Refusal, view_pod
 from torchjob.lifecycle.plan import plan
 from torchjob.lifecycle.round import Observed
 from torchjob.reconciler.executor import ReconcilerExecutor
@@ -44,6 +46,9 @@ class Reconciler:
             api, self.events, self.expectations, settings.scheduler_name
         )
         self.backoff = RestartBackoff(base=settings.restart_backoff)
+        # Each job's latest refusal and how many rounds in a row had one; the planner observes
+        # the refusal until a round creates without one.
+        self.refusals: dict[JobKey, tuple[Refusal, int]] = {}
         self.jobs = Informer(
             api,
             JOBS,
@@ -121,6 +126,7 @@ class Reconciler:
         job = self.jobs.get(key.namespace, key.name)
         if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
             self.expectations.forget(key)
+            self.refusals.pop(key, None)
             return Result()  # the garbage collector removes what the job owned
         if not self.expectations.satisfied(key):
             log.debug("waiting for the cache to show our own writes")
@@ -129,12 +135,31 @@ class Reconciler:
             spec = PyTorchTrainingJobSpec.from_dict(job.get("spec"), "spec")
         except ModelError as error:
             raise TerminalError(f"the stored job does not decode: {error}") from error
-        observed = self._observe(job, spec)
+        last, in_a_row = self.refusals.get(key, (None, 0))
+        observed = self._observe(job, spec, () if last is None else (last,))
         decision = plan(observed, self.backoff)
-        await self.executor.execute(key, job, spec, decision)
-        return Result(requeue_after=decision.requeue_after)
+        refusal = await self.executor.execute(key, job, spec, decision)
+        if refusal is None:
+            if decision.create_pods or decision.create_services:
+                self.refusals.pop(key, None)  # what it creates now was not refused
+            return Result(requeue_after=decision.requeue_after)
+        # The planner decides what the refusal means for the job; its plan's actions were just
+        # carried out, so only its status is written.
+        refused = plan(dataclasses.replace(observed, refusals=(refusal,)), self.backoff)
+        await self.executor.write_planned_status(key, job, refused)
+        if refusal.permanent:
+            self.refusals.pop(key, None)
+            return Result()
+        self.refusals[key] = (refusal, in_a_row + 1)
+        retry = retry_delay(in_a_row + 1)
+        log.info("retrying the refused creation", job=str(key), retry_in=retry)
+        if decision.requeue_after is not None:
+            retry = min(retry, decision.requeue_after)
+        return Result(requeue_after=retry)
 
-    def _observe(self, job: dict[str, Any], spec: PyTorchTrainingJobSpec) -> Observed:
+    def _observe(
+        self, job: dict[str, Any], spec: PyTorchTrainingJobSpec, refusals: tuple[Refusal, ...]
+    ) -> Observed:
         meta = job["metadata"]
         uid = meta["uid"]
         pods = [v for p in self.pods.by_index(OWNER_INDEX, uid) if (v := view_pod(p)) is not None]
@@ -142,5 +167,5 @@ class Reconciler:
             s["metadata"]["name"] for s in self.services.by_index(OWNER_INDEX, uid)
         )
         return Observed.of_json(
-            meta, spec, dict(job.get("status") or {}), pods, services, datetime.now(UTC)
+            meta, spec, dict(job.get("status") or {}), pods, services, datetime.now(UTC), refusals
         )

@@ -1,13 +1,17 @@
 """Carries out a lifecycle plan against the apiserver: status first (it is the restart ledger),
 then deletions, then creations. A status the plan lets wait (it only describes creations in
 flight) is left to the reconcile that observing them triggers, unless a creation fails. Every
-write is made with our field manager."""
+write is made with our field manager.
+
+A creation the apiserver refuses (any answer but success, lifecycle/failures.py) ends the
+round's creations and is returned as a `Refusal`: the reconciler feeds it back to the planner,
+which decides what the status says of it. Every action is logged at INFO with the job's key and
+recorded as an Event on the job (SuccessfulCreate, SuccessfulDelete), as the built-in
+controllers do."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 import structlog
@@ -15,29 +19,18 @@ from kubernetes_asyncio import client
 
 from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJobSpec
-from torchjob.kube.errors import Conflict, Forbidden, Invalid, KubeError, NotFound, translated
+from torchjob.kube.errors import Conflict, KubeError, NotFound, translated
 from torchjob.kube.events import EventRecorder
 from torchjob.kube.expectations import Expectations, ObjectRef
 from torchjob.kube.jobs import patch_status
 from torchjob.kube.reconcile import JobKey
-from torchjob.lifecycle.failures import Refusal, creation_failed
+from torchjob.lifecycle.observe import Refusal
 from torchjob.lifecycle.plan import Plan
 from torchjob.lifecycle.status import ours
 from torchjob.render.replica_objects import render_pod, render_service
 from torchjob.render.topology import replica_name
 
 log = structlog.get_logger("torchjob.reconciler")
-
-
-class CreationRefused(Exception):
-    """The apiserver refused to create a replica's pod (invalid, or forbidden) or Service
-    (forbidden: a quota, say)."""
-
-    def __init__(self, kind: Literal["pod", "service"], name: str, error: KubeError) -> None:
-        super().__init__(f"creating {kind} {name}: {error}")
-        self.kind = kind
-        self.name = name
-        self.error = error
 
 
 class ReconcilerExecutor:
@@ -56,30 +49,38 @@ class ReconcilerExecutor:
 
     async def execute(
         self, key: JobKey, job: dict[str, Any], spec: PyTorchTrainingJobSpec, plan: Plan
-    ) -> None:
-        meta = job["metadata"]
+    ) -> Refusal | None:
+        """Carry out `plan`; the apiserver's refusal of a creation, if one was refused (the
+        creations after it are not sent). A refused round's status is left to the caller, which
+        plans it again knowing the refusal."""
         unwritten = plan.status != ours(job.get("status") or {})
         if unwritten and not plan.status_can_wait:
-            await self._write_planned_status(job, plan)
+            await self.write_planned_status(key, job, plan)
             unwritten = False
         for event in plan.events:
             await self.events.record(job, event.type, event.reason, event.message)
         try:
-            await self._delete_pods(key, meta, plan)
-            await self._delete_services(meta, plan)
-            await self._create_services(key, meta, plan)
-            await self._create_pods(key, job, spec, plan)
-        except CreationRefused as refused:
-            await self._creation_refused(job, plan.status, refused)
+            await self._delete_pods(key, job, plan)
+            await self._delete_services(key, job, plan)
+            refusal = await self._create_services(key, job, plan)
+            if refusal is None:
+                refusal = await self._create_pods(key, job, spec, plan)
         except Exception:
             if unwritten:
                 # No reconcile will come of observing these creations: show the status now.
-                await self._write_planned_status(job, plan)
+                await self.write_planned_status(key, job, plan)
             raise
+        if refusal is not None:
+            await self._refused(key, job, refusal)
+        return refusal
 
-    async def _write_planned_status(self, job: dict[str, Any], plan: Plan) -> None:
+    async def write_planned_status(self, key: JobKey, job: dict[str, Any], plan: Plan) -> None:
+        """The plan's status, unless the job already shows it, and its Events."""
+        if plan.status == ours(job.get("status") or {}):
+            return
         await self.write_status(job["metadata"], plan.status)
         for event in plan.status_events:
+            log.info("job event", job=str(key), reason=event.reason, event_message=event.message)
             await self.events.record(job, event.type, event.reason, event.message)
 
     async def write_status(self, meta: dict[str, Any], status: dict[str, Any]) -> None:
@@ -87,9 +88,10 @@ class ReconcilerExecutor:
         # housekeeper writes, is never in `status` (lifecycle.status.ours), so it is left alone.
         await patch_status(self.objects, meta, status)
 
-    async def _delete_pods(self, key: JobKey, meta: dict[str, Any], plan: Plan) -> None:
+    async def _delete_pods(self, key: JobKey, job: dict[str, Any], plan: Plan) -> None:
         if not plan.delete_pods:
             return
+        meta = job["metadata"]
         refs = [ObjectRef("pod", name) for name, _ in plan.delete_pods]
         self.expectations.expect_deletions(key, refs)
         for sent, (name, uid) in enumerate(plan.delete_pods):
@@ -108,15 +110,48 @@ class ReconcilerExecutor:
                 for unsent in refs[sent:]:
                     self.expectations.observed_deletion(key, unsent)
                 raise
+            else:
+                await self._done(
+                    key, job, constants.REASON_SUCCESSFUL_DELETE, f"Deleted pod: {name}"
+                )
 
-    async def _delete_services(self, meta: dict[str, Any], plan: Plan) -> None:
+    async def _delete_services(self, key: JobKey, job: dict[str, Any], plan: Plan) -> None:
         # Not expected: a Service the cache still shows is only deleted again (NotFound).
         for name in plan.delete_services:
-            with contextlib.suppress(NotFound):
+            try:
                 async with translated():
-                    await self.core.delete_namespaced_service(name, meta["namespace"])
+                    await self.core.delete_namespaced_service(name, job["metadata"]["namespace"])
+            except NotFound:
+                continue
+            await self._done(
+                key, job, constants.REASON_SUCCESSFUL_DELETE, f"Deleted service: {name}"
+            )
 
-    async def _create_services(self, key: JobKey, meta: dict[str, Any], plan: Plan) -> None:
+    async def _done(self, key: JobKey, job: dict[str, Any], reason: str, message: str) -> None:
+        """An action carried out: logged, and recorded as a Normal Event on the job."""
+        log.info(message, job=str(key), reason=reason)
+        await self.events.record(job, "Normal", reason, message)
+
+    async def _refused(self, key: JobKey, job: dict[str, Any], refusal: Refusal) -> None:
+        """A refusal is logged and, unless it fails the job (whose Failed Event names it), recorded
+        as a Warning Event; repeats of it join one Event's series."""
+        log.warning(
+            "creation refused",
+            job=str(key),
+            kind=refusal.kind,
+            name=refusal.name,
+            status=refusal.status,
+            said=refusal.said,
+            permanent=refusal.permanent,
+        )
+        if not refusal.permanent:
+            await self.events.record(job, "Warning", refusal.reason, refusal.message)
+
+    async def _create_services(
+        self, key: JobKey, job: dict[str, Any], plan: Plan
+    ) -> Refusal | None:
+        meta = job["metadata"]
+
         async def create(body: Any) -> None:
             await self.core.create_namespaced_service(
                 meta["namespace"], body, field_manager=constants.FIELD_MANAGER
@@ -126,11 +161,11 @@ class ReconcilerExecutor:
             (replica_name(meta["name"], r.type, r.index), render_service(meta, r))
             for r in plan.create_services
         ]
-        await self._create_each(key, "service", services, create, refusals=(Forbidden,))
+        return await self._create_each(key, job, "service", services, create)
 
     async def _create_pods(
         self, key: JobKey, job: dict[str, Any], spec: PyTorchTrainingJobSpec, plan: Plan
-    ) -> None:
+    ) -> Refusal | None:
         meta = job["metadata"]
 
         async def create(body: Any) -> None:
@@ -145,50 +180,36 @@ class ReconcilerExecutor:
             )
             for p in plan.create_pods
         ]
-        await self._create_each(key, "pod", pods, create, refusals=(Invalid, Forbidden))
+        return await self._create_each(key, job, "pod", pods, create)
 
     async def _create_each(
         self,
         key: JobKey,
+        job: dict[str, Any],
         kind: Literal["pod", "service"],
         objects: list[tuple[str, dict[str, Any]]],
         create: Callable[[Any], Awaitable[None]],
-        refusals: tuple[type[KubeError], ...] = (),
-    ) -> None:
+    ) -> Refusal | None:
         """Create each `(name, body)` of `kind` in turn, expecting the informer to report it.
         After a failure neither the failed object nor those not sent will ever be reported, so
-        they are no longer expected; a refusal of one of the `refusals` kinds is raised as
-        CreationRefused."""
+        they are no longer expected. The apiserver's refusal (any status, 409 AlreadyExists
+        included: the cache shows no such object of ours) ends the creations and is returned;
+        any other failure (the connection) is raised."""
         if not objects:
-            return
+            return None
         expected = [ObjectRef(kind, name) for name, _ in objects]
         self.expectations.expect_creations(key, expected)
         for sent, (name, body) in enumerate(objects):
             try:
                 async with translated():
                     await create(body)  # the client sends a dict as it is
-            except Conflict:
-                self.expectations.observed_creation(key, expected[sent])  # it exists already
             except BaseException as error:
                 for unsent in expected[sent:]:
                     self.expectations.observed_creation(key, unsent)
-                if isinstance(error, refusals):
-                    raise CreationRefused(kind, name, error) from error
+                if isinstance(error, KubeError):
+                    return Refusal(kind, name, error.message or str(error), error.status)
                 raise
-
-    async def _creation_refused(
-        self, job: dict[str, Any], status: dict[str, Any], refused: CreationRefused
-    ) -> None:
-        """Shown in the status and as an Event; a refusal that is not permanent (lifecycle.
-        failures) is raised again, so the job is retried with backoff."""
-        error = refused.error
-        refusal = Refusal(
-            refused.kind, refused.name, error.message, invalid=isinstance(error, Invalid)
-        )
-        meta = job["metadata"]
-        await self.events.record(job, "Warning", refusal.reason, refusal.message)
-        generation = int(meta.get("generation") or 0)
-        new_status = creation_failed(status, refusal, generation, datetime.now(UTC))
-        await self.write_status(meta, new_status)
-        if not refusal.permanent:
-            raise error
+            await self._done(
+                key, job, constants.REASON_SUCCESSFUL_CREATE, f"Created {kind}: {name}"
+            )
+        return None
