@@ -178,6 +178,15 @@ async def test_list_get_wait_follow_a_job_to_success(
     as_json = json.loads(ok(await run(control_plane, admitted_namespace, "list", "-o", "json")))
     assert [j["metadata"]["name"] for j in as_json["items"]] == ["train"]
     assert ok(await run(control_plane, admitted_namespace, "list", "-o", "name")) == "train\n"
+    everywhere = ok(await run(control_plane, admitted_namespace, "list", "-A"))
+    assert everywhere.splitlines()[0].split()[:2] == ["NAMESPACE", "NAME"]
+    assert [admitted_namespace, "train", "Running", "2/2"] in [
+        line.split()[:4] for line in everywhere.splitlines()
+    ]
+    stored = yaml.safe_load(
+        ok(await run(control_plane, admitted_namespace, "get", "train", "-o", "yaml"))
+    )
+    assert stored["status"]["phase"] == "Running"
 
     described = ok(await run(control_plane, admitted_namespace, "get", "train"))
     assert "Phase:       Running" in described
@@ -248,6 +257,9 @@ async def test_pause_resume_and_delete(
     again = ok(await run(control_plane, admitted_namespace, "pause", "train"))
     assert "already paused" in again
     assert "Paused:      yes" in ok(await run(control_plane, admitted_namespace, "get", "train"))
+    no_pod = await run(control_plane, admitted_namespace, "logs", "train")
+    assert no_pod.returncode == 2
+    assert "replica worker-0 has no pod now (job phase Paused)" in no_pod.stderr
 
     ok(await run(control_plane, admitted_namespace, "resume", "train"))
     await job.wait_pods({"train-worker-0", "train-worker-1"})
@@ -289,6 +301,18 @@ async def test_errors_say_what_to_do(
 
     no_replica = await run(control_plane, admitted_namespace, "logs", "train", "-r", "worker-7")
     assert "has no replica worker-7; its replicas: worker-0, worker-1" in no_replica.stderr
+
+    no_board = await run(control_plane, admitted_namespace, "tensorboard", "train")
+    assert no_board.returncode == 2 and "train has no TensorBoard" in no_board.stderr
+    # No housekeeper runs here, so the job's TensorBoard Service is never made.
+    board = (*SUBMIT[1:2], "board", *SUBMIT[3:-5], "--data", "logs:/logs", "--tensorboard")
+    board += ("--tensorboard-image", "tb", "--logdir", "/logs/board", "--", "python", "t.py")
+    ok(await run(control_plane, admitted_namespace, "submit", *board))
+    waiting = await run(control_plane, admitted_namespace, "tensorboard", "board")
+    assert waiting.returncode == 2
+    assert "the TensorBoard Service board-tensorboard does not exist yet" in waiting.stderr
+    described = ok(await run(control_plane, admitted_namespace, "get", "board"))
+    assert f"http://board-tensorboard.{admitted_namespace}.svc:6006/" in described
 
 
 async def test_top_job_and_node_from_the_api(
