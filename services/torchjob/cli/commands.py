@@ -199,15 +199,16 @@ async def get(args: argparse.Namespace) -> int:
 async def related_events(
     cluster: Cluster, job: dict[str, Any], pods: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """The Events of the job and of its pods, past and present (by uid, or by name for the pods
-    whose replicas were replaced)."""
-    name = job["metadata"]["name"]
+    """The Events of the job and of its replicas' pods, past and present (by uid, and by name
+    for the pods of replicas that were replaced since)."""
     uids = {job["metadata"].get("uid")} | {p["metadata"].get("uid") for p in pods}
+    # A replica `worker-1` of job `train` has the pod `train-worker-1`.
+    names = {f"{job['metadata']['name']}-{replica}" for replica, _ in tables.replica_pods(job, [])}
     found = []
     for event in await cluster.events():
         involved = event.get("involvedObject") or {}
         if involved.get("uid") in uids or (
-            involved.get("kind") == "Pod" and str(involved.get("name", "")).startswith(f"{name}-")
+            involved.get("kind") == "Pod" and involved.get("name") in names
         ):
             found.append(event)
     return found

@@ -273,10 +273,14 @@ class Cluster:
                 )
             return CliError(f"not found: {error.message}")
         if isinstance(error, errors.Forbidden) and error.reason == "Forbidden":
+            hint = ""
+            if details.get("kind") == types.PLURAL or job is not None or creating is not None:
+                hint = (
+                    " (the chart aggregates PyTorchTrainingJob rights into the edit and view roles)"
+                )
             return CliError(
                 f"the cluster refused: {error.message}. Ask an administrator for a role that "
-                f"allows it in {where} (the chart aggregates PyTorchTrainingJob rights into the "
-                "edit and view roles), or use --context for another identity"
+                f"allows it in {where}{hint}, or use --context for another identity"
             )
         if isinstance(error, errors.Conflict) and creating:
             return CliError(
