@@ -402,6 +402,24 @@ async def test_the_kubectl_plugin_is_the_same_command(
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[1].split()[0] == "train"
+    # kubectl completes `kubectl torchjob get tr<TAB>` through kubectl_complete-torchjob.
+    completed = await asyncio.to_thread(
+        subprocess.run,
+        [
+            str(control_plane.binaries.kubectl),
+            "__complete",
+            "torchjob",
+            "get",
+            "-n",
+            admitted_namespace,
+            "tr",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env={**os.environ, "PATH": path, "KUBECONFIG": str(control_plane.kubeconfig)},
+    )
+    assert completed.stdout.splitlines() == ["train", ":4"], completed.stderr
     helped = await run(
         control_plane, admitted_namespace, "completion", "bash", executable=KUBECTL_TORCHJOB
     )

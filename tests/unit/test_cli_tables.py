@@ -338,3 +338,30 @@ def test_completion_completes_job_names_from_the_cluster(tmp_path: Any) -> None:
     out = subprocess.run([bash, "-c", probe], capture_output=True, text=True).stdout.splitlines()
     assert out == ["train trial", "job node", "Never OnFailure Always ExitCode"]
     assert (tmp_path / "asked").read_text().split() == ["list", "-o", "name", "-n", "team"]
+
+
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [
+        ([""], ["completion", "delete", "get", "list", "logs", "pause", "resume", "run"]),
+        (["top", ""], ["job", "node"]),
+        (["submit", "--cleanup-policy", ""], ["None", "All", "Unfinished"]),
+        (["logs", "-n", "team", "tr"], ["train", "trial"]),
+        (["top", "job", ""], ["train", "trial", "eval"]),
+        (["list", "--all-n"], ["--all-namespaces"]),
+        (["run", ""], []),
+    ],
+)
+def test_what_the_kubectl_plugin_completes(words: list[str], expected: list[str]) -> None:
+    from torchjob.cli.completion import candidates
+
+    asked: list[list[str]] = []
+
+    def jobs(flags: list[str]) -> list[str]:
+        asked.append(flags)
+        return ["train", "trial", "eval"]
+
+    found = candidates(parser("kubectl torchjob"), words, jobs)
+    assert found[: len(expected)] == expected
+    if words[0] == "logs":
+        assert asked == [["-n", "team"]]

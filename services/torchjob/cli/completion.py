@@ -6,10 +6,14 @@ bash script through bashcompinit."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
+from collections.abc import Callable
 
-from torchjob.cli.commands import EXIT_SUCCEEDED
+from torchjob.cli.commands import EXIT_SUCCEEDED, target_of
+from torchjob.cli.connection import CliError, connect
 
+COMPLETION_TIMEOUT = 5.0
 # The commands whose first positional argument is a job's name.
 TAKES_JOB = ("get", "logs", "delete", "pause", "resume", "wait", "tensorboard", "top job")
 
@@ -124,3 +128,70 @@ async def completion(args: argparse.Namespace) -> int:
     script = bash_script if args.shell == "bash" else zsh_script
     sys.stdout.write(script(parser))
     return EXIT_SUCCEEDED
+
+
+def _takes_value(parser: argparse.ArgumentParser, option: str) -> bool:
+    for action in parser._actions:
+        if option in action.option_strings:
+            return action.nargs != 0
+    return False
+
+
+def candidates(
+    parser: argparse.ArgumentParser, words: list[str], jobs: Callable[[list[str]], list[str]]
+) -> list[str]:
+    """What may come in place of the last of `words` (the words typed after the program's name,
+    the last one being completed); `jobs(cluster_flags)` lists job names when one is wanted."""
+    *done, current = words or [""]
+    command: list[str] = []
+    cluster_flags: list[str] = []
+    chosen = parser
+    skip = False
+    for index, word in enumerate(done):
+        if skip:
+            skip = False
+            continue
+        if word.startswith("-"):
+            if word in ("--kubeconfig", "--context", "-n", "--namespace") and index + 1 < len(done):
+                cluster_flags += [word, done[index + 1]]
+            elif word.split("=", 1)[0] in ("--kubeconfig", "--context", "--namespace"):
+                cluster_flags.append(word)
+            skip = "=" not in word and _takes_value(chosen, word)
+            continue
+        nested = _subparsers(chosen)
+        if word in nested:
+            command.append(word)
+            chosen = nested[word]
+        else:
+            command.append(word)  # a positional argument
+    prev = done[-1] if done else ""
+    choices = _choices(chosen)
+    if prev in choices:
+        found = choices[prev]
+    elif current.startswith("-"):
+        found = _options(chosen)
+    elif _subparsers(chosen):
+        found = sorted(_subparsers(chosen))
+    elif " ".join(command) in TAKES_JOB:
+        found = jobs(cluster_flags)
+    else:
+        found = []
+    return [c for c in found if c.startswith(current)]
+
+
+def job_names(cluster_flags: list[str]) -> list[str]:
+    """The jobs of the namespace, or none when the cluster cannot be asked."""
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument("--kubeconfig")
+    options.add_argument("--context")
+    options.add_argument("-n", "--namespace")
+    args, _ = options.parse_known_args(cluster_flags)
+
+    async def listed() -> list[str]:
+        async with connect(target_of(args)) as cluster:
+            return sorted(str(j["metadata"]["name"]) for j in await cluster.list_jobs())
+
+    try:
+        return asyncio.run(asyncio.wait_for(listed(), COMPLETION_TIMEOUT))
+    except (CliError, TimeoutError):
+        return []

@@ -26,6 +26,7 @@ import yaml
 
 from torchjob.api import queries
 from torchjob.cli.cluster import admitted_pod, dry_run_documents, first_plan
+from torchjob.cli.completion import candidates, job_names
 from torchjob.cli.console import Console
 from torchjob.cli.manifest import AdmittedJob, InvalidManifest, admit, read_manifest
 from torchjob.cli.parsers import add_cluster_commands, run_cluster_command
@@ -222,6 +223,17 @@ def _replica_outcome(replica: dict[str, Any]) -> str:
     phase = replica.get("phase") or "not running"
     codes = [c.get("exitCode") for c in replica.get("containers") or [] if "exitCode" in c]
     return phase + (f", exit code {codes[0]}" if codes else "")
+
+
+def kubectl_complete(argv: list[str] | None = None) -> int:
+    """`kubectl_complete-torchjob WORDS...`: kubectl (1.26 and later) runs it to complete
+    `kubectl torchjob WORDS`; it answers as cobra's `__complete` does, one candidate a line,
+    then `:4` (no file names)."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    for candidate in candidates(parser("kubectl torchjob"), words, job_names):
+        sys.stdout.write(candidate + "\n")
+    sys.stdout.write(":4\n")
+    return EXIT_SUCCEEDED
 
 
 if __name__ == "__main__":
