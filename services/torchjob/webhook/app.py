@@ -224,20 +224,24 @@ class Work:
                 raise TooLate
             return context.run(work)
 
-        self._pending = self.admissions.worker.submit(guarded)
-        return await asyncio.wrap_future(self._pending)
+        future = self.admissions.worker.submit(guarded)
+        self._pending = future
+        result = await asyncio.wrap_future(future)
+        self._pending = None  # the future holds the result too: a parsed body, maybe large
+        return result
 
     def release(self) -> None:
         """Give the cost back once nothing of the request is left: a task the worker had started
-        when the request timed out cannot be stopped, and its memory counts until it ends."""
-        pending = self._pending
+        when the request timed out cannot be stopped, and its memory counts until it ends. The
+        callback holds no reference to this Work: a cycle through the future would keep what the
+        task returns (a parsed body) alive until the garbage collector next runs."""
+        pending, self._pending = self._pending, None
+        admissions, cost = self.admissions, self.cost
         if pending is None or pending.done():
-            self.admissions.give(self.cost)
+            admissions.give(cost)
             return
         loop = asyncio.get_running_loop()
-        pending.add_done_callback(
-            lambda _: loop.call_soon_threadsafe(self.admissions.give, self.cost)
-        )
+        pending.add_done_callback(lambda _: loop.call_soon_threadsafe(admissions.give, cost))
 
 
 _WORK: contextvars.ContextVar[Work | None] = contextvars.ContextVar("work", default=None)
