@@ -1,6 +1,7 @@
 """The webhook under abuse: admission latency, /healthz latency and the webhook's memory, quiet and
 while its admission port is abused as in the issue (20 senders of 2 MB reviews back to back and
-20 bodies of 2 MB announced and left hanging, from a process of their own).
+20 bodies of 2 MB announced and left hanging, from a process of their own), and while 20 senders
+post bodies of the largest size it reads that take the most memory once parsed.
 
 The webhook runs as production runs it (`python -m torchjob.webhook`, certificates from files)
 against a real control plane. The measuring client posts an ordinary job validation review one at
@@ -51,6 +52,7 @@ LOOPBACK = "127.0.0.1"
 ADMISSION_TIMEOUT = 5.0  # the chart's webhook timeoutSeconds
 LIVENESS_TIMEOUT = 2.0  # the chart's livenessProbe.timeoutSeconds
 ABUSE_BODY_BYTES = 2 * 1024 * 1024
+LARGEST_BODY_BYTES = 4 * 1024 * 1024  # the webhook's default --max-body-bytes
 
 
 @dataclass
@@ -161,11 +163,11 @@ async def measure(server: ServiceProcess, phase: Phase, seconds: float) -> None:
 
 
 @contextlib.contextmanager
-def attacker(port: int) -> Iterator[Path]:
+def attacker(port: int, kind: str) -> Iterator[Path]:
     """The abuse, from a process of its own so that it does not slow the measuring client."""
     report = Path(tempfile.mkstemp(prefix="torchjob-abuse-", suffix=".json")[1])
     process = subprocess.Popen(
-        [sys.executable, __file__, "--attack", str(port), "--report", str(report)],
+        [sys.executable, __file__, "--attack", str(port), "--kind", kind, "--report", str(report)],
         start_new_session=True,
     )
     try:
@@ -176,11 +178,21 @@ def attacker(port: int) -> Iterator[Path]:
         process.wait(30)
 
 
-def attack(port: int, report: Path) -> None:
+def attack(port: int, kind: str, report: Path) -> None:
+    """`expensive`: the issue's abuse, 2 MB reviews that cost the most to validate, sent back to
+    back by 20 senders, and 20 more left hanging. `largest`: 20 senders of bodies of the largest
+    size the webhook reads, all one-letter strings (the most memory once parsed, 18 times their
+    size), for the webhook's peak memory."""
+    if kind == "expensive":
+        body, hanging = expensive_review(ABUSE_BODY_BYTES), 20
+    else:
+        count = (LARGEST_BODY_BYTES - 64) // 4
+        body, hanging = b'{"request":{"uid":"x","object":[' + b'"a",' * count + b'"a"]}}', 0
+
     async def run() -> dict[str, int]:
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-        async with Abuse(port, expensive_review(ABUSE_BODY_BYTES)) as abuse:
+        async with Abuse(port, body, hanging=hanging) as abuse:
             await stop.wait()
             return dict(abuse.outcomes)
 
@@ -215,9 +227,10 @@ def main() -> None:
     parser.add_argument("--source", type=Path, default=None)
     parser.add_argument("--attack", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--report", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--kind", default="expensive", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.attack is not None:
-        attack(args.attack, args.report)
+        attack(args.attack, args.kind, args.report)
         return
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     print(f"{platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}")
@@ -229,13 +242,14 @@ def main() -> None:
             quiet = Phase("quiet")
             asyncio.run(measure(server, quiet, args.seconds))
             print_phase(quiet)
-            abused = Phase("abused")
-            with attacker(port) as report:
-                asyncio.run(measure(server, abused, args.seconds))
-            if report.exists() and report.stat().st_size:
-                abused.abuse = report.read_text()
-            report.unlink(missing_ok=True)
-            print_phase(abused)
+            for name, kind in (("abused", "expensive"), ("largest", "largest")):
+                phase = Phase(name)
+                with attacker(port, kind) as report:
+                    asyncio.run(measure(server, phase, args.seconds))
+                if report.exists() and report.stat().st_size:
+                    phase.abuse = report.read_text()
+                report.unlink(missing_ok=True)
+                print_phase(phase)
             alive = server.process is not None and server.process.poll() is None
             print(f"webhook still running afterwards: {alive}")
 
