@@ -143,7 +143,10 @@ def test_without_torchrun_the_command_is_the_containers() -> None:
     assert admit(job).spec.replica_specs is not None
 
 
-def test_the_namespace_defaults_as_run_does(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_namespace_defaults_as_run_does(
+    capsys: pytest.CaptureFixture[str], tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
     job = yaml.safe_load(
         printed(capsys, "submit", "--dry-run", "--name", "j", "--image", "i", "--", "x")
     )
@@ -232,3 +235,39 @@ def test_limits_above_the_requests() -> None:
     limited = build_job(Submission(name="j", image="i", command=("x",), memory_limit="1Gi"))
     container = limited["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]
     assert container["resources"] == {"limits": {"memory": "1Gi"}}
+
+
+def test_the_namespace_is_the_flag_the_manifest_the_context_then_default(
+    capsys: pytest.CaptureFixture[str], tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {}}],
+                "contexts": [
+                    {"name": "team", "context": {"cluster": "c", "user": "u", "namespace": "t"}},
+                    {"name": "bare", "context": {"cluster": "c", "user": "u"}},
+                ],
+                "current-context": "team",
+            }
+        )
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    flags = ["--name", "j", "--image", "i", "--", "x"]
+
+    def namespace(*extra: str) -> str:
+        job = yaml.safe_load(printed(capsys, "submit", "--dry-run", *extra, *flags))
+        return str(job["metadata"]["namespace"])
+
+    assert namespace() == "t"
+    assert namespace("-n", "other") == "other"
+    assert namespace("--context", "bare") == "default"
+    path = tmp_path / "job.yaml"
+    document = yaml.safe_load(printed(capsys, "submit", "--dry-run", "-n", "mine", *flags))
+    path.write_text(yaml.safe_dump(document))
+    written = yaml.safe_load(printed(capsys, "submit", "--dry-run", "-f", str(path)))
+    assert written["metadata"]["namespace"] == "mine"

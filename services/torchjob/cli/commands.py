@@ -16,7 +16,7 @@ import yaml
 
 from torchjob.api import types
 from torchjob.api.constants import LABEL_TENSORBOARD
-from torchjob.cli.connection import CliError, Cluster, Target, connect
+from torchjob.cli.connection import CliError, Cluster, Target, connect, context_namespace
 from torchjob.cli.manifest import InvalidManifest, admit, read_manifest
 from torchjob.render import tables
 from torchjob.render.submission import Submission, SubmissionError, build_job
@@ -93,9 +93,10 @@ def submission_of(args: argparse.Namespace, namespace: str | None) -> Submission
     )
 
 
-def job_from_args(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], bool]:
-    """The job to create, defaulted and validated as admission would, its warnings, and whether
-    its namespace was chosen (by -n or the manifest); from `-f FILE` or from the flags."""
+def job_from_args(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    """The job to create, defaulted and validated as admission would, and its warnings; from
+    `-f FILE` or from the flags. Its namespace is -n, else the manifest's, else the kubeconfig
+    context's (read from the file, no cluster asked), else default."""
     namespace = args.namespace
     if args.filename:
         if args.name is not None or args.image is not None or args.job_command:
@@ -114,14 +115,16 @@ def job_from_args(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], 
         except SubmissionError as error:
             raise CliError(str(error)) from error
     meta = document.get("metadata")
-    chosen = bool(namespace or (isinstance(meta, dict) and meta.get("namespace")))
+    written = isinstance(meta, dict) and meta.get("namespace")
+    if not namespace and not written:
+        namespace = context_namespace(target_of(args))
     job = admit(document, namespace=namespace)
-    return job.manifest, job.warnings, chosen
+    return job.manifest, job.warnings
 
 
 async def submit(args: argparse.Namespace) -> int:
     try:
-        manifest, warnings, chosen = job_from_args(args)
+        manifest, warnings = job_from_args(args)
     except InvalidManifest as error:
         for line in error.errors:
             sys.stderr.write(f"error: {line}\n")
@@ -132,10 +135,7 @@ async def submit(args: argparse.Namespace) -> int:
         sys.stdout.write(dump(manifest, args.output or "yaml"))
         return EXIT_SUCCEEDED
     async with connect(target_of(args)) as cluster:
-        # Without -n or a namespace in the manifest, the context's namespace (else default).
-        if chosen:
-            cluster.namespace = manifest["metadata"]["namespace"]
-        manifest["metadata"]["namespace"] = cluster.namespace
+        cluster.namespace = manifest["metadata"]["namespace"]
         created = await cluster.create_job(manifest)
         name = created["metadata"]["name"]
         if args.output:
