@@ -170,7 +170,10 @@ async def test_each_restart_in_a_row_waits_twice_as_long_and_a_long_run_starts_a
     assert (await job.status())["backoffCount"] == 3
     notes = await restart_events(kube_client, job)
     assert len(notes) == 3, notes
-    assert all(n.startswith(f"restarting {worker} in ") for n in notes), notes
+    assert sorted(n.partition(") in ")[0] for n in notes) == [
+        f"restarting {worker} (restart {row} in a row, {count} of backoffLimit 5"
+        for row, count in ((1, 1), (1, 3), (2, 2))
+    ], notes
     assert all(n.endswith("s after exit code 1") for n in notes), notes
     await job.kubelet.run(worker)
 
@@ -203,7 +206,7 @@ async def test_an_oom_killed_replica_is_named_and_restarted_after_its_delay(
     assert message.endswith(f"({seconds_text(BASE)} after it ended, restart 1 in a row)")
     await job.wait_new_pod(worker, pods[worker].metadata.uid)
     [note] = await restart_events(kube_client, job)
-    assert note.startswith(f"restarting {worker} in "), note
+    assert note.startswith(f"restarting {worker} (restart 1 in a row, 1 of backoffLimit "), note
     assert note.endswith("s after container pytorch was OOMKilled (exit code 137)"), note
 
 

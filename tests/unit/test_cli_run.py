@@ -224,7 +224,7 @@ def test_restarts_stop_at_the_backoff_limit(tmp_path: Path) -> None:
     # wait may be up to a second shorter.
     waits = [line for line in finished.stderr if "RestartBackoff: restarting backoff-" in line]
     assert len(waits) == 2, finished.stderr
-    assert all(line.endswith("after exit code 137") for line in waits)
+    assert all(line.endswith("after exit code 137 (SIGKILL)") for line in waits)
     assert time.monotonic() - began >= (1 - 1) + (2 - 1)
 
 

@@ -140,7 +140,11 @@ def test_a_failed_replica_waits_then_is_deleted_then_recreated() -> None:
     )
     assert entry(waiting.status, "j-worker-0")["consecutiveRestarts"] == 1
     assert [(e.type, e.reason, e.message) for e in waiting.status_events] == [
-        ("Warning", "RestartBackoff", "restarting j-worker-0 in 7s after exit code 1")
+        (
+            "Warning",
+            "RestartBackoff",
+            "restarting j-worker-0 (restart 1 in a row, 1 of backoffLimit 3) in 7s after exit code 1",
+        )
     ]
     assert not waiting.status_can_wait
 
@@ -221,7 +225,7 @@ def test_a_base_of_zero_restarts_at_once() -> None:
     assert result.delete_pods == [("j-worker-0", "uid-worker-0")]
     assert result.requeue_after is None
     assert [e.message for e in result.status_events] == [
-        "restarting j-worker-0 now after exit code 1"
+        "restarting j-worker-0 (restart 1 in a row, 1 of backoffLimit 3) now after exit code 1"
     ]
 
 
@@ -240,7 +244,8 @@ def test_always_waits_before_restarting_a_worker_that_succeeded() -> None:
     [event] = result.status_events
     assert (event.type, event.message) == (
         "Normal",
-        "restarting j-worker-0 in 7s after it succeeded (restartPolicy Always)",
+        "restarting j-worker-0 (restart 1 in a row, 1 of backoffLimit 3) in 7s after it succeeded "
+        "(restartPolicy Always)",
     )
 
 
@@ -332,7 +337,8 @@ def test_oom_killed_is_restarted_under_exit_code_and_named() -> None:
     ]
     assert message.startswith("j-worker-0 container python was OOMKilled (exit code 137); ")
     assert [e.message for e in result.status_events] == [
-        "restarting j-worker-0 in 7s after container python was OOMKilled (exit code 137)"
+        "restarting j-worker-0 (restart 1 in a row, 1 of backoffLimit 3) in 7s after container "
+        "python was OOMKilled (exit code 137)"
     ]
     assert entry(result.status, "j-worker-0")["containers"] == [
         {"name": "python", "state": "terminated", "exitCode": 137, "reason": "OOMKilled"}

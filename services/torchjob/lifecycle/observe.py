@@ -49,6 +49,9 @@ class PodView:
     finished_at: datetime | None = None  # when the training container (else any) terminated
     ran_seconds: float | None = None  # how long the training container ran before it ended
     consecutive_restarts: int = 0  # the annotation the pod was created with
+    # What the kubelet said with `reason`: the runtime's error (ContainerCannotRun), the
+    # eviction's cause; None when it said nothing.
+    message: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -88,6 +91,7 @@ def view_pod(pod: dict[str, Any]) -> PodView | None:
         finished_at=parse_time(ended.get("finishedAt")) or _last_finish(statuses),
         ran_seconds=_ran_seconds(ended, status),
         consecutive_restarts=_int(annotations.get(constants.ANNOTATION_CONSECUTIVE_RESTARTS)),
+        message=_message(ended, status),
     )
 
 
@@ -123,6 +127,20 @@ def _reason(ended: ContainerStateTerminated, status: PodStatus) -> str | None:
     return None
 
 
+def _message(ended: ContainerStateTerminated, status: PodStatus) -> str | None:
+    """What the kubelet said with the reason `_reason` names, on one line."""
+    if _reason(ended, status) is None:
+        return None
+    # (api.objects types the terminated state without its message.)
+    said = dict(ended).get("message") if ended.get("reason") not in (None, *PLAIN_REASONS) else None
+    if said is None and not ended:
+        said = status.get("message")
+    if not isinstance(said, str) or not said.strip():
+        return None
+    line = " ".join(said.split())
+    return line if len(line) <= MESSAGE_LIMIT else line[: MESSAGE_LIMIT - 3] + "..."
+
+
 def _last_finish(statuses: list[ContainerStatus]) -> datetime | None:
     """The latest termination of any container: a pod whose training container never ran
     (evicted before it started, say) still ended when its last container did."""
@@ -148,19 +166,57 @@ def _int(value: Any) -> int:
     return int(value) if isinstance(value, str) and value.isdigit() else 0
 
 
+# Signals by number (Linux), for an exit code above 128: the container was killed by the signal
+# numbered the code minus 128 (137 is SIGKILL, the OOM killer's or a runtime's kill).
+SIGNALS = {
+    1: "SIGHUP",
+    2: "SIGINT",
+    3: "SIGQUIT",
+    4: "SIGILL",
+    6: "SIGABRT",
+    7: "SIGBUS",
+    8: "SIGFPE",
+    9: "SIGKILL",
+    10: "SIGUSR1",
+    11: "SIGSEGV",
+    12: "SIGUSR2",
+    13: "SIGPIPE",
+    14: "SIGALRM",
+    15: "SIGTERM",
+}
+# What the kubelet said of an ending, at most this long in a condition or an Event.
+MESSAGE_LIMIT = 200
+
+
+def exit_code_text(code: int) -> str:
+    """`exit code 1`; `exit code 137 (SIGKILL)` when the code says a signal killed it."""
+    signal = SIGNALS.get(code - 128) if code > 128 else None
+    return f"exit code {code} ({signal})" if signal else f"exit code {code}"
+
+
 def describe_failure(pod: PodView) -> str:
     """`j-worker-0 failed with exit code 1`, or naming why when the kubelet says more than the
-    exit code: `j-worker-0 container python was OOMKilled (exit code 137)`."""
+    exit code: `j-worker-0 container python was OOMKilled (exit code 137)`, `j-worker-0
+    container python ended: ContainerCannotRun (exit code 128): <the runtime's message>`,
+    `j-worker-0 failed (Evicted: The node was low on resource: memory.)`."""
     if pod.reason and pod.exit_code is not None:
         return f"{pod.name} {_killed(pod)}"
     if pod.exit_code is not None:
-        return f"{pod.name} failed with exit code {pod.exit_code}"
-    return f"{pod.name} failed" + (f" ({pod.reason})" if pod.reason else "")
+        return f"{pod.name} failed with {exit_code_text(pod.exit_code)}"
+    return f"{pod.name} failed" + (f" ({_reason_said(pod)})" if pod.reason else "")
 
 
 def _killed(pod: PodView) -> str:
     container = f"container {pod.training_container} " if pod.training_container else ""
-    return f"{container}was {pod.reason} (exit code {pod.exit_code})"
+    code = pod.exit_code if pod.exit_code is not None else 0
+    if pod.reason == "OOMKilled":  # says the signal already
+        return f"{container}was {pod.reason} (exit code {code})"
+    said = f": {pod.message}" if pod.message else ""
+    return f"{container}ended: {pod.reason} ({exit_code_text(code)}){said}"
+
+
+def _reason_said(pod: PodView) -> str:
+    return f"{pod.reason}: {pod.message}" if pod.message else str(pod.reason)
 
 
 def failure_message(pod: PodView) -> str:
@@ -173,8 +229,8 @@ def ending(pod: PodView) -> str:
     if pod.reason and pod.exit_code is not None:
         return _killed(pod)
     if pod.exit_code is not None:
-        return f"exit code {pod.exit_code}"
-    return f"it failed ({pod.reason})" if pod.reason else "it failed"
+        return exit_code_text(pod.exit_code)
+    return f"it failed ({_reason_said(pod)})" if pod.reason else "it failed"
 
 
 # A refusal of the apiserver (reconciler/executor.py) is permanent when sending the same object

@@ -341,7 +341,11 @@ def _announce(state: _Planning, pending: PendingRestart, wait: float) -> None:
     if seen.get("uid") == pod.uid and seen.get("phase") in FINISHED_PHASES:
         return
     when = f"in {seconds_text(wait)}" if wait > 0 else "now"
-    message = f"restarting {pod.name} {when} after {ending(pod)}"
+    # The restart this is: of the replica, in a row, and of the job, against backoffLimit.
+    counted = state.backoff_count + 1 + len(state.announced)
+    limit = queries.backoff_limit(state.observed.spec)
+    count = f"restart {pending.in_a_row} in a row, {counted} of backoffLimit {limit}"
+    message = f"restarting {pod.name} ({count}) {when} after {ending(pod)}"
     kind: Literal["Normal", "Warning"] = "Normal" if pod.phase == "Succeeded" else "Warning"
     state.announced.append(Event(kind, constants.REASON_RESTART_BACKOFF, message))
 

@@ -58,6 +58,7 @@ class ReconcilerExecutor:
             await self.write_planned_status(key, job, plan)
             unwritten = False
         for event in plan.events:
+            log.info("job event", job=str(key), reason=event.reason, event_message=event.message)
             await self.events.record(job, event.type, event.reason, event.message)
         try:
             await self._delete_pods(key, job, plan)
