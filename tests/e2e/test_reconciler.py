@@ -450,18 +450,41 @@ async def _quota_counted(control_plane: ControlPlane, namespace: str, resource: 
 
 
 async def test_elastic_scale_up_then_down_from_the_highest_index(
-    kube_client: client.ApiClient, admitted_namespace: str, reconciler: ServiceProcess
+    control_plane: ControlPlane,
+    kube_client: client.ApiClient,
+    admitted_namespace: str,
+    reconciler: ServiceProcess,
 ) -> None:
-    manifest = job_manifest("newer-spelling-elastic")  # elastic between 2 and 4, 3 replicas
+    """`kubectl scale ptj` sets spec.elastic.expectedReplicas through the scale subresource; the
+    pods follow, and the scale reads back the replicas that exist and the pods' selector."""
+    manifest = job_manifest("newer-spelling-elastic")  # elastic between 2 and 4, 3 expected
     job = await Job(kube_client, admitted_namespace, manifest).create()
     before = await job.wait_pods(names(job.name, "node", 3))
     await job.run_all()
     await job.wait_phase("Running")
 
+    def read_scale() -> dict[str, Any]:
+        got = control_plane.kubectl(
+            *("get", "--raw"),
+            f"/apis/{types.GROUP}/{types.VERSION}/namespaces/{admitted_namespace}/"
+            f"{types.PLURAL}/{job.name}/scale",
+        )
+        return dict(json.loads(got.stdout))
+
+    async def scale_reads(replicas: int) -> bool:
+        got = await asyncio.to_thread(read_scale)
+        return bool(got["spec"].get("replicas") == got["status"].get("replicas") == replicas)
+
+    await job.wait("the scale's status", lambda: scale_reads(3))
+    scale_now = await asyncio.to_thread(read_scale)
+    assert scale_now["status"]["selector"] == f"{constants.LABEL_JOB_NAME}={job.name}"
+
     async def scale(replicas: int) -> None:
-        replica_specs = manifest["spec"]["replicaSpecs"]
-        replica_specs[0]["replicas"] = replicas
-        await job.patch_spec({"replicaSpecs": replica_specs})
+        await asyncio.to_thread(
+            control_plane.kubectl,
+            *("scale", f"{types.PLURAL}/{job.name}", "-n", admitted_namespace),
+            f"--replicas={replicas}",
+        )
 
     await scale(4)
     grown = await job.wait_pods(names(job.name, "node", 4))
@@ -471,6 +494,7 @@ async def test_elastic_scale_up_then_down_from_the_highest_index(
     }, "scaling up touched the running replicas"
     await job.kubelet.run(f"{job.name}-node-3")
     await job.wait_phase("Running")
+    await job.wait("the scale's status", lambda: scale_reads(4))
 
     await scale(2)
     shrunk = await job.wait_pods(names(job.name, "node", 2))
@@ -485,6 +509,12 @@ async def test_elastic_scale_up_then_down_from_the_highest_index(
     events = await client.EventsV1Api(kube_client).list_namespaced_event(admitted_namespace)
     scaled = sorted(e.note for e in events.items if e.reason == constants.REASON_SCALED)
     assert scaled == ["node: from 3 to 4 replicas", "node: from 4 to 2 replicas"]
+    await job.wait("the scale's status", lambda: scale_reads(2))
+    above = control_plane.kubectl(
+        *("scale", f"{types.PLURAL}/{job.name}", "-n", admitted_namespace, "--replicas=9"),
+        check=False,
+    )
+    assert above.returncode != 0 and "expectedReplicas" in above.stderr, above.stderr
 
 
 async def test_t9k_scheduler_pods_name_the_scheduler_and_queue(

@@ -482,6 +482,8 @@ class PyTorchTrainingJobStatus(Model):
     completion_time: str | None = None
     observed_generation: int | None = None
     tensorboard: TensorBoardStatus | None = None
+    replicas: int | None = None
+    selector: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
@@ -508,6 +510,8 @@ class PyTorchTrainingJobStatus(Model):
         FieldInfo("completion_time", "completionTime", "string"),
         FieldInfo("observed_generation", "observedGeneration", "int64"),
         FieldInfo("tensorboard", "tensorboard", "message", ref="TensorBoardStatus"),
+        FieldInfo("replicas", "replicas", "int32"),
+        FieldInfo("selector", "selector", "string"),
     )
 
 
@@ -645,6 +649,8 @@ class PyTorchTrainingJobStatusDict(TypedDict, total=False):
     completionTime: str
     observedGeneration: int
     tensorboard: TensorBoardStatusDict
+    replicas: int
+    selector: str
 
 
 class ConditionDict(TypedDict, total=False):

@@ -59,6 +59,8 @@ def build_status(state: Round, *, starting: bool) -> dict[str, Any]:
         "aggregate": _aggregate(state),
         "backoffCount": state.backoff_count,
         "observedGeneration": observed.job_meta.get("generation", 0),
+        "replicas": _current_replicas(state),
+        "selector": f"{constants.LABEL_JOB_NAME}={observed.job_meta['name']}",
     }
     if start:
         status["startTime"] = start
@@ -86,6 +88,13 @@ def _phase(state: Round, outcome: Outcome | None) -> JobPhase:
     if was in PAUSED_PHASES:
         return "Resuming"
     return "Running" if was == "Running" and not _mode_changed(state) else "Pending"
+
+
+def _current_replicas(state: Round) -> int:
+    """The replicas the spec asks for now whose pod exists and is of the job's mode: the scale
+    subresource's status.replicas."""
+    pods = (state.pods.get((r.type, r.index)) for r in state.desired)
+    return sum(1 for pod in pods if pod is not None and state.current(pod))
 
 
 def _mode_changed(state: Round) -> bool:

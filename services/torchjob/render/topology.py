@@ -35,20 +35,46 @@ def master_of(spec: PyTorchTrainingJobSpec) -> tuple[str, int]:
     return (queries.MASTER_TYPE if queries.MASTER_TYPE in types else types[0]), 0
 
 
+def replica_counts(spec: PyTorchTrainingJobSpec) -> list[tuple[str, int]]:
+    """Each replica type's count in spec order: its `replicas` (one when unset), except that an
+    elastic job with spec.elastic.expectedReplicas runs that many replicas in all, the
+    difference going to its scaling type (`scaling_type`), which keeps at least one."""
+    counts = [(r.type or "", r.replicas or 1) for r in spec.replica_specs or []]
+    elastic = spec.elastic
+    expected = elastic.expected_replicas if elastic and elastic.enabled else None
+    if not expected or not counts:
+        return counts
+    scaling = scaling_type(spec)
+    others = sum(count for kind, count in counts if kind != scaling)
+    return [(k, max(1, expected - others) if k == scaling else c) for k, c in counts]
+
+
+def scaling_type(spec: PyTorchTrainingJobSpec) -> str:
+    """The replica type an elastic job scales: the largest scalingWeight (the first on a tie);
+    with no weight above 0, `worker`, else the last replica spec."""
+    specs = spec.replica_specs or []
+    weighted = [(r.scaling_weight or 0, -i, r.type or "") for i, r in enumerate(specs)]
+    best = max(weighted, default=(0, 0, ""))
+    if best[0] > 0:
+        return best[2]
+    types = [r.type or "" for r in specs]
+    return "worker" if "worker" in types else types[-1]
+
+
 def replicas_of(spec: PyTorchTrainingJobSpec) -> list[Replica]:
     """Every replica in rank order: the master is rank 0, then every other replica in spec order."""
     master = master_of(spec)
     out = [Replica(master[0], master[1], 0)]
-    for replica_spec in spec.replica_specs or []:
-        for index in range(replica_spec.replicas or 1):
-            if (replica_spec.type, index) != master:
-                out.append(Replica(replica_spec.type or "", index, len(out)))
+    for kind, count in replica_counts(spec):
+        for index in range(count):
+            if (kind, index) != master:
+                out.append(Replica(kind, index, len(out)))
     return out
 
 
 def world_size(spec: PyTorchTrainingJobSpec) -> int:
     """How many replicas the job has (a replica spec without `replicas` has one)."""
-    return sum(r.replicas or 1 for r in spec.replica_specs or [])
+    return sum(count for _, count in replica_counts(spec))
 
 
 def replica_at(spec: PyTorchTrainingJobSpec, replica_type: str, index: int) -> Replica | None:
@@ -58,14 +84,13 @@ def replica_at(spec: PyTorchTrainingJobSpec, replica_type: str, index: int) -> R
     if (replica_type, index) == master:
         return Replica(replica_type, index, 0)
     rank = 1  # after the master
-    for replica_spec in spec.replica_specs or []:
-        count = replica_spec.replicas or 1
-        if replica_spec.type == replica_type:
+    for kind, count in replica_counts(spec):
+        if kind == replica_type:
             if not 0 <= index < count:
                 return None
             # The master is index 0 of its type and already counted first.
             return Replica(replica_type, index, rank + index - (replica_type == master[0]))
-        rank += count - ((replica_spec.type or "") == master[0])
+        rank += count - (kind == master[0])
     return None
 
 
