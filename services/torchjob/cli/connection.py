@@ -22,6 +22,11 @@ from torchjob.kube import errors
 from torchjob.render.tables import similar_names
 
 FIELD_MANAGER = "torchjob-cli"
+# Seconds to connect, and to wait for each read of an answer: an apiserver that does not answer
+# is reported rather than waited for (a followed log may be silent for as long as it likes).
+CONNECT_TIMEOUT = 15
+READ_TIMEOUT = 60
+TIMEOUTS = (CONNECT_TIMEOUT, READ_TIMEOUT)
 DEFAULT_NAMESPACE = "default"
 EXIT_ERROR = 2
 
@@ -77,7 +82,12 @@ class Cluster:
     async def get_job(self, name: str) -> dict[str, Any]:
         async with self.translated(job=name):
             job: dict[str, Any] = await self.objects.get_namespaced_custom_object(
-                types.GROUP, types.VERSION, self.namespace, types.PLURAL, name
+                types.GROUP,
+                types.VERSION,
+                self.namespace,
+                types.PLURAL,
+                name,
+                _request_timeout=TIMEOUTS,
             )
         return job
 
@@ -86,11 +96,15 @@ class Cluster:
         async with self.translated():
             if everywhere:
                 listed = await self.objects.list_cluster_custom_object(
-                    types.GROUP, types.VERSION, types.PLURAL
+                    types.GROUP, types.VERSION, types.PLURAL, _request_timeout=TIMEOUTS
                 )
             else:
                 listed = await self.objects.list_namespaced_custom_object(
-                    types.GROUP, types.VERSION, self.namespace, types.PLURAL
+                    types.GROUP,
+                    types.VERSION,
+                    self.namespace,
+                    types.PLURAL,
+                    _request_timeout=TIMEOUTS,
                 )
         items: list[dict[str, Any]] = listed.get("items") or []
         return items
@@ -105,6 +119,7 @@ class Cluster:
                 types.PLURAL,
                 manifest,
                 field_manager=FIELD_MANAGER,
+                _request_timeout=TIMEOUTS,
             )
         return created
 
@@ -121,6 +136,7 @@ class Cluster:
                 patch,
                 field_manager=FIELD_MANAGER,
                 _content_type="application/merge-patch+json",
+                _request_timeout=TIMEOUTS,
             )
         return patched
 
@@ -133,6 +149,7 @@ class Cluster:
                 types.PLURAL,
                 name,
                 propagation_policy="Background",
+                _request_timeout=TIMEOUTS,
             )
 
     # -- what jobs own, and the nodes -------------------------------------------------------
@@ -187,13 +204,13 @@ class Cluster:
         try:
             if plural == "pods" and not self.target.all_namespaces:
                 listed = await self.objects.list_namespaced_custom_object(
-                    "metrics.k8s.io", "v1beta1", self.namespace, plural
+                    "metrics.k8s.io", "v1beta1", self.namespace, plural, _request_timeout=TIMEOUTS
                 )
             else:
                 listed = await self.objects.list_cluster_custom_object(
-                    "metrics.k8s.io", "v1beta1", plural
+                    "metrics.k8s.io", "v1beta1", plural, _request_timeout=TIMEOUTS
                 )
-        except ApiException:
+        except (ApiException, aiohttp.ClientError, TimeoutError):
             return None
         return list(listed.get("items") or [])
 
@@ -212,8 +229,9 @@ class Cluster:
         """The open response of a pod's log (the caller reads and closes it)."""
         async with self.translated(pod=pod):
             call: Any = self.core.read_namespaced_pod_log
+            timeouts = (CONNECT_TIMEOUT, None) if options.get("follow") else TIMEOUTS
             response: aiohttp.ClientResponse = await call(
-                pod, self.namespace, _preload_content=False, **options
+                pod, self.namespace, _preload_content=False, _request_timeout=timeouts, **options
             )
             if not 200 <= response.status <= 299:
                 data = await response.read()
@@ -225,7 +243,7 @@ class Cluster:
         """A call whose answer is read as plain JSON, as the apiserver wrote it (the client's
         models would rename fields and refuse some that real servers send)."""
         async with self.translated():
-            response = await method(*args, _preload_content=False, **kw)
+            response = await method(*args, _preload_content=False, _request_timeout=TIMEOUTS, **kw)
             data = await response.read()
             response.release()
             if not 200 <= response.status <= 299:
