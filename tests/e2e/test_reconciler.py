@@ -55,6 +55,53 @@ async def _eq(value: Awaitable[Any], expected: Any) -> bool:
     return bool(await value == expected)
 
 
+async def test_each_action_is_an_event_and_an_info_log_with_the_job_key(
+    kube_client: client.ApiClient, admitted_namespace: str, reconciler: ServiceProcess
+) -> None:
+    """Pods and Services created (SuccessfulCreate), a failed replica's pod deleted
+    (SuccessfulDelete) and recreated with a restart Event saying which, why and the count, the
+    phase changes: each an Event on the job and an INFO line naming the job."""
+    job = await Job(
+        kube_client,
+        admitted_namespace,
+        JobBuilder("acts").replicas("worker", 2).restart_policy("OnFailure").build(),
+    ).create()
+    workers = names(job.name, "worker", 2)
+    pods = await job.wait_pods(workers)
+    await job.run_all()
+    await job.wait_phase("Running")
+    worker = f"{job.name}-worker-1"
+    await job.kubelet.finish(worker, 137)
+    await job.wait_new_pod(worker, pods[worker].metadata.uid)
+    cluster = Cluster(kube_client, admitted_namespace)
+
+    async def notes(reason: str) -> set[str]:
+        return {e.message for e in await cluster.events(job.name, reason)}
+
+    async def all_recorded() -> bool:
+        created = await notes("SuccessfulCreate")
+        wanted = {f"Created {kind}: {name}" for kind in ("pod", "service") for name in workers}
+        return wanted <= created and f"Deleted pod: {worker}" in await notes("SuccessfulDelete")
+
+    await eventually(all_recorded, "the creations and the deletion as Events", timeout=TIMEOUT)
+    [restart] = await notes("RestartBackoff")
+    assert restart.startswith(f"restarting {worker} (restart 1 in a row, 1 of backoffLimit ")
+    assert restart.endswith("after exit code 137 (SIGKILL)"), restart
+    assert await notes("JobRunning")
+    logged = [
+        json.loads(line)
+        for line in reconciler.log_tail(2000).splitlines()
+        if line.startswith("{") and job.name in line and admitted_namespace in line
+    ]
+    actions = {
+        (e["event"], e.get("level"))
+        for e in logged
+        if e.get("job") == f"{admitted_namespace}/{job.name}"
+    }
+    assert (f"Created pod: {worker}", "info") in actions, actions
+    assert (f"Deleted pod: {worker}", "info") in actions, actions
+
+
 async def test_master_failure_fails_the_job(
     control_plane: ControlPlane,
     kube_client: client.ApiClient,
