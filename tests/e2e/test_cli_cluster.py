@@ -18,7 +18,7 @@ from support import ControlPlane
 from support.cli import BIN, TORCHJOB
 from support.cluster import Job
 from support.controlplane import free_port
-from support.eventually import eventually
+from support.eventually import eventually, eventually_sync
 from support.processes import ServiceProcess
 
 from torchjob.api.admission import handle, mutate_job
@@ -432,3 +432,55 @@ def _elsewhere(kubeconfig: Path, path: Path) -> Path:
     config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def test_tensorboard_runs_kubectl_port_forward_and_stops_it(
+    control_plane: ControlPlane, admitted_namespace: str, reconciler: ServiceProcess, tmp_path: Path
+) -> None:
+    """The real forwarding needs a kubelet (tests/node/test_cli.py); here a stand-in kubectl
+    shows what torchjob asks of it, that the URL it reports is printed, and that SIGTERM stops
+    it with torchjob."""
+    board = (*SUBMIT[1:2], "board", *SUBMIT[3:-5], "--data", "logs:/logs", "--tensorboard")
+    board += ("--tensorboard-image", "tb", "--logdir", "/logs/board", "--", "python", "t.py")
+    ok(torchjob(control_plane, admitted_namespace, "submit", *board))
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "board-tensorboard", "namespace": admitted_namespace},
+        "spec": {"ports": [{"port": 6006}]},
+    }
+    control_plane.kubectl("create", "-f", "-", input=json.dumps(service))
+    fake = tmp_path / "kubectl"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" > {tmp_path}/argv\n'
+        f"echo $$ > {tmp_path}/pid\n"
+        'echo "Forwarding from 127.0.0.1:41234 -> 6006"\n'
+        "exec sleep 600\n"
+    )
+    fake.chmod(0o755)
+    argv = [str(TORCHJOB), "tensorboard", "board", f"--kubectl={fake}"]
+    argv += [f"--kubeconfig={control_plane.kubeconfig}", f"--namespace={admitted_namespace}"]
+    forward = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert forward.stdout is not None
+        first = forward.stdout.readline()
+        assert first == f"TensorBoard of {admitted_namespace}/board: http://127.0.0.1:41234/\n"
+        forward.terminate()
+        out, err = forward.communicate(timeout=60)
+    finally:
+        if forward.poll() is None:
+            forward.kill()
+            forward.wait()
+    assert forward.returncode == 0, err
+    assert "Stopped forwarding." in out
+    assert (tmp_path / "argv").read_text().split() == [
+        "port-forward",
+        f"--kubeconfig={control_plane.kubeconfig}",
+        f"--namespace={admitted_namespace}",
+        "--address=127.0.0.1",
+        "service/board-tensorboard",
+        ":6006",
+    ]
+    pid = int((tmp_path / "pid").read_text())
+    eventually_sync(lambda: not Path(f"/proc/{pid}").exists(), "the stand-in kubectl stopped")

@@ -105,9 +105,15 @@ def test_submit_logs_top_wait_and_tensorboard_on_real_pods(node: Node, node_name
         assert match, first
         runs = wait_until("TensorBoard answering over the forwarded port", lambda: _runs(match[1]))
         assert runs, "TensorBoard lists no run"
-    finally:
+        # SIGTERM stops the forwarding and kubectl with it: the port no longer answers.
         forward.terminate()
-        forward.wait(30)
+        out, _ = forward.communicate(timeout=60)
+        assert forward.returncode == 0 and "Stopped forwarding." in out
+        assert _runs(match[1]) is None
+    finally:
+        if forward.poll() is None:
+            forward.kill()
+            forward.wait(30)
 
 
 def _line(stream: IO[str]) -> str:

@@ -76,6 +76,14 @@ async def tensorboard(args: argparse.Namespace) -> int:
         start_new_session=True,
     )
     assert process.stdout is not None and process.stderr is not None
+    # SIGTERM stops the forwarding as Ctrl-C does: kubectl, in a session of its own, is stopped
+    # on the way out rather than left running.
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+    loop.add_signal_handler(signal.SIGTERM, main.cancel)
+    relay: asyncio.Task[None] | None = None
+    stopped = False
     try:
         url = await asyncio.wait_for(_forwarding(process.stdout), READY_TIMEOUT)
         if url is None:
@@ -84,14 +92,21 @@ async def tensorboard(args: argparse.Namespace) -> int:
         sys.stdout.write(f"TensorBoard of {namespace}/{args.job}: {url}\n")
         sys.stdout.write("Forwarding with kubectl port-forward; Ctrl-C to stop.\n")
         sys.stdout.flush()
-        stderr = asyncio.create_task(_relay(process.stderr))
+        relay = asyncio.create_task(_relay(process.stderr))
         code = await process.wait()
-        await stderr
+        await relay
         if code != 0:
             raise CliError(f"kubectl port-forward ended with exit code {code}")
     except TimeoutError as error:
         raise CliError(f"kubectl port-forward did not start in {READY_TIMEOUT:g}s") from error
+    except asyncio.CancelledError:
+        stopped = True  # SIGTERM, or Ctrl-C (asyncio.run cancels the main task on SIGINT)
+        if main.cancelling() > 1:
+            raise
     finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+        if relay is not None:
+            relay.cancel()
         if process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signal.SIGTERM)
@@ -100,6 +115,8 @@ async def tensorboard(args: argparse.Namespace) -> int:
             if process.returncode is None:
                 process.kill()
                 await process.wait()
+    if stopped:
+        sys.stdout.write("Stopped forwarding.\n")
     return EXIT_SUCCEEDED
 
 
