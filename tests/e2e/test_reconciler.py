@@ -321,6 +321,9 @@ async def test_pause_and_resume(
     assert status["backoffCount"] == 0
     resumed = condition(status, "Paused")
     assert (resumed["status"], resumed["reason"]) == ("False", "Resumed")
+    cluster = Cluster(kube_client, admitted_namespace)
+    for reason in ("JobPaused", "JobResuming", "JobRunning"):
+        assert await cluster.events(job.name, reason), reason
 
 
 async def test_job_deletion_removes_pods_and_services(
@@ -380,15 +383,29 @@ async def test_pods_refused_for_a_while_come_once_admission_works_again(
         await job.wait("services", lambda: _eq(job.services(), expected))
         status = await job.wait_phase("Pending")
         assert condition(status, "Initialized")["status"] == "False"
+
+        async def shown() -> bool:
+            conditions = (await job.status()).get("conditions") or []
+            failure: dict[str, Any] = next(
+                (c for c in conditions if c["type"] == "ReplicaFailure"), {}
+            )
+            return failure.get("reason") == "PodCreationFailed" and (
+                "failed calling webhook" in failure.get("message", "")
+            )
+
+        await job.wait("the webhook's failure in ReplicaFailure", shown)
         await asyncio.sleep(2)  # several failed rounds, with growing backoff
         assert await job.pods() == {}
+        assert (await job.status())["phase"] == "Pending", "a 5xx does not fail the job"
     finally:
         await asyncio.to_thread(
             control_plane.kubectl, "delete", "mutatingwebhookconfiguration", name
         )
     await job.wait_pods(expected)
     await job.run_all()
-    await job.wait_phase("Running")
+    status = await job.wait_phase("Running")
+    cleared = condition(status, "ReplicaFailure")
+    assert (cleared["status"], cleared["reason"]) == ("False", "NoReplicaFailure")
 
 
 @pytest.mark.parametrize(
