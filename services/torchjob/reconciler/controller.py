@@ -146,7 +146,7 @@ class Reconciler:
         # The planner decides what the refusal means for the job; its plan's actions were just
         # carried out, so only its status is written.
         refused = plan(dataclasses.replace(observed, refusals=(refusal,)), self.backoff)
-        await self.executor.write_planned_status(key, job, refused)
+        await self.executor.write_refused_status(key, job, decision, refused)
         if refusal.permanent:
             self.refusals.pop(key, None)
             return Result()

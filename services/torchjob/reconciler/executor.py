@@ -84,6 +84,22 @@ class ReconcilerExecutor:
             log.info("job event", job=str(key), reason=event.reason, event_message=event.message)
             await self.events.record(job, event.type, event.reason, event.message)
 
+    async def write_refused_status(
+        self, key: JobKey, job: dict[str, Any], carried: Plan, refused: Plan
+    ) -> None:
+        """The status of `refused`, the plan made again knowing a refusal, after `carried` was
+        carried out; the Events `carried` recorded with its own status write are not repeated."""
+        stored = ours(job.get("status") or {})
+        written = carried.status != stored and not carried.status_can_wait
+        if refused.status == (carried.status if written else stored):
+            return
+        await self.write_status(job["metadata"], refused.status)
+        for event in refused.status_events:
+            if written and event in carried.status_events:
+                continue
+            log.info("job event", job=str(key), reason=event.reason, event_message=event.message)
+            await self.events.record(job, event.type, event.reason, event.message)
+
     async def write_status(self, meta: dict[str, Any], status: dict[str, Any]) -> None:
         # Lists (conditions, tasks) are replaced as a whole; status.tensorboard, which the
         # housekeeper writes, is never in `status` (lifecycle.status.ours), so it is left alone.
