@@ -143,7 +143,8 @@ def test_a_failed_replica_waits_then_is_deleted_then_recreated() -> None:
         (
             "Warning",
             "RestartBackoff",
-            "restarting j-worker-0 (restart 1 in a row, 1 of backoffLimit 3) in 7s after exit code 1",
+            "restarting j-worker-0 (restart 1 in a row, 1 of backoffLimit 3) in 7s after exit "
+            "code 1",
         )
     ]
     assert not waiting.status_can_wait
