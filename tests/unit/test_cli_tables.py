@@ -365,3 +365,10 @@ def test_what_the_kubectl_plugin_completes(words: list[str], expected: list[str]
     assert found[: len(expected)] == expected
     if words[0] == "logs":
         assert asked == [["-n", "team"]]
+
+
+def test_a_replicas_restarts_are_carried_by_its_pod() -> None:
+    restarted = pod("p", containerStatuses=[{"name": "python", "restartCount": 1}])
+    restarted["metadata"]["annotations"] = {constants.ANNOTATION_CONSECUTIVE_RESTARTS: "2"}
+    assert tables.pod_restarts(restarted) == 3
+    assert tables.pod_restarts(pod("q")) == 0

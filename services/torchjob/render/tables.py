@@ -294,8 +294,14 @@ def pod_phase(pod: dict[str, Any]) -> str:
 
 
 def pod_restarts(pod: dict[str, Any]) -> int:
+    """The replica's restarts that led to this pod (a restart replaces the pod, which carries the
+    count), plus any restart of a container inside it."""
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    return sum(int(s.get("restartCount") or 0) for s in statuses)
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    carried = str(annotations.get(constants.ANNOTATION_CONSECUTIVE_RESTARTS) or "0")
+    return (int(carried) if carried.isdigit() else 0) + sum(
+        int(s.get("restartCount") or 0) for s in statuses
+    )
 
 
 def pod_reason(pod: dict[str, Any]) -> str:
