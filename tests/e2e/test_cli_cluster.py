@@ -275,7 +275,11 @@ async def test_pause_resume_and_delete(
 
 
 async def test_errors_say_what_to_do(
-    control_plane: ControlPlane, admitted_namespace: str, reconciler: ServiceProcess, tmp_path: Path
+    control_plane: ControlPlane,
+    kube_client: client.ApiClient,
+    admitted_namespace: str,
+    reconciler: ServiceProcess,
+    tmp_path: Path,
 ) -> None:
     ok(await run(control_plane, admitted_namespace, *SUBMIT))
     missing = await run(control_plane, admitted_namespace, "get", "trian")
@@ -301,6 +305,12 @@ async def test_errors_say_what_to_do(
 
     no_replica = await run(control_plane, admitted_namespace, "logs", "train", "-r", "worker-7")
     assert "has no replica worker-7; its replicas: worker-0, worker-1" in no_replica.stderr
+
+    await Job(kube_client, admitted_namespace, {"metadata": {"name": "train"}}).wait_pods(
+        {"train-worker-0", "train-worker-1"}
+    )
+    unstarted = await run(control_plane, admitted_namespace, "logs", "train")
+    assert "replica worker-0 has not started yet (Pending); -f waits for it" in unstarted.stderr
 
     no_board = await run(control_plane, admitted_namespace, "tensorboard", "train")
     assert no_board.returncode == 2 and "train has no TensorBoard" in no_board.stderr

@@ -77,7 +77,24 @@ async def _replica_log(
         return
     if args.follow:
         await _until_started(cluster, pod_name, container, replica)
+    elif not _started(pod, container):
+        why = tables.pod_reason(pod) or tables.pod_phase(pod)
+        raise CliError(f"replica {replica} has not started yet ({why}); -f waits for it")
     await _print(cluster, pod_name, container, prefix, args, previous=False)
+
+
+def _started(pod: dict[str, Any], container: str) -> bool:
+    """The container runs or has run: the kubelet has a log for it."""
+    status_of = pod.get("status") or {}
+    statuses = [
+        *(status_of.get("initContainerStatuses") or []),
+        *(status_of.get("containerStatuses") or []),
+    ]
+    for status in statuses:
+        if status.get("name") == container:
+            state = status.get("state") or {}
+            return "running" in state or "terminated" in state
+    return False
 
 
 def _training_container(pod: dict[str, Any]) -> str:
@@ -92,12 +109,7 @@ async def _until_started(cluster: Cluster, pod_name: str, container: str, replic
         pod = await cluster.get_pod(pod_name)
         if pod is None:
             raise CliError(f"pod {pod_name} of replica {replica} was deleted")
-        states = {
-            s.get("name"): s.get("state") or {}
-            for s in (pod.get("status") or {}).get("containerStatuses") or []
-        }
-        state = states.get(container) or {}
-        if "running" in state or "terminated" in state:
+        if _started(pod, container):
             return
         why = tables.pod_reason(pod) or tables.pod_phase(pod)
         if why != said:
