@@ -158,14 +158,3 @@ async def _print(
             sys.stdout.flush()
     finally:
         response.release()
-
-
-def parse_since(text: str) -> int:
-    """`--since 90s | 5m | 2h`: seconds."""
-    units = {"s": 1, "m": 60, "h": 3600}
-    try:
-        if text[-1:] in units:
-            return max(1, int(float(text[:-1]) * units[text[-1]]))
-        return max(1, int(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: write a duration like 90s, 5m or 2h") from None
