@@ -232,7 +232,7 @@ async def test_certificate_rotation_loses_no_admission(
     secret.data = secret_data(renewed)
     await core.replace_namespaced_secret(webhook_secret(), SYSTEM_NAMESPACE, secret)
     with contextlib.suppress(AssertionError):  # asserted below, once the streams have stopped
-        await eventually(lambda: served_certificate(port) != before, timeout=15, interval=0.2)
+        await eventually(lambda: served_certificate(port) != before, interval=0.2)
     await asyncio.sleep(1.0)
     stop.set()
     await asyncio.gather(*streams)
