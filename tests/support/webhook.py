@@ -113,7 +113,7 @@ def review(
     }
 
 
-def replica_pod() -> dict[str, Any]:
+def replica_pod(owner_uid: str = "job-uid") -> dict[str, Any]:
     labels = {
         constants.LABEL_JOB_NAME: "j",
         constants.LABEL_REPLICA_TYPE: "worker",
@@ -123,7 +123,7 @@ def replica_pod() -> dict[str, Any]:
         "apiVersion": "batch.tensorstack.dev/v1beta1",
         "kind": "PyTorchTrainingJob",
         "name": "j",
-        "uid": "job-uid",
+        "uid": owner_uid,
         "controller": True,
     }
     return {

@@ -11,46 +11,11 @@ from typing import Any
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.webhook import JOB, RECONCILER, replica_pod, review
 
 from torchjob.api import constants
 from torchjob.api.admission import handle, mutate_job, validate_job
 from torchjob.render.pod_admission_handler import mutate_pod
-
-RECONCILER = "system:serviceaccount:torchjob:torchjob-reconciler"
-JOB: dict[str, Any] = {
-    "apiVersion": "batch.tensorstack.dev/v1beta1",
-    "kind": "PyTorchTrainingJob",
-    "metadata": {"name": "j", "namespace": "ns", "uid": "job-uid"},
-    "spec": {
-        "replicaSpecs": [
-            {
-                "type": "worker",
-                "replicas": 2,
-                "template": {
-                    "spec": {"containers": [{"name": "python", "image": "i", "args": ["t.py"]}]}
-                },
-            }
-        ]
-    },
-}
-
-
-def review(
-    obj: Any, operation: str = "CREATE", old: Any = None, user: str = "alice"
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "r1",
-            "operation": operation,
-            "namespace": "ns",
-            "name": "j",
-            "userInfo": {"username": user},
-            "object": obj,
-            "oldObject": old,
-        },
-    }
 
 
 def decoded_patch(response: dict[str, Any]) -> list[dict[str, Any]]:
@@ -105,25 +70,6 @@ def test_warnings_come_back_on_an_allowed_job() -> None:
     response = handle(review(job), validate_job)["response"]
     assert response["allowed"] is True
     assert any("RANK is set by you" in w for w in response["warnings"])
-
-
-def replica_pod(owner_uid: str = "job-uid") -> dict[str, Any]:
-    labels = {
-        constants.LABEL_JOB_NAME: "j",
-        constants.LABEL_REPLICA_TYPE: "worker",
-        constants.LABEL_REPLICA_INDEX: "1",
-    }
-    owner = {
-        "apiVersion": "batch.tensorstack.dev/v1beta1",
-        "kind": "PyTorchTrainingJob",
-        "name": "j",
-        "uid": owner_uid,
-        "controller": True,
-    }
-    return {
-        "metadata": {"name": "j-worker-1", "labels": labels, "ownerReferences": [owner]},
-        "spec": copy.deepcopy(JOB["spec"]["replicaSpecs"][0]["template"]["spec"]),
-    }
 
 
 def pod_handler(job: dict[str, Any] | None) -> Any:
