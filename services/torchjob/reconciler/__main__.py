@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from torchjob.reconciler import metrics
 from torchjob.reconciler.controller import Reconciler
 from torchjob.reconciler.settings import parse
 from torchjob.runtime.service import run_controller_service
@@ -10,7 +11,11 @@ from torchjob.runtime.service import run_controller_service
 def main(argv: list[str] | None = None) -> None:
     settings = parse(argv)
     run_controller_service(
-        "reconciler", "pytorchtrainingjob", settings, lambda api: Reconciler(api, settings)
+        "reconciler",
+        "pytorchtrainingjob",
+        settings,
+        lambda api: Reconciler(api, settings),
+        metrics.FAMILIES,
     )
 
 

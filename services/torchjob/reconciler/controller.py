@@ -31,10 +31,17 @@ from torchjob.lifecycle.failures import retry_delay
 from torchjob.lifecycle.observe import Refusal, view_pod
 from torchjob.lifecycle.plan import plan
 from torchjob.lifecycle.round import Observed
+from torchjob.reconciler import metrics
 from torchjob.reconciler.executor import ReconcilerExecutor
 from torchjob.reconciler.settings import Settings
 
 log = structlog.get_logger("torchjob.reconciler")
+
+ALL_INDEX = "all"  # every cached job under one key, for the job gauges
+
+
+def _all(_: dict[str, Any]) -> list[str]:
+    return [ALL_INDEX]
 
 
 class Reconciler:
@@ -42,8 +49,9 @@ class Reconciler:
         self.queue: WorkQueue[JobKey] = WorkQueue()
         self.expectations = Expectations()
         self.events = EventRecorder(api, "torchjob-reconciler", settings.identity)
+        self.metrics = metrics.JobMetrics()
         self.executor = ReconcilerExecutor(
-            api, self.events, self.expectations, settings.scheduler_name
+            api, self.events, self.expectations, settings.scheduler_name, self.metrics
         )
         self.backoff = RestartBackoff(base=settings.restart_backoff)
         # Each job's latest refusal and how many rounds in a row had one; the planner observes
@@ -52,9 +60,10 @@ class Reconciler:
         self.jobs = Informer(
             api,
             JOBS,
+            indexers={ALL_INDEX: _all},
             on_add=self._job_changed,
             on_update=self._job_updated,
-            on_delete=self._job_changed,
+            on_delete=self._job_deleted,
         )
         selector = constants.LABEL_JOB_NAME
         indexers = {OWNER_INDEX: controller_uid}
@@ -76,6 +85,13 @@ class Reconciler:
             on_update=self._owned_updated,
             on_delete=self._owned_changed,
         )
+        metrics.COLLECTOR.source = self._cached_jobs
+
+    def _cached_jobs(self) -> list[dict[str, Any]] | None:
+        """Every cached job, once the cache has synced (only a leader's does)."""
+        if not self.jobs.synced.is_set():
+            return None
+        return self.jobs.by_index(ALL_INDEX, ALL_INDEX)
 
     @property
     def informers(self) -> list[Informer]:
@@ -84,6 +100,10 @@ class Reconciler:
     # -- event handlers: map every change to its job's key --------------------------------------
 
     def _job_changed(self, job: dict[str, Any]) -> None:
+        self.queue.add(JobKey.of(job))
+
+    def _job_deleted(self, job: dict[str, Any]) -> None:
+        self.metrics.forget(str((job.get("metadata") or {}).get("uid", "")))
         self.queue.add(JobKey.of(job))
 
     def _job_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ controllers do."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import structlog
@@ -27,6 +28,7 @@ from torchjob.kube.reconcile import JobKey
 from torchjob.lifecycle.observe import Refusal
 from torchjob.lifecycle.plan import Plan
 from torchjob.lifecycle.status import ours
+from torchjob.reconciler.metrics import JobMetrics
 from torchjob.render.replica_objects import render_pod, render_service
 from torchjob.render.topology import replica_name
 
@@ -40,12 +42,14 @@ class ReconcilerExecutor:
         events: EventRecorder,
         expectations: Expectations,
         scheduler_name: str,
+        metrics: JobMetrics | None = None,
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.objects = client.CustomObjectsApi(api)
         self.events = events
         self.expectations = expectations
         self.scheduler_name = scheduler_name
+        self.metrics = metrics if metrics is not None else JobMetrics()
 
     async def execute(
         self, key: JobKey, job: dict[str, Any], spec: PyTorchTrainingJobSpec, plan: Plan
@@ -79,7 +83,7 @@ class ReconcilerExecutor:
         """The plan's status, unless the job already shows it, and its Events."""
         if plan.status == ours(job.get("status") or {}):
             return
-        await self.write_status(job["metadata"], plan.status)
+        await self.write_status(job["metadata"], plan.status, job.get("status") or {})
         for event in plan.status_events:
             log.info("job event", job=str(key), reason=event.reason, event_message=event.message)
             await self.events.record(job, event.type, event.reason, event.message)
@@ -93,17 +97,22 @@ class ReconcilerExecutor:
         written = carried.status != stored and not carried.status_can_wait
         if refused.status == (carried.status if written else stored):
             return
-        await self.write_status(job["metadata"], refused.status)
+        before = carried.status if written else stored
+        await self.write_status(job["metadata"], refused.status, before)
         for event in refused.status_events:
             if written and event in carried.status_events:
                 continue
             log.info("job event", job=str(key), reason=event.reason, event_message=event.message)
             await self.events.record(job, event.type, event.reason, event.message)
 
-    async def write_status(self, meta: dict[str, Any], status: dict[str, Any]) -> None:
+    async def write_status(
+        self, meta: dict[str, Any], status: dict[str, Any], before: dict[str, Any]
+    ) -> None:
+        """Write `status` over `before` (what the job showed) and count what it records."""
         # Lists (conditions, tasks) are replaced as a whole; status.tensorboard, which the
         # housekeeper writes, is never in `status` (lifecycle.status.ours), so it is left alone.
         await patch_status(self.objects, meta, status)
+        self.metrics.written(meta, before, status, datetime.now(UTC))
 
     async def _delete_pods(self, key: JobKey, job: dict[str, Any], plan: Plan) -> None:
         if not plan.delete_pods:

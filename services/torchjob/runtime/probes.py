@@ -17,11 +17,16 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 ReadinessCheck = Callable[[], str | None]  # None when ready (or healthy), else why not
+Exposition = Callable[[], bytes]  # the body of /metrics
 
 
-def probe_app(ready: ReadinessCheck, healthy: ReadinessCheck | None = None) -> web.Application:
+def probe_app(
+    ready: ReadinessCheck,
+    healthy: ReadinessCheck | None = None,
+    exposition: Exposition = generate_latest,
+) -> web.Application:
     """`/readyz` answers 503 with `ready()`'s reason while it gives one; `/healthz` likewise with
-    `healthy()` (always 200 without it)."""
+    `healthy()` (always 200 without it); `/metrics` with `exposition()`."""
 
     def answer(check: ReadinessCheck | None) -> web.Response:
         problem = check() if check is not None else None
@@ -36,7 +41,7 @@ def probe_app(ready: ReadinessCheck, healthy: ReadinessCheck | None = None) -> w
         return answer(ready)
 
     async def metrics(_: web.Request) -> web.Response:
-        body = generate_latest()
+        body = exposition()
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app = web.Application()
@@ -85,6 +90,7 @@ class ThreadedProbes:
         healthy: ReadinessCheck,
         max_connections: int = 16,
         connection_timeout: float = 5.0,
+        exposition: Exposition = generate_latest,
     ) -> None:
         checks = {"/healthz": healthy, "/readyz": ready}
         slots = threading.BoundedSemaphore(max_connections)
@@ -95,7 +101,7 @@ class ThreadedProbes:
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
-                    self._send(200, generate_latest(), CONTENT_TYPE_LATEST)
+                    self._send(200, exposition(), CONTENT_TYPE_LATEST)
                 elif path in checks:
                     problem = checks[path]()
                     self._send(503 if problem else 200, (problem or "ok").encode(), "text/plain")
@@ -144,7 +150,11 @@ class ThreadedProbes:
 
 
 def serve_threaded_probes(
-    host: str, port: int, ready: ReadinessCheck, heartbeat: Heartbeat
+    host: str,
+    port: int,
+    ready: ReadinessCheck,
+    heartbeat: Heartbeat,
+    exposition: Exposition = generate_latest,
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     """A cleanup_ctx entry: probes off the loop for the main app's lifetime. Liveness fails once
     the loop has not run for `heartbeat.stall_after`; readiness too, or while `ready()` says so."""
@@ -154,7 +164,7 @@ def serve_threaded_probes(
 
     async def run(_: web.Application) -> AsyncIterator[None]:
         beat = asyncio.create_task(heartbeat.run(), name="heartbeat")
-        probes = ThreadedProbes(host, port, readiness, heartbeat.problem)
+        probes = ThreadedProbes(host, port, readiness, heartbeat.problem, exposition=exposition)
         probes.start()
         yield
         await asyncio.to_thread(probes.stop)

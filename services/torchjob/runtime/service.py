@@ -13,13 +13,14 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
 from aiohttp import web
 from kubernetes_asyncio import client
+from prometheus_client import REGISTRY
 
 from torchjob.kube.client import new_api_client
 from torchjob.kube.controller import run_workers
@@ -28,6 +29,7 @@ from torchjob.kube.leader import LeaderElector
 from torchjob.kube.reconcile import JobKey, Result
 from torchjob.kube.workqueue import WorkQueue
 from torchjob.runtime import logging as runtime_logging
+from torchjob.runtime import metrics as runtime_metrics
 from torchjob.runtime.health import Health
 from torchjob.runtime.probes import probe_app
 
@@ -171,29 +173,53 @@ def parse_settings(
 Build = Callable[[client.ApiClient], Controller]
 
 
+def service_families(service: str, own: Iterable[str] = ()) -> runtime_metrics.Families:
+    """What a controller service's /metrics exports: the scaffold's families, those named
+    `torchjob_<service>_*`, and `own`."""
+    prefix = f"torchjob_{service}_"
+    named = {f.name for f in REGISTRY.collect() if f.name.startswith(prefix)}
+    return runtime_metrics.Families(
+        runtime_metrics.CONTROLLER
+        | runtime_metrics.KUBE_CLIENT
+        | runtime_metrics.INFORMER
+        | named
+        | set(own)
+    )
+
+
 def run_controller_service(
-    service: str, controller_name: str, settings: Settings, build: Build
+    service: str,
+    controller_name: str,
+    settings: Settings,
+    build: Build,
+    families: Iterable[str] = (),
 ) -> None:
-    """Run the service until SIGTERM or SIGINT (exit 0) or until leadership is lost (exit 1)."""
+    """Run the service until SIGTERM or SIGINT (exit 0) or until leadership is lost (exit 1).
+    Its /metrics exports `service_families(service, families)`."""
     runtime_logging.configure(service, settings.log_level)
+    exported = service_families(service, families)
     with contextlib.suppress(KeyboardInterrupt):
-        sys.exit(asyncio.run(_main_async(controller_name, settings, build)))
+        sys.exit(asyncio.run(_main_async(controller_name, settings, build, exported)))
 
 
-async def _main_async(controller_name: str, settings: Settings, build: Build) -> int:
+async def _main_async(
+    controller_name: str, settings: Settings, build: Build, exported: runtime_metrics.Families
+) -> int:
     task = asyncio.current_task()
     assert task is not None
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, task.cancel)
     try:
-        return await _serve(controller_name, settings, build)
+        return await _serve(controller_name, settings, build, exported)
     except asyncio.CancelledError:
         log.info("stopped")
         return 0
 
 
-async def _serve(controller_name: str, settings: Settings, build: Build) -> int:
+async def _serve(
+    controller_name: str, settings: Settings, build: Build, exported: runtime_metrics.Families
+) -> int:
     api = await new_api_client(
         settings.kubeconfig, settings.max_connections, qps=settings.qps, burst=settings.burst
     )
@@ -211,7 +237,9 @@ async def _serve(controller_name: str, settings: Settings, build: Build) -> int:
         retry_seconds=settings.retry_period,
     )
     health = Health(lambda: elector.is_leader, controller.informers)
-    runner = web.AppRunner(probe_app(health.ready, health.healthy), access_log=None)
+    runner = web.AppRunner(
+        probe_app(health.ready, health.healthy, exported.exposition), access_log=None
+    )
     await runner.setup()
     await web.TCPSite(runner, settings.probe_host, settings.probe_port).start()
     try:

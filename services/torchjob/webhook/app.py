@@ -38,6 +38,7 @@ from torchjob.kube.client import new_api_client
 from torchjob.kube.errors import NotFound, translated
 from torchjob.kube.informer import Informer
 from torchjob.render.pod_admission_handler import job_name_of, mutate_pod
+from torchjob.runtime import metrics as runtime_metrics
 from torchjob.runtime.probes import Heartbeat, serve_threaded_probes
 from torchjob.webhook.certificates import CertBundle, not_after
 from torchjob.webhook.certstore import (
@@ -61,6 +62,17 @@ LATENCY = Histogram(
 )
 INFLIGHT = Gauge(
     "torchjob_admission_inflight_bytes", "Bytes of admission bodies being read or answered"
+)
+
+# What the webhook's /metrics exports: its own families, not the controllers' it imports.
+FAMILIES = runtime_metrics.Families(
+    {
+        "torchjob_admission_requests",
+        "torchjob_admission_duration_seconds",
+        "torchjob_admission_inflight_bytes",
+    }
+    | runtime_metrics.KUBE_CLIENT
+    | runtime_metrics.INFORMER
 )
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -583,7 +595,9 @@ def init_app(settings: Settings) -> web.Application:
     # The probes first: they report a stalled loop from the start, and stop last.
     heartbeat = Heartbeat(stall_after=limits.loop_stall_seconds)
     app.cleanup_ctx.append(
-        serve_threaded_probes(settings.host, settings.probe_port, app[TLS].problem, heartbeat)
+        serve_threaded_probes(
+            settings.host, settings.probe_port, app[TLS].problem, heartbeat, FAMILIES.exposition
+        )
     )
     app.cleanup_ctx.append(_admission_worker)
     app.cleanup_ctx.append(_api_client)
