@@ -1,0 +1,63 @@
+"""The metric names each service exports, as Prometheus sees them: read from a /metrics body,
+or from the services' own registries in this process (what the chart's dashboard and alerts may
+name)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+# A sample line: its name, then labels or the value.
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]")
+_TYPE = re.compile(r"^# TYPE (\S+) (\S+)$")
+_SUFFIXES = {
+    "counter": ("_total",),
+    "histogram": ("_bucket", "_sum", "_count"),
+    "summary": ("_sum", "_count"),
+}
+
+
+def series_names(exposition: str) -> set[str]:
+    """Every series name a scrape of `exposition` gives, whether or not it has samples yet: a
+    family's TYPE line gives its series (`_total` of a counter, `_bucket`, `_sum` and `_count`
+    of a histogram) and each sample line its own name."""
+    names: set[str] = set()
+    for line in exposition.splitlines():
+        if match := _TYPE.match(line):
+            family, kind = match.groups()
+            suffixes = _SUFFIXES.get(kind, ("",))
+            stem = family.removesuffix("_total") if kind == "counter" else family
+            names.update(stem + suffix for suffix in suffixes)
+        elif match := _SAMPLE.match(line):
+            names.add(match.group(1))
+    return names
+
+
+@contextmanager
+def _jobs_gauges_shown() -> Iterator[None]:
+    """The reconciler's job gauges as a leader with an empty cache exports them."""
+    from torchjob.reconciler import metrics
+
+    before = metrics.COLLECTOR.source
+    metrics.COLLECTOR.source = list
+    try:
+        yield
+    finally:
+        metrics.COLLECTOR.source = before
+
+
+def exported_in_process() -> dict[str, set[str]]:
+    """Each service's series names, from its own registry in this process."""
+    from torchjob.housekeeper import controller as _housekeeper  # noqa: F401  (its families)
+    from torchjob.reconciler import metrics as reconciler_metrics
+    from torchjob.runtime.service import service_families
+    from torchjob.webhook.app import FAMILIES as WEBHOOK
+
+    with _jobs_gauges_shown():
+        reconciler = service_families("reconciler", reconciler_metrics.FAMILIES).exposition()
+    return {
+        "webhook": series_names(WEBHOOK.exposition().decode()),
+        "reconciler": series_names(reconciler.decode()),
+        "housekeeper": series_names(service_families("housekeeper").exposition().decode()),
+    }
