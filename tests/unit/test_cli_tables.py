@@ -372,3 +372,18 @@ def test_a_replicas_restarts_are_carried_by_its_pod() -> None:
     restarted["metadata"]["annotations"] = {constants.ANNOTATION_CONSECUTIVE_RESTARTS: "2"}
     assert tables.pod_restarts(restarted) == 3
     assert tables.pod_restarts(pod("q")) == 0
+
+
+def test_events_are_ordered_by_time_whatever_its_precision() -> None:
+    micro = (NOW - timedelta(seconds=1.5)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    events = [
+        {"reason": "Late", "eventTime": micro, "involvedObject": {"kind": "Pod", "name": "p"}},
+        {
+            "reason": "Early",
+            "lastTimestamp": ago(2),
+            "involvedObject": {"kind": "Pod", "name": "p"},
+        },
+    ]
+    text = tables.describe(job(), [], events, NOW)
+    lines = text.split("Events:")[1].splitlines()
+    assert "Early" in lines[2] and "Late" in lines[3]

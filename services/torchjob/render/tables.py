@@ -7,7 +7,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -436,7 +436,7 @@ def describe(
             lines.append("  No TensorBoard pod is running yet.")
 
     lines += ["", "Events:"]
-    shown = sorted(events, key=_event_time)[-event_limit:]
+    shown = sorted(events, key=_event_moment)[-event_limit:]
     if shown:
         lines.append(
             _indent(
@@ -481,6 +481,11 @@ def _event_time(event: dict[str, Any]) -> str:
         or (event.get("metadata") or {}).get("creationTimestamp")
         or ""
     )
+
+
+def _event_moment(event: dict[str, Any]) -> datetime:
+    """When the event last happened, for ordering (the API writes seconds or microseconds)."""
+    return parse_time(_event_time(event)) or datetime.min.replace(tzinfo=UTC)
 
 
 def _involved(event: dict[str, Any]) -> str:
