@@ -88,12 +88,16 @@ unit: $(STAMP) ## unit tests only (no cluster)
 	$(BIN)/pytest tests/unit $(PYTEST_FLAGS)
 
 .PHONY: e2e
-e2e: $(STAMP) cluster ## end-to-end tests on the real control plane
+e2e: $(STAMP) cluster lua ## end-to-end tests on the real control plane
 	$(BIN)/pytest tests/e2e $(PYTEST_FLAGS)
 
 .PHONY: chart
 chart: $(STAMP) cluster helm ## the Helm chart: lint, render, schema, and installed on the real control plane
 	$(BIN)/pytest tests/chart $(PYTEST_FLAGS)
+
+.PHONY: lua
+lua: ## a Lua interpreter (Debian's lua5.4) for the Argo CD health check's tests
+	hack/install-lua.sh
 
 .PHONY: demo
 demo: $(EXAMPLE_STAMP) ## train examples/mnist-ddp locally with `torchjob run` (installs torch)
@@ -101,7 +105,7 @@ demo: $(EXAMPLE_STAMP) ## train examples/mnist-ddp locally with `torchjob run` (
 	@$(BIN)/python -c 'import json; m = json.load(open("examples/mnist-ddp/runs/mnist-ddp/metrics.json")); print("test accuracy: %.4f" % m["test_accuracy"])'
 
 .PHONY: test
-test: $(STAMP) $(EXAMPLE_STAMP) cluster helm node-build ## install what is needed, then lint and run every test
+test: $(STAMP) $(EXAMPLE_STAMP) cluster helm lua node-build ## install what is needed, then lint and run every test
 	$(MAKE) --no-print-directory lint
 	$(BIN)/pytest tests $(PYTEST_FLAGS)
 

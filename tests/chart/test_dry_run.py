@@ -49,6 +49,7 @@ def test_server_side_dry_run(control_plane: ControlPlane, namespace: str, values
         ("cert-manager.io", "Certificate"),
         ("cert-manager.io", "Issuer"),
         ("monitoring.coreos.com", "ServiceMonitor"),
+        ("monitoring.coreos.com", "PrometheusRule"),
     }
 
 
