@@ -69,6 +69,9 @@ def test_submit_logs_top_wait_and_tensorboard_on_real_pods(node: Node, node_name
     assert ok(torchjob(node, node_namespace, "wait", JOB, "--timeout", "10m")).startswith(
         f"job {JOB} Succeeded"
     )
+    # A replica restarts in a new pod, so its container never has a previous attempt in place.
+    previous = torchjob(node, node_namespace, "logs", JOB, "--previous")
+    assert previous.returncode == 2 and "no previous attempt" in previous.stderr, previous.stderr
     every = ok(torchjob(node, node_namespace, "logs", JOB, "--all", "--tail", "5"))
     assert {line.split(" | ")[0] for line in every.splitlines()} == {"worker-0", "worker-1"}
 
