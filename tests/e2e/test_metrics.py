@@ -16,7 +16,13 @@ from support.cluster import Job, condition
 from support.eventually import eventually
 from support.jobs import JobBuilder
 from support.metrics import exported_in_process, series_names
-from support.operator import is_leading, reconciler_kubeconfig, start_reconciler
+from support.operator import (
+    housekeeper_kubeconfig,
+    is_leading,
+    reconciler_kubeconfig,
+    start_housekeeper,
+    start_reconciler,
+)
 from support.processes import ServiceProcess
 
 TIMEOUT = 90.0
@@ -160,3 +166,17 @@ async def test_job_metrics_before_and_after_a_failover(
     finally:
         leader.close()
         standby.close()
+
+
+def test_the_housekeeper_exports_its_own_families_only(control_plane: ControlPlane) -> None:
+    housekeeper = start_housekeeper(housekeeper_kubeconfig(control_plane))
+    try:
+        body = housekeeper.metrics()
+    finally:
+        housekeeper.close()
+    assert "_created" not in body
+    names = {n for n in series_names(body) if n.startswith("torchjob_")}
+    own = {n for n in exported_in_process()["housekeeper"] if n.startswith("torchjob_")}
+    assert names == own, names ^ own
+    assert "torchjob_housekeeper_actions_total" in names
+    assert not {n for n in names if n.startswith(("torchjob_job", "torchjob_admission"))}
