@@ -13,10 +13,13 @@ from typing import Any
 import pytest
 from support.controlplane import REPO_ROOT
 from support.helm import CHART, Manifest, find, one, template
-from support.metrics import exported_in_process
+from support.metrics import exported_in_process, label_names_in_process
 
 ALL_FEATURES = CHART / "ci" / "all-features-values.yaml"
 METRIC = re.compile(r"\btorchjob_[a-z0-9_]+\b")
+GROUPING = re.compile(r"\b(?:by|without)\s*\(([^)]*)\)")
+SELECTOR = re.compile(r"\btorchjob_[a-z0-9_]+\{([^}]*)\}")
+MATCHER = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)")
 ALERTS = {
     "TorchjobJobsFailing",
     "TorchjobWebhookErrors",
@@ -34,6 +37,24 @@ def manifests() -> list[Manifest]:
 @pytest.fixture(scope="module")
 def exported() -> set[str]:
     return set().union(*exported_in_process().values())
+
+
+@pytest.fixture(scope="module")
+def label_names() -> dict[str, set[str]]:
+    return label_names_in_process()
+
+
+def assert_labels_exist(expression: str, label_names: dict[str, set[str]]) -> None:
+    """Every label the expression groups by or matches on is one its metrics carry."""
+    carried = set().union(*(label_names[m] for m in METRIC.findall(expression)))
+    used = {
+        label.strip()
+        for grouping in GROUPING.findall(expression)
+        for label in grouping.split(",")
+        if label.strip()
+    }
+    used |= {m for selector in SELECTOR.findall(expression) for m in MATCHER.findall(selector)}
+    assert used <= carried, f"{expression!r}: no metric of it carries {sorted(used - carried)}"
 
 
 def component(manifests: list[Manifest], name: str) -> list[Manifest]:
@@ -66,7 +87,7 @@ def test_nothing_is_rendered_unless_asked_for() -> None:
 
 
 def test_the_dashboard_is_a_sidecar_configmap_of_exported_metrics(
-    manifests: list[Manifest], exported: set[str]
+    manifests: list[Manifest], exported: set[str], label_names: dict[str, set[str]]
 ) -> None:
     (configmap,) = component(manifests, "dashboard")
     assert configmap["kind"] == "ConfigMap"
@@ -78,6 +99,7 @@ def test_the_dashboard_is_a_sidecar_configmap_of_exported_metrics(
     assert len(expressions) >= 12
     for expression in expressions:
         assert_names_exported(expression, exported)
+        assert_labels_exist(expression, label_names)
     # Every job metric the reconciler exports has a panel.
     shown = set().union(*(METRIC.findall(e) for e in expressions))
     for family in (
@@ -94,7 +116,9 @@ def test_the_dashboard_is_a_sidecar_configmap_of_exported_metrics(
         assert family in shown, family
 
 
-def test_the_alerts_name_exported_metrics(manifests: list[Manifest], exported: set[str]) -> None:
+def test_the_alerts_name_exported_metrics(
+    manifests: list[Manifest], exported: set[str], label_names: dict[str, set[str]]
+) -> None:
     rule = one(manifests, "PrometheusRule")
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     assert rule["metadata"]["labels"]["release"] == "prometheus"
@@ -102,6 +126,7 @@ def test_the_alerts_name_exported_metrics(manifests: list[Manifest], exported: s
     assert {r["alert"] for r in rules} == ALERTS
     for r in rules:
         assert_names_exported(r["expr"], exported)
+        assert_labels_exist(r["expr"], label_names)
         assert r["labels"]["severity"] in ("warning", "critical")
         assert r["annotations"]["summary"]
     by_name = {r["alert"]: r for r in rules}
@@ -111,9 +136,15 @@ def test_the_alerts_name_exported_metrics(manifests: list[Manifest], exported: s
     assert by_name["TorchjobReconcileErrors"]["for"] == "5m"
 
 
-def test_a_wrong_metric_name_would_be_caught(exported: set[str]) -> None:
+def test_a_wrong_metric_or_label_name_would_be_caught(
+    exported: set[str], label_names: dict[str, set[str]]
+) -> None:
     with pytest.raises(AssertionError, match="torchjob_jobs_failed_count"):
         assert_names_exported("sum(torchjob_jobs_failed_count)", exported)
+    with pytest.raises(AssertionError, match="job_name"):
+        assert_labels_exist("sum by (job_name) (torchjob_jobs)", label_names)
+    with pytest.raises(AssertionError, match="phase"):
+        assert_labels_exist('sum(torchjob_jobs_failed_total{phase="Failed"})', label_names)
 
 
 def test_the_argocd_health_check_is_the_documented_script(manifests: list[Manifest]) -> None:

@@ -34,17 +34,48 @@ def series_names(exposition: str) -> set[str]:
     return names
 
 
+# A running job, for the job gauges to have samples (and so label names) in process.
+_RUNNING_JOB = {
+    "metadata": {"namespace": "n"},
+    "spec": {"replicaSpecs": [{"type": "worker"}]},
+    "status": {"phase": "Running", "tasks": [{"type": "worker", "replicas": [{}]}]},
+}
+
+
 @contextmanager
-def _jobs_gauges_shown() -> Iterator[None]:
-    """The reconciler's job gauges as a leader with an empty cache exports them."""
+def _jobs_gauges_shown(jobs: list[dict[str, object]] | None = None) -> Iterator[None]:
+    """The reconciler's job gauges as a leader with `jobs` in its cache exports them."""
     from torchjob.reconciler import metrics
 
     before = metrics.COLLECTOR.source
-    metrics.COLLECTOR.source = list
+    metrics.COLLECTOR.source = lambda: jobs or []
     try:
         yield
     finally:
         metrics.COLLECTOR.source = before
+
+
+def label_names_in_process() -> dict[str, set[str]]:
+    """Each series name of any service with the label names its samples carry (`le` for a
+    histogram's buckets), from the metric definitions in this process."""
+    from prometheus_client import REGISTRY
+
+    exported_in_process()  # imports every service's metrics
+    labels: dict[str, set[str]] = {}
+    for collector in list(REGISTRY._collector_to_names):
+        names = getattr(collector, "_labelnames", None)
+        if names is None:
+            continue
+        for series in REGISTRY._collector_to_names[collector]:
+            extra = {"le"} if series.endswith("_bucket") else set()
+            labels[series] = set(names) | extra
+    with _jobs_gauges_shown([_RUNNING_JOB]):
+        from torchjob.reconciler import metrics
+
+        for family in metrics.COLLECTOR.collect():
+            for sample in family.samples:
+                labels.setdefault(sample.name, set()).update(sample.labels)
+    return labels
 
 
 def exported_in_process() -> dict[str, set[str]]:
