@@ -137,3 +137,37 @@ def test_a_service_exports_only_the_families_it_names_and_no_created_series() ->
     assert "# TYPE torchjob_jobs_created_total counter" in body
     assert "_created{" not in body.replace("torchjob_jobs_created", "")
     assert "process_cpu_seconds_total" in body
+
+
+def test_an_ended_replica_is_counted_once_by_its_pod() -> None:
+    counting = JobMetrics()
+    ns = "ns-endings"
+    before = {"phase": "Running", "tasks": [{"replicas": [replica("p1", "Running")]}]}
+    after = {"phase": "Running", "tasks": [{"replicas": [replica("p1", "Failed", "OOMKilled")]}]}
+    for _ in range(2):  # the second from a cache that has not seen the first write
+        counting.written(meta("u2", ns), before, after, NOW)
+    assert sample("torchjob_replica_restarts_total", namespace=ns, reason="OOMKilled") == 1
+    # Its replacement ending is another pod.
+    again = {"phase": "Running", "tasks": [{"replicas": [replica("p2", "Failed")]}]}
+    counting.written(meta("u2", ns), {"phase": "Running"}, again, NOW)
+    assert sample("torchjob_replica_restarts_total", namespace=ns, reason="Error") == 1
+
+
+def test_the_first_time_running_observes_the_time_since_creation() -> None:
+    counting = JobMetrics()
+    count = sample("torchjob_job_startup_seconds_count")
+    over_five_minutes = sample("torchjob_job_startup_seconds_bucket", le="300.0")
+    running = {"phase": "Running", "conditions": [condition("Running", "True")]}
+    counting.written(meta("u3"), {"phase": "Pending"}, running, NOW)  # 600s after creation
+    counting.written(meta("u3"), {"phase": "Pending"}, running, NOW)
+    assert sample("torchjob_job_startup_seconds_count") == count + 1
+    assert sample("torchjob_job_startup_seconds_bucket", le="300.0") == over_five_minutes
+
+
+def test_the_webhook_exports_none_of_the_controllers_families() -> None:
+    from torchjob.webhook.app import FAMILIES
+
+    body = FAMILIES.exposition().decode()
+    assert "torchjob_admission_requests_total" in body
+    for other in ("torchjob_reconcile", "torchjob_workqueue", "torchjob_leader", "torchjob_jobs"):
+        assert other not in body
