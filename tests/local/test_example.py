@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -11,7 +12,7 @@ from typing import Any
 
 import torch
 import yaml
-from support.cli import EXAMPLE, run_to_end, running
+from support.cli import EXAMPLE, descendants, run_to_end, running
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 MASTER, WORKER = "mnist-ddp-worker-0", "mnist-ddp-worker-1"
@@ -51,7 +52,12 @@ def test_the_example_trains_to_95_percent(tmp_path: Path) -> None:
 def test_a_replica_killed_mid_training_is_restarted_and_the_job_succeeds(tmp_path: Path) -> None:
     with running(example(tmp_path, epochs=8), tmp_path) as run:
         run.wait_for(r"\| epoch 2/8 ", timeout=180)
-        os.kill(run.pid_of(WORKER), signal.SIGKILL)  # the replica's main process: torchrun
+        # The whole replica at once, as a container is killed: were torchrun alone killed, its
+        # training processes could finish the run with the master before they are cleaned up.
+        torchrun = run.pid_of(WORKER)
+        for pid in {torchrun} | descendants(torchrun):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         run.pid_of(WORKER, after=1)  # recreated
         finished = run.finish(300)
     assert finished.returncode == 0, "\n".join(finished.stdout[-60:] + finished.stderr)
