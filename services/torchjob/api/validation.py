@@ -523,7 +523,13 @@ def _update_errors(old: PyTorchTrainingJob, new: PyTorchTrainingJob) -> Iterator
         new_spec, elastic
     ):
         allowed = " except replicas of an elastic job" if elastic else ""
-        yield FieldError("spec.replicaSpecs", f"is immutable{allowed}", Cause.FORBIDDEN)
+        yield FieldError(
+            "spec.replicaSpecs",
+            f"is immutable{allowed}: the running pods were made from it. To change it, delete "
+            "the job and create it again (with Argo CD, the sync options "
+            "Force=true,Replace=true; see docs/gitops.md)",
+            Cause.FORBIDDEN,
+        )
     if queries.written_elastic_bounds(old_spec) != queries.written_elastic_bounds(new_spec):
         yield FieldError(
             "spec.elastic", "minReplicas and maxReplicas are immutable", Cause.FORBIDDEN
