@@ -167,3 +167,18 @@ def test_printer_columns_show_phase_and_restarts(
     header, row = table[0].split(), table[1].split()
     assert header[:6] == ["NAME", "PHASE", "RUNNING", "SUCCEEDED", "FAILED", "RESTARTS"]
     assert row[:6] == ["pytorch-example", "Running", "4", "0", "0", "2"]
+
+
+def test_expected_replicas_below_min_nodes_is_refused_by_the_schema(
+    control_plane: ControlPlane, crd: None, namespace: str
+) -> None:
+    """The scale subresource writes spec.elastic.expectedReplicas past the webhook: the CRD's
+    own rule keeps it at or above the older spelling of the lower bound too."""
+    elastic = {"enabled": True, "maxReplicas": 4, "expectedReplicas": 2}
+    job = set_in(set_in(TORCHRUN, "spec.elastic", elastic), "spec.torchrunConfig.minNodes", 3)
+    result = apply(control_plane, namespace, job)
+    assert result.returncode != 0, "expectedReplicas below minNodes was accepted"
+    assert "spec.elastic.expectedReplicas" in result.stderr
+    assert "spec.torchrunConfig.minNodes" in result.stderr
+    accepted = set_in(job, "spec.elastic.expectedReplicas", 3)
+    assert apply(control_plane, namespace, accepted).returncode == 0
