@@ -201,6 +201,10 @@ class Informer:
         keys = self._store.indices[index].get(value, ())
         return [obj for key in keys if (obj := self._store.get(key)) is not None]
 
+    def cached(self) -> list[KubeObject]:
+        """Every cached object."""
+        return [obj for objects in self._store.by_namespace.values() for obj in objects.values()]
+
     # -- list and watch --------------------------------------------------------------------------
 
     async def run(self) -> None:

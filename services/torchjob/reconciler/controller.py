@@ -37,12 +37,6 @@ from torchjob.reconciler.settings import Settings
 
 log = structlog.get_logger("torchjob.reconciler")
 
-ALL_INDEX = "all"  # every cached job under one key, for the job gauges
-
-
-def _all(_: dict[str, Any]) -> list[str]:
-    return [ALL_INDEX]
-
 
 class Reconciler:
     def __init__(self, api: client.ApiClient, settings: Settings) -> None:
@@ -60,7 +54,6 @@ class Reconciler:
         self.jobs = Informer(
             api,
             JOBS,
-            indexers={ALL_INDEX: _all},
             on_add=self._job_changed,
             on_update=self._job_updated,
             on_delete=self._job_deleted,
@@ -91,7 +84,7 @@ class Reconciler:
         """Every cached job, once the cache has synced (only a leader's does)."""
         if not self.jobs.synced.is_set():
             return None
-        return self.jobs.by_index(ALL_INDEX, ALL_INDEX)
+        return self.jobs.cached()
 
     @property
     def informers(self) -> list[Informer]:

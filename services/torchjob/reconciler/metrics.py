@@ -29,10 +29,12 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from torchjob.api import constants
+from torchjob.api.types import JOB_PHASE_VALUES
+from torchjob.lifecycle.observe import FINISHED_PHASES
 from torchjob.lifecycle.times import parse_time
 
-TERMINAL = ("Succeeded", "Failed")
-PHASES = ("Pending", "Running", "Paused", "Resuming", "Succeeded", "Failed")
+TERMINAL = FINISHED_PHASES
+PHASES = JOB_PHASE_VALUES
 
 # How a replica's pod ended, as its restart is labelled: the container's terminated reason when
 # it is one of these, else "Error" (a failed pod) or "Completed" (restartPolicy Always).
