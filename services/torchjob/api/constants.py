@@ -32,8 +32,16 @@ LABEL_TENSORBOARD: Final = f"{GROUP}/tensorboard"
 # On the TensorBoard's Deployment and Service: the hash of what was rendered, so a changed
 # tensorboardSpec is noticed without comparing the objects the apiserver has defaulted.
 ANNOTATION_SPEC_HASH: Final = f"{GROUP}/spec-hash"
-LABEL_T9K_QUEUE: Final = "scheduling.tensorstack.dev/queue"
+# The T9k scheduler's queue and group labels, as T9k documents them; the priority is ours (T9k
+# keeps it on its PodGroup), for a cluster that has the T9k scheduler without its PodGroups.
+LABEL_T9K_QUEUE: Final = "scheduler.tensorstack.dev/queue"
+LABEL_T9K_GROUP: Final = "scheduler.tensorstack.dev/group-name"
+LABEL_T9K_ROLE: Final = "scheduler.tensorstack.dev/role"
 LABEL_T9K_PRIORITY: Final = "scheduling.tensorstack.dev/priority"
+# A job's own choice of how its pods are placed together (docs/scheduling.md), overriding the
+# reconciler's setting; Kueue is chosen with Kueue's queue label instead.
+ANNOTATION_GANG_SCHEDULING: Final = f"{GROUP}/gang-scheduling"
+GANG_SCHEDULING_CHOICES: Final = ("native", "volcano", "coscheduling", "none")
 RETRYABLE_EXIT_CODES: Final = frozenset({130, 137, 143, 138})
 # The scheduler of pods whose job asks for the T9k scheduler, unless the reconciler is told another.
 T9K_SCHEDULER_NAME: Final = "t9k-scheduler"
@@ -66,6 +74,15 @@ REASON_BACKOFF_LIMIT_EXCEEDED: Final = "BackoffLimitExceeded"
 REASON_DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
 REASON_POD_CREATION_FAILED: Final = "PodCreationFailed"
 REASON_SERVICE_CREATION_FAILED: Final = "ServiceCreationFailed"
+REASON_POD_GROUP_CREATION_FAILED: Final = "PodGroupCreationFailed"
+# Scheduled condition (gang scheduling, render/scheduling.py) and its Events.
+REASON_SCHEDULED: Final = "Scheduled"
+REASON_UNSCHEDULABLE: Final = "Unschedulable"
+REASON_WAITING_FOR_ADMISSION: Final = "WaitingForAdmission"
+REASON_SCHEDULING_GATED: Final = "SchedulingGated"
+REASON_SCHEDULING: Final = "Scheduling"
+# Failed condition: the job asks for gang scheduling this cluster does not serve.
+REASON_GANG_UNAVAILABLE: Final = "GangSchedulingUnavailable"
 REASON_REPLICA_RESTARTING: Final = "ReplicaRestarting"
 # Event reasons of the reconciler's actions, as the built-in controllers name them.
 REASON_SUCCESSFUL_CREATE: Final = "SuccessfulCreate"

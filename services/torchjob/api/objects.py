@@ -54,8 +54,16 @@ class ContainerStatus(TypedDict, total=False):
     restartCount: int
 
 
+class PodCondition(TypedDict, total=False):
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
 class PodStatus(TypedDict, total=False):
     phase: PodPhase
+    conditions: list[PodCondition]
     reason: str
     message: str
     podIP: str

@@ -50,7 +50,14 @@ JOB_PHASE_VALUES: tuple[JobPhase, ...] = (
 )
 
 ConditionType = Literal[
-    "Initialized", "Running", "ReplicaFailure", "Completed", "Failed", "Paused", "Debug"
+    "Initialized",
+    "Running",
+    "ReplicaFailure",
+    "Completed",
+    "Failed",
+    "Paused",
+    "Debug",
+    "Scheduled",
 ]
 CONDITION_TYPE_VALUES: tuple[ConditionType, ...] = (
     "Initialized",
@@ -60,6 +67,7 @@ CONDITION_TYPE_VALUES: tuple[ConditionType, ...] = (
     "Failed",
     "Paused",
     "Debug",
+    "Scheduled",
 )
 
 ConditionStatus = Literal["True", "False", "Unknown"]

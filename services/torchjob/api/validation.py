@@ -94,7 +94,7 @@ def validate(obj: Any, old: Any = None, *, schema: bool = False) -> Result:
 
 
 def _object_errors(job: PyTorchTrainingJob, *, schema: bool) -> list[FieldError]:
-    errors = _spec_errors(job)
+    errors = _spec_errors(job) + _gang_choice_errors(job)
     # A field the rules above already refused needs no second message.
     refused = {error.path for error in errors}
     errors += [e for e in unknown_field_errors(job) if e.path not in refused]
@@ -103,6 +103,16 @@ def _object_errors(job: PyTorchTrainingJob, *, schema: bool) -> list[FieldError]
         # The spec only: the apiserver drops a status written on create.
         errors += [e for e in schema_errors(job.spec, "spec") if e.path not in refused]
     return errors
+
+
+def _gang_choice_errors(job: PyTorchTrainingJob) -> list[FieldError]:
+    annotations = (job.metadata or {}).get("annotations") or {}
+    choice = annotations.get(constants.ANNOTATION_GANG_SCHEDULING)
+    if choice is None or choice in constants.GANG_SCHEDULING_CHOICES:
+        return []
+    path = f"metadata.annotations[{constants.ANNOTATION_GANG_SCHEDULING}]"
+    allowed = ", ".join(constants.GANG_SCHEDULING_CHOICES)
+    return [FieldError(path, f"{choice!r} is not one of {allowed}", Cause.NOT_SUPPORTED)]
 
 
 # The fields of our schema that hold a Kubernetes object, with the definition of its type in the

@@ -52,10 +52,19 @@ class PodView:
     # What the kubelet said with `reason`: the runtime's error (ContainerCannotRun), the
     # eviction's cause; None when it said nothing.
     message: str | None = None
+    bound: bool = False  # the scheduler placed it on a node (spec.nodeName)
+    gates: tuple[str, ...] = ()  # its scheduling gates: it waits for them to be lifted
+    # What the scheduler said when it could not place the pod (PodScheduled False, Unschedulable).
+    unschedulable: str | None = None
 
     @property
     def finished(self) -> bool:
         return self.phase in FINISHED_PHASES
+
+    @property
+    def placed(self) -> bool:
+        """On a node, or past the point where that could still be in question."""
+        return self.bound or self.phase != "Pending"
 
 
 def view_pod(pod: dict[str, Any]) -> PodView | None:
@@ -68,10 +77,11 @@ def view_pod(pod: dict[str, Any]) -> PodView | None:
     if not replica_type or not index.isdigit():
         return None
     status: PodStatus = pod.get("status") or PodStatus()
+    spec = pod.get("spec") or {}
     statuses: list[ContainerStatus] = [
         s for s in status.get("containerStatuses") or [] if isinstance(s, dict)
     ]
-    _, training = queries.training_container_in(pod.get("spec") or {})
+    _, training = queries.training_container_in(spec)
     training_name = str(training.get("name", "")) if training else ""
     ended = _terminated(statuses, training_name)
     code = ended.get("exitCode")
@@ -92,7 +102,19 @@ def view_pod(pod: dict[str, Any]) -> PodView | None:
         ran_seconds=_ran_seconds(ended, status),
         consecutive_restarts=_int(annotations.get(constants.ANNOTATION_CONSECUTIVE_RESTARTS)),
         message=_message(ended, status),
+        bound=bool(spec.get("nodeName")),
+        gates=tuple(str(g.get("name", "")) for g in spec.get("schedulingGates") or ()),
+        unschedulable=_unschedulable(status),
     )
+
+
+def _unschedulable(status: PodStatus) -> str | None:
+    """What the scheduler said when it last failed to place the pod; None when it has not."""
+    for condition in status.get("conditions") or ():
+        kind, holds = condition.get("type"), condition.get("status")
+        if (kind, holds, condition.get("reason")) == ("PodScheduled", "False", "Unschedulable"):
+            return _one_line(str(condition.get("message") or "no node fits"))
+    return None
 
 
 def _container(status: ContainerStatus) -> ContainerView:
@@ -137,6 +159,10 @@ def _message(ended: ContainerStateTerminated, status: PodStatus) -> str | None:
         said = status.get("message")
     if not isinstance(said, str) or not said.strip():
         return None
+    return _one_line(said)
+
+
+def _one_line(said: str) -> str:
     line = " ".join(said.split())
     return line if len(line) <= MESSAGE_LIMIT else line[: MESSAGE_LIMIT - 3] + "..."
 
@@ -249,7 +275,7 @@ class Refusal:
     """The apiserver refused to create a replica's `kind` named `name` with HTTP `status`,
     saying `said`."""
 
-    kind: Literal["pod", "service"]
+    kind: Literal["pod", "service", "podgroup"]
     name: str
     said: str
     status: int
@@ -262,8 +288,54 @@ class Refusal:
     def reason(self) -> str:
         if self.kind == "pod":
             return constants.REASON_POD_CREATION_FAILED
+        if self.kind == "podgroup":
+            return constants.REASON_POD_GROUP_CREATION_FAILED
         return constants.REASON_SERVICE_CREATION_FAILED
 
     @property
     def message(self) -> str:
         return f"creating {self.kind} {self.name}: {self.said}"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    """What the reconciler observes of a job's PodGroup (of any kind, render/scheduling.py)."""
+
+    name: str
+    min_count: int
+    deleting: bool
+    # The scheduler placed the group (native: PodGroupInitiallyScheduled; Volcano, coscheduling:
+    # their Running or Scheduled phases).
+    scheduled: bool
+    # What the scheduler said when it could not place the group; None when it has not said so.
+    unschedulable: str | None
+
+
+# The phases of Volcano's and coscheduling's PodGroups once their members are placed.
+GROUP_PLACED_PHASES = frozenset({"Running", "Scheduled", "Finished", "Completed"})
+
+
+def view_group(group: dict[str, Any]) -> GroupView:
+    meta = group.get("metadata") or {}
+    spec = group.get("spec") or {}
+    status = group.get("status") or {}
+    gang = (spec.get("schedulingPolicy") or {}).get("gang") or {}
+    minimum = gang.get("minCount", spec.get("minMember", 0))
+    scheduled = status.get("phase") in GROUP_PLACED_PHASES
+    unschedulable: str | None = None
+    for condition in status.get("conditions") or ():
+        kind, holds = condition.get("type"), condition.get("status")
+        said = _one_line(str(condition.get("message") or condition.get("reason") or ""))
+        if kind == "PodGroupInitiallyScheduled":
+            scheduled = holds == "True"
+            if holds == "False":
+                unschedulable = said or "the scheduler cannot place the group"
+        elif kind == "Unschedulable" and holds == "True" and not scheduled:
+            unschedulable = said or "the scheduler cannot place the group"  # Volcano's
+    return GroupView(
+        name=str(meta.get("name", "")),
+        min_count=minimum if isinstance(minimum, int) else 0,
+        deleting=bool(meta.get("deletionTimestamp")),
+        scheduled=scheduled,
+        unschedulable=None if scheduled else unschedulable,
+    )

@@ -44,6 +44,7 @@ from torchjob.lifecycle.status import (
     recorded,
 )
 from torchjob.lifecycle.times import parse_time, seconds_text
+from torchjob.render.scheduling import GangUnavailable
 from torchjob.render.topology import Replica, replica_name, replicas_of
 
 
@@ -74,6 +75,11 @@ class Plan:
     # The status only describes creations in flight and records no restart: it may be written
     # after them, by the reconcile that observing them triggers (one write a job, not two).
     status_can_wait: bool = False
+    # The job's group object (render/scheduling.py): created before the pods, its minimum set
+    # to the gang's, or deleted (a pause: the resumed pods form a new group).
+    create_group: bool = False
+    resize_group: bool = False
+    delete_group: bool = False
 
 
 @dataclass(slots=True)
@@ -100,6 +106,8 @@ def plan(observed: Observed, backoff: RestartBackoff = DEFAULT_BACKOFF) -> Plan:
         return _finish(state)
     if _paused(spec):
         _pause(state)
+    elif not _group(state):
+        pass  # the job cannot be placed as asked: it failed
     elif queries.debug_enabled(spec):
         _debug(state)
     else:
@@ -131,6 +139,7 @@ def _judge_refusals(state: _Planning) -> None:
             for p in state.plan.create_pods
         ),
         *(("service", replica_name(name, r.type, r.index)) for r in state.plan.create_services),
+        *((("podgroup", name),) if state.plan.create_group else ()),
     }
     for refusal in state.observed.refusals:
         if (refusal.kind, refusal.name) not in again:
@@ -176,6 +185,27 @@ def _pause(state: _Planning) -> None:
             state.plan.delete_pods.append((pod.name, pod.uid))
         state.uid_dropped.add(pod.name)  # pods deleted by a pause are not restarts
     _ensure_services(state)
+    group = state.observed.group
+    # The group's scheduling state is that of its first placement: the resumed pods get a new one.
+    state.plan.delete_group = group is not None and not group.deleting
+
+
+def _group(state: _Planning) -> bool:
+    """The job's group object, created before its pods and kept at the gang's minimum. False
+    when the job asks for gang scheduling the cluster does not serve: that fails it."""
+    gang, group = state.observed.gang, state.observed.group
+    if isinstance(gang, GangUnavailable):
+        state.outcome = Outcome(False, constants.REASON_GANG_UNAVAILABLE, gang.message)
+        return False
+    if gang is None or gang.kind is None:
+        return True
+    if group is None:
+        state.plan.create_group = True  # the executor creates it before any pod
+    elif group.deleting:
+        state.hold_creations = True  # the pods must not join the group being deleted
+    elif group.min_count != gang.min_count:
+        state.plan.resize_group = True
+    return True
 
 
 def _debug(state: _Planning) -> None:
@@ -183,6 +213,8 @@ def _debug(state: _Planning) -> None:
     _ensure_services(state)
     for replica in state.desired:
         pod = state.pods.get((replica.type, replica.index))
+        if pod is None and state.hold_creations:
+            continue
         if pod is None:
             _create(state, replica, counted=False, extra={constants.ANNOTATION_DEBUG: "true"})
         elif not pod.debug and not pod.deleting:
@@ -238,6 +270,8 @@ def _recorded_uid(state: _Planning, name: str) -> str | None:
 
 
 def _create_missing(state: _Planning, replica: Replica) -> None:
+    if state.hold_creations:
+        return
     name = replica_name(state.observed.job_meta["name"], replica.type, replica.index)
     # The restarts in a row the replica's status carried past its pod's deletion.
     carried = recorded(state.observed.status, name).get("consecutiveRestarts")
@@ -368,6 +402,7 @@ def _finish(state: _Planning) -> Plan:
     state.plan.status = build_status(state, starting=bool(state.plan.create_pods))
     if state.outcome is not None:
         state.plan.create_pods.clear()
+        state.plan.create_group = state.plan.resize_group = False
         state.plan.requeue_after = None
     state.plan.status_can_wait = _status_can_wait(state)
     state.plan.status_events = [
@@ -385,7 +420,28 @@ def _status_can_wait(state: _Planning) -> bool:
 
 
 def _transition_events(old: Mapping[str, Any], new: dict[str, Any]) -> list[Event]:
-    return _scale_events(old, new) + _debug_events(old, new) + _phase_events(old, new)
+    return (
+        _scale_events(old, new)
+        + _debug_events(old, new)
+        + _scheduled_events(old, new)
+        + _phase_events(old, new)
+    )
+
+
+def _scheduled_events(old: Mapping[str, Any], new: dict[str, Any]) -> list[Event]:
+    """An Event when the job's replicas are placed together, or found not to fit."""
+    before = _condition(old, "Scheduled")
+    after = _condition(new, "Scheduled")
+    if not after or (before.get("status"), before.get("reason")) == (
+        after.get("status"),
+        after.get("reason"),
+    ):
+        return []
+    if after["status"] == "True":
+        return [Event("Normal", after["reason"], after["message"])]
+    if after["reason"] == constants.REASON_UNSCHEDULABLE:
+        return [Event("Warning", after["reason"], after["message"])]
+    return []
 
 
 def _debug_events(old: Mapping[str, Any], new: dict[str, Any]) -> list[Event]:

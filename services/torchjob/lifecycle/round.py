@@ -15,7 +15,8 @@ from typing import Any, cast
 from torchjob.api.objects import ObjectMeta
 from torchjob.api.types import PyTorchTrainingJobSpec, PyTorchTrainingJobStatusDict
 from torchjob.lifecycle.backoff import PendingRestart
-from torchjob.lifecycle.observe import PodView, Refusal
+from torchjob.lifecycle.observe import GroupView, PodView, Refusal
+from torchjob.render.scheduling import Gang, GangUnavailable
 from torchjob.render.topology import Replica
 
 # A replica's identity within its job: (replica type, index).
@@ -36,6 +37,9 @@ class Observed:
     # The apiserver's refusals of the job's latest creations (reconciler/executor.py); those of
     # objects that exist since, or that the plan no longer creates, are ignored.
     refusals: tuple[Refusal, ...] = ()
+    # How the job's pods are grouped for scheduling (None: one by one), and its group object.
+    gang: Gang | GangUnavailable | None = None
+    group: GroupView | None = None
 
     @classmethod
     def of_json(
@@ -47,6 +51,8 @@ class Observed:
         services: frozenset[str],
         now: datetime,
         refusals: tuple[Refusal, ...] = (),
+        gang: Gang | GangUnavailable | None = None,
+        group: GroupView | None = None,
     ) -> Observed:
         """Observations of a job as stored (JSON-shaped dicts), seen through their types; no
         copy and no check: the apiserver's schema stands behind the shapes."""
@@ -58,6 +64,8 @@ class Observed:
             services,
             now,
             refusals,
+            gang,
+            group,
         )
 
 
@@ -101,6 +109,8 @@ class Round:
     # The job runs in debug mode now (runMode.debug, not paused): only pods of this mode are its
     # current pods; the others are of the mode before and are deleted.
     debug: bool = False
+    # The job's group object is being replaced: no pod is created until the new one exists.
+    hold_creations: bool = False
 
     def current(self, pod: PodView) -> bool:
         """The pod is one of the job's pods as the spec stands: not being deleted, and of the

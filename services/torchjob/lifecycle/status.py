@@ -20,6 +20,7 @@ from torchjob.lifecycle.backoff import PendingRestart
 from torchjob.lifecycle.observe import ContainerView
 from torchjob.lifecycle.round import Outcome, Round
 from torchjob.lifecycle.times import format_time, seconds_text
+from torchjob.render.scheduling import KUEUE_GATE, Gang
 from torchjob.render.topology import replica_name
 
 TERMINAL_CONDITIONS: tuple[ConditionType, ...] = ("Completed", "Failed")
@@ -217,6 +218,9 @@ def _wanted_conditions(
             constants.REASON_DEBUG_DISABLED,
             "debug mode is off: the replicas run the training command",
         )
+    scheduled = _scheduled(state, phase)
+    if scheduled is not None:
+        wanted["Scheduled"] = scheduled
     if outcome is not None:
         kind: ConditionType = "Completed" if outcome.succeeded else "Failed"
         wanted[kind] = ("True", outcome.reason, outcome.message)
@@ -230,6 +234,52 @@ def _initialized(state: Round, phase: JobPhase) -> Wanted:
     if _all_created(state):
         return ("True", constants.REASON_CREATED, "every replica's pod and service exists")
     return ("False", constants.REASON_CREATING, "creating replicas")
+
+
+def _scheduled(state: Round, phase: JobPhase) -> Wanted | None:
+    """Whether the replicas of a job scheduled as a group are placed, else what they wait for;
+    None for a job whose pods are placed one by one."""
+    gang = state.observed.gang
+    if not isinstance(gang, Gang) or gang.mode == "none":
+        return None
+    if phase == "Paused":
+        return ("False", constants.REASON_PAUSED, "the job is paused: its replicas have no pods")
+    pods = [p for r in state.desired if (p := state.pods.get((r.type, r.index))) is not None]
+    current = [p for p in pods if state.current(p)]
+    group = f"{gang.mode} group {gang.name}"
+    if len(current) == len(state.desired) and all(p.placed for p in current):
+        return (
+            "True",
+            constants.REASON_SCHEDULED,
+            f"all {len(current)} replicas are placed ({group}, at least {gang.min_count} together)",
+        )
+    said = state.observed.group.unschedulable if state.observed.group else None
+    said = said or next((p.unschedulable for p in current if p.unschedulable), None)
+    if said:
+        return (
+            "False",
+            constants.REASON_UNSCHEDULABLE,
+            f"{gang.min_count} replicas cannot be placed together ({group}): {said}",
+        )
+    if any(KUEUE_GATE in p.gates for p in current):
+        return (
+            "False",
+            constants.REASON_WAITING_FOR_ADMISSION,
+            f"waiting for Kueue to admit the job's {gang.total} pods (queue {gang.queue})",
+        )
+    gates = sorted({g for p in current for g in p.gates})
+    if gates:
+        return (
+            "False",
+            constants.REASON_SCHEDULING_GATED,
+            f"waiting for scheduling gates to be lifted: {', '.join(gates)}",
+        )
+    return (
+        "False",
+        constants.REASON_SCHEDULING,
+        f"waiting for the scheduler to place at least {gang.min_count} of {len(state.desired)} "
+        f"replicas together ({group})",
+    )
 
 
 def _failure_reason(state: Round) -> str:

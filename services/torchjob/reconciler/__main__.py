@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+from kubernetes_asyncio import client
+
+from torchjob.kube.discovery import served_gang_modes
 from torchjob.reconciler import metrics
 from torchjob.reconciler.controller import Reconciler
-from torchjob.reconciler.settings import parse
+from torchjob.reconciler.settings import Settings, parse
 from torchjob.runtime.service import run_controller_service
 
 
 def main(argv: list[str] | None = None) -> None:
     settings = parse(argv)
-    run_controller_service(
-        "reconciler",
-        "pytorchtrainingjob",
-        settings,
-        lambda api: Reconciler(api, settings),
-        metrics.FAMILIES,
-    )
+
+    async def build(api: client.ApiClient) -> Reconciler:
+        return await discovered(api, settings)
+
+    run_controller_service("reconciler", "pytorchtrainingjob", settings, build, metrics.FAMILIES)
+
+
+async def discovered(api: client.ApiClient, settings: Settings) -> Reconciler:
+    """The reconciler, knowing which PodGroup kinds the apiserver serves."""
+    served = await served_gang_modes(api)
+    scheduling = dataclasses.replace(settings.scheduling, served=served)
+    return Reconciler(api, dataclasses.replace(settings, scheduling=scheduling))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from torchjob.api.model import ModelError
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.kube.events import EventRecorder
 from torchjob.kube.expectations import Expectations, ObjectRef
-from torchjob.kube.informer import Informer, controller_uid
+from torchjob.kube.informer import Informer, ResourceKind, controller_uid
 from torchjob.kube.reconcile import JobKey, Result, TerminalError
 from torchjob.kube.resources import (
     JOBS,
@@ -28,12 +28,13 @@ from torchjob.kube.resources import (
 from torchjob.kube.workqueue import WorkQueue
 from torchjob.lifecycle.backoff import RestartBackoff
 from torchjob.lifecycle.failures import retry_delay
-from torchjob.lifecycle.observe import Refusal, view_pod
+from torchjob.lifecycle.observe import GroupView, Refusal, view_group, view_pod
 from torchjob.lifecycle.plan import plan
 from torchjob.lifecycle.round import Observed
 from torchjob.reconciler import metrics
 from torchjob.reconciler.executor import ReconcilerExecutor
 from torchjob.reconciler.settings import Settings
+from torchjob.render.scheduling import GROUP_KINDS, Gang, GangUnavailable, gang_of
 
 log = structlog.get_logger("torchjob.reconciler")
 
@@ -44,8 +45,9 @@ class Reconciler:
         self.expectations = Expectations()
         self.events = EventRecorder(api, "torchjob-reconciler", settings.identity)
         self.metrics = metrics.JobMetrics()
+        self.scheduling = settings.scheduling
         self.executor = ReconcilerExecutor(
-            api, self.events, self.expectations, settings.scheduler_name, self.metrics
+            api, self.events, self.expectations, settings.scheduling, self.metrics
         )
         self.backoff = RestartBackoff(base=settings.restart_backoff)
         # Each job's latest refusal and how many rounds in a row had one; the planner observes
@@ -78,6 +80,20 @@ class Reconciler:
             on_update=self._owned_updated,
             on_delete=self._owned_changed,
         )
+        # The job's PodGroups, of each kind the apiserver serves (render/scheduling.py).
+        self.groups = {
+            mode: Informer(
+                api,
+                ResourceKind(kind.group, kind.version, kind.plural),
+                label_selector=selector,
+                indexers=indexers,
+                on_add=self._group_added,
+                on_update=self._owned_updated,
+                on_delete=self._owned_changed,
+            )
+            for mode, kind in GROUP_KINDS.items()
+            if mode in settings.scheduling.served
+        }
         metrics.COLLECTOR.source = self._cached_jobs
 
     def _cached_jobs(self) -> list[dict[str, Any]] | None:
@@ -88,7 +104,7 @@ class Reconciler:
 
     @property
     def informers(self) -> list[Informer]:
-        return [self.jobs, self.pods, self.services]
+        return [self.jobs, self.pods, self.services, *self.groups.values()]
 
     # -- event handlers: map every change to its job's key --------------------------------------
 
@@ -112,6 +128,9 @@ class Reconciler:
 
     def _service_added(self, service: dict[str, Any]) -> None:
         self._created(service, "service")
+
+    def _group_added(self, group: dict[str, Any]) -> None:
+        self._created(group, "podgroup")
 
     def _created(self, obj: dict[str, Any], kind: str) -> None:
         key = owner_job_key(obj)
@@ -151,7 +170,7 @@ class Reconciler:
         last, in_a_row = self.refusals.get(key, (None, 0))
         observed = self._observe(job, spec, () if last is None else (last,))
         decision = plan(observed, self.backoff)
-        refusal = await self.executor.execute(key, job, spec, decision)
+        refusal = await self.executor.execute(key, job, spec, decision, observed.gang)
         if refusal is None:
             if decision.create_pods or decision.create_services:
                 self.refusals.pop(key, None)  # what it creates now was not refused
@@ -179,6 +198,25 @@ class Reconciler:
         services = frozenset(
             s["metadata"]["name"] for s in self.services.by_index(OWNER_INDEX, uid)
         )
+        gang = gang_of(meta, spec, self.scheduling)
         return Observed.of_json(
-            meta, spec, dict(job.get("status") or {}), pods, services, datetime.now(UTC), refusals
+            meta,
+            spec,
+            dict(job.get("status") or {}),
+            pods,
+            services,
+            datetime.now(UTC),
+            refusals,
+            gang,
+            self._group(uid, gang),
         )
+
+    def _group(self, uid: str, gang: Gang | GangUnavailable) -> GroupView | None:
+        """The job's own group object in the gang's kind, if the cache shows one."""
+        informer = self.groups.get(gang.mode) if isinstance(gang, Gang) else None
+        if informer is None or not isinstance(gang, Gang):
+            return None
+        for group in informer.by_index(OWNER_INDEX, uid):
+            if group["metadata"]["name"] == gang.name:
+                return view_group(group)
+        return None

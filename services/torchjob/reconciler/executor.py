@@ -29,7 +29,16 @@ from torchjob.lifecycle.observe import Refusal
 from torchjob.lifecycle.plan import Plan
 from torchjob.lifecycle.status import ours
 from torchjob.reconciler.metrics import JobMetrics
-from torchjob.render.replica_objects import render_pod, render_service
+from torchjob.render.replica_objects import owner_reference, render_pod, render_service
+from torchjob.render.scheduling import (
+    Gang,
+    GangUnavailable,
+    SchedulingSettings,
+    decorate_pod,
+    min_count_patch,
+    render_pod_group,
+    shared_priority_class,
+)
 from torchjob.render.topology import replica_name
 
 log = structlog.get_logger("torchjob.reconciler")
@@ -41,18 +50,25 @@ class ReconcilerExecutor:
         api: client.ApiClient,
         events: EventRecorder,
         expectations: Expectations,
-        scheduler_name: str,
+        scheduling: SchedulingSettings,
         metrics: JobMetrics | None = None,
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.objects = client.CustomObjectsApi(api)
         self.events = events
         self.expectations = expectations
-        self.scheduler_name = scheduler_name
+        self.scheduling = scheduling
+        # Jobs whose T9k queue is a Kueue queue are placed by the cluster's scheduler instead.
+        self.t9k_scheduler = None if scheduling.t9k_queues == "kueue" else scheduling.t9k_scheduler
         self.metrics = metrics if metrics is not None else JobMetrics()
 
     async def execute(
-        self, key: JobKey, job: dict[str, Any], spec: PyTorchTrainingJobSpec, plan: Plan
+        self,
+        key: JobKey,
+        job: dict[str, Any],
+        spec: PyTorchTrainingJobSpec,
+        plan: Plan,
+        gang: Gang | GangUnavailable | None = None,
     ) -> Refusal | None:
         """Carry out `plan`; the apiserver's refusal of a creation, if one was refused (the
         creations after it are not sent). A refused round's status is left to the caller, which
@@ -64,12 +80,15 @@ class ReconcilerExecutor:
         for event in plan.events:
             log.info("job event", job=str(key), reason=event.reason, event_message=event.message)
             await self.events.record(job, event.type, event.reason, event.message)
+        member = gang if isinstance(gang, Gang) else None
         try:
             await self._delete_pods(key, job, plan)
             await self._delete_services(key, job, plan)
-            refusal = await self._create_services(key, job, plan)
+            refusal = await self._group(key, job, spec, plan, member)
             if refusal is None:
-                refusal = await self._create_pods(key, job, spec, plan)
+                refusal = await self._create_services(key, job, plan)
+            if refusal is None:
+                refusal = await self._create_pods(key, job, spec, plan, member)
         except Exception:
             if unwritten:
                 # No reconcile will come of observing these creations: show the status now.
@@ -190,7 +209,12 @@ class ReconcilerExecutor:
         return await self._create_each(key, job, "service", services, create)
 
     async def _create_pods(
-        self, key: JobKey, job: dict[str, Any], spec: PyTorchTrainingJobSpec, plan: Plan
+        self,
+        key: JobKey,
+        job: dict[str, Any],
+        spec: PyTorchTrainingJobSpec,
+        plan: Plan,
+        gang: Gang | None,
     ) -> Refusal | None:
         meta = job["metadata"]
 
@@ -199,20 +223,59 @@ class ReconcilerExecutor:
                 meta["namespace"], body, field_manager=constants.FIELD_MANAGER
             )
 
-        pods = [
-            (
-                replica_name(meta["name"], p.replica.type, p.replica.index),
-                render_pod(meta, spec, p.replica, p.annotations, self.scheduler_name),
-            )
-            for p in plan.create_pods
-        ]
+        pods = []
+        for p in plan.create_pods:
+            pod = render_pod(meta, spec, p.replica, p.annotations, self.t9k_scheduler)
+            if gang is not None:
+                decorate_pod(pod, gang, self.scheduling)
+            pods.append((replica_name(meta["name"], p.replica.type, p.replica.index), pod))
         return await self._create_each(key, job, "pod", pods, create)
+
+    async def _group(
+        self,
+        key: JobKey,
+        job: dict[str, Any],
+        spec: PyTorchTrainingJobSpec,
+        plan: Plan,
+        gang: Gang | None,
+    ) -> Refusal | None:
+        """The job's group object: deleted, created (before any pod) or resized, as planned."""
+        kind = gang.kind if gang is not None else None
+        if gang is None or kind is None:
+            return None
+        meta = job["metadata"]
+        coordinates = (kind.group, kind.version, meta["namespace"], kind.plural)
+        if plan.delete_group:
+            try:
+                async with translated():
+                    await self.objects.delete_namespaced_custom_object(*coordinates, gang.name)
+            except NotFound:
+                return None
+            await self._done(key, job, constants.REASON_SUCCESSFUL_DELETE, _what(gang, "Deleted"))
+        if plan.resize_group:
+            async with translated():
+                await self.objects.patch_namespaced_custom_object(
+                    *coordinates,
+                    gang.name,
+                    min_count_patch(gang),
+                    field_manager=constants.FIELD_MANAGER,
+                )
+        body = render_pod_group(meta, gang, owner_reference(meta), shared_priority_class(spec))
+        if not plan.create_group or body is None:
+            return None
+
+        async def create(group: Any) -> None:
+            await self.objects.create_namespaced_custom_object(
+                *coordinates, group, field_manager=constants.FIELD_MANAGER
+            )
+
+        return await self._create_each(key, job, "podgroup", [(gang.name, body)], create)
 
     async def _create_each(
         self,
         key: JobKey,
         job: dict[str, Any],
-        kind: Literal["pod", "service"],
+        kind: Literal["pod", "service", "podgroup"],
         objects: list[tuple[str, dict[str, Any]]],
         create: Callable[[Any], Awaitable[None]],
     ) -> Refusal | None:
@@ -239,3 +302,8 @@ class ReconcilerExecutor:
                 key, job, constants.REASON_SUCCESSFUL_CREATE, f"Created {kind}: {name}"
             )
         return None
+
+
+def _what(gang: Gang, done: str) -> str:
+    kind = gang.kind.kind if gang.kind else "group"
+    return f"{done} {gang.mode} {kind}: {gang.name}"

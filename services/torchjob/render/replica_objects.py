@@ -44,9 +44,11 @@ def render_pod(
     spec: PyTorchTrainingJobSpec,
     replica: Replica,
     annotations: dict[str, str],
-    scheduler_name: str = constants.T9K_SCHEDULER_NAME,
+    scheduler_name: str | None = constants.T9K_SCHEDULER_NAME,
 ) -> dict[str, Any]:
-    """The replica's pod as the reconciler creates it."""
+    """The replica's pod as the reconciler creates it; `scheduler_name` places the pods of jobs
+    that ask for the T9k scheduler (None: the T9k queue means something else, such as a Kueue
+    queue, and the pods keep the template's scheduler)."""
     replica_spec = queries.replica_spec(spec, replica.type)
     template = replica_spec.template
     metadata = json_copy(template.metadata or {}) if template else {}
@@ -55,7 +57,8 @@ def render_pod(
     labels = {**(metadata.get("labels") or {}), **replica_labels(job_meta["name"], replica)}
     t9k = spec.scheduler.t9k_scheduler if spec.scheduler else None
     if t9k is not None:
-        pod_spec["schedulerName"] = scheduler_name
+        if scheduler_name:
+            pod_spec["schedulerName"] = scheduler_name
         labels[constants.LABEL_T9K_QUEUE] = t9k.queue or ""
         if t9k.priority is not None:
             labels[constants.LABEL_T9K_PRIORITY] = str(t9k.priority)

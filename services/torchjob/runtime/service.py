@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import inspect
 import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -170,7 +171,8 @@ def parse_settings(
     return Settings(**common_settings(parsed))
 
 
-Build = Callable[[client.ApiClient], Controller]
+# Builds the controller; it may first ask the apiserver what it serves.
+Build = Callable[[client.ApiClient], Controller | Awaitable[Controller]]
 
 
 def service_families(service: str, own: Iterable[str] = ()) -> runtime_metrics.Families:
@@ -223,7 +225,8 @@ async def _serve(
     api = await new_api_client(
         settings.kubeconfig, settings.max_connections, qps=settings.qps, burst=settings.burst
     )
-    controller = build(api)
+    built = build(api)
+    controller = await built if inspect.isawaitable(built) else built
     # The Lease has a client of its own, as in controller-runtime: renewals never queue behind
     # the controller's own requests for the rate limiter.
     lease_api = await new_api_client(settings.kubeconfig, max_connections=2)
