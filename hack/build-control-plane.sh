@@ -14,9 +14,10 @@ CACHE_ROOT="${TORCHJOB_CACHE:-$HOME/.cache/torchjob}"
 BUILD_RECIPE=2
 KUBE_DIR="$CACHE_ROOT/kubernetes-$KUBE_VERSION-r$BUILD_RECIPE"
 ETCD_DIR="$CACHE_ROOT/etcd-$ETCD_VERSION"
-KUBE_BINARIES=(kube-apiserver kube-controller-manager kubectl)
+# kube-scheduler places pods on fake nodes in the gang-scheduling tests of the control plane.
+KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 # What a real node adds to the control plane (`make node-up`); built with the same recipe.
-KUBE_NODE_BINARIES=(kube-scheduler kubelet kube-proxy)
+KUBE_NODE_BINARIES=(kubelet kube-proxy)
 
 export CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" GOTOOLCHAIN=local
 LDFLAGS="-s -w"

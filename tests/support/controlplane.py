@@ -82,6 +82,7 @@ class Binaries:
     etcd: Path
     kube_apiserver: Path
     kube_controller_manager: Path
+    kube_scheduler: Path
     kubectl: Path
 
     @classmethod
@@ -94,6 +95,7 @@ class Binaries:
             etcd=_require_binary(dirs["ETCD_DIR"], "etcd"),
             kube_apiserver=_require_binary(kube_dir, "kube-apiserver"),
             kube_controller_manager=_require_binary(kube_dir, "kube-controller-manager"),
+            kube_scheduler=_require_binary(kube_dir, "kube-scheduler"),
             kubectl=_require_binary(kube_dir, "kubectl"),
         )
 
@@ -273,6 +275,7 @@ class ControlPlane:
         self._user_serial = itertools.count(1)
         self._http = self._admin_https_opener()
 
+        self._schedulers: list[_Process] = []
         self._etcd = _Process("etcd", self._etcd_argv(), self.dir / "etcd.log")
         self._apiserver = _Process(
             "kube-apiserver", self._apiserver_argv(), self.dir / "kube-apiserver.log"
@@ -310,11 +313,44 @@ class ControlPlane:
         self._stopped = True
         atexit.unregister(self.stop)
         _live_control_planes.discard(self)
-        _stop_all([self._controller_manager, self._apiserver])
+        _stop_all([*self._schedulers, self._controller_manager, self._apiserver])
         # Only after its clients are gone: etcd's graceful stop waits for open watch streams,
         # and kube-apiserver's shutdown waits for etcd, so stopping both at once stalls.
         _stop_all([self._etcd])
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def start_scheduler(self, scheduler_name: str, *extra_args: str) -> None:
+        """kube-scheduler with one profile, placing only the pods that name `scheduler_name`
+        (so the pods of other tests stay unscheduled, as with no scheduler); stopped with the
+        control plane. Ready once it serves its health check."""
+        config = self.dir / f"kube-scheduler-{scheduler_name}.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {"kubeconfig": str(self.kubeconfig)},
+                    "leaderElection": {"leaderElect": False},
+                    "profiles": [{"schedulerName": scheduler_name}],
+                }
+            )
+        )
+        port = free_port()
+        process = _Process(
+            f"kube-scheduler-{scheduler_name}",
+            [
+                str(self.binaries.kube_scheduler),
+                f"--config={config}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.dir / 'kube-scheduler-certs'}",
+                *extra_args,
+                "--v=2",
+            ],
+            self.dir / f"kube-scheduler-{scheduler_name}.log",
+        )
+        self._schedulers.append(process)
+        self._launch(process, lambda: _self_signed_ok(f"https://127.0.0.1:{port}/healthz"))
 
     def stop_apiserver(self) -> None:
         _stop_all([self._apiserver])
@@ -349,7 +385,7 @@ class ControlPlane:
             return answer
 
     def pids(self) -> set[int]:
-        processes = (self._etcd, self._apiserver, self._controller_manager)
+        processes = (self._etcd, self._apiserver, self._controller_manager, *self._schedulers)
         return {process.pid for process in processes if process.pid is not None}
 
     def __enter__(self) -> ControlPlane:
@@ -563,6 +599,19 @@ class ControlPlane:
             return error.code
         except (OSError, http.client.HTTPException):
             return None
+
+
+def _self_signed_ok(url: str) -> bool:
+    """GET `url` answers 200, from a server whose certificate it made itself (kube-scheduler's
+    serving certificate is not signed by the cluster's CA; health checks carry no secret)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=context) as response:
+            return bool(response.status == 200)
+    except (OSError, http.client.HTTPException):
+        return False
 
 
 def _file_safe(name: str) -> str:

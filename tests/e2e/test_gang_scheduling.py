@@ -1,0 +1,218 @@
+"""Gang scheduling on the real control plane with the real kube-scheduler: three jobs of four
+one-GPU replicas on six GPUs (three fake nodes of two).
+
+The pods reach the scheduler in an interleaved order, as they do on a busy cluster where the
+pods of several jobs are created at once: each is created with a scheduling gate the test lifts
+in turn (a-worker-0, b-worker-0, c-worker-0, a-worker-1, ...). Placed one by one, the first six
+take all six GPUs, two to a job, and no job can ever start: a deadlock. In a native PodGroup
+(scheduling.k8s.io/v1beta1), a job's pods are placed four together or not at all, so the jobs
+run whole, one after another, and all succeed.
+
+This module has a control plane of its own: its apiserver serves PodGroups (GenericWorkload)
+and its kube-scheduler places the pods that name it, on nodes no other test sees."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client, config
+from support import ControlPlane
+from support.eventually import eventually
+from support.kubelet import TestKubelet
+from support.operator import (
+    OPT_IN_LABEL,
+    reconciler_kubeconfig,
+    start_reconciler,
+    start_webhook,
+    stop_webhook,
+    wait_until_admitting,
+)
+from support.processes import ServiceProcess
+from support.scheduling import (
+    GENERIC_WORKLOAD_GATE,
+    POD_GROUP_API_ARGS,
+    add_gpu_nodes,
+    gpu_job,
+    install_crds,
+    lift_gate,
+)
+
+from torchjob.api import constants
+
+SCHEDULER = "gang-test-scheduler"
+JOBS = ("a", "b", "c")
+REPLICAS = 4
+
+
+@pytest.fixture(scope="module")
+def gang_plane() -> Iterator[ControlPlane]:
+    with ControlPlane(extra_apiserver_args=POD_GROUP_API_ARGS) as plane:
+        install_crds(plane)
+        plane.start_scheduler(SCHEDULER, GENERIC_WORKLOAD_GATE)
+        add_gpu_nodes(plane, "gpu", count=3, gpus=2)
+        yield plane
+
+
+@pytest.fixture(scope="module")
+def operator(gang_plane: ControlPlane) -> Iterator[ServiceProcess]:
+    """The webhook and the reconciler with the chart's default (auto: native here)."""
+    webhook = start_webhook(gang_plane)
+    reconciler = start_reconciler(gang_plane, reconciler_kubeconfig(gang_plane))
+    yield reconciler
+    reconciler.close()
+    stop_webhook(gang_plane, webhook)
+
+
+@pytest.fixture
+async def api(gang_plane: ControlPlane) -> AsyncIterator[client.ApiClient]:
+    configuration = client.Configuration()
+    await config.load_kube_config(str(gang_plane.kubeconfig), client_configuration=configuration)
+    async with client.ApiClient(configuration) as api_client:
+        yield api_client
+
+
+@pytest.fixture
+def gang_namespace(
+    gang_plane: ControlPlane, operator: ServiceProcess, request: Any
+) -> Iterator[str]:
+    name = f"gang-{request.node.name.removeprefix('test_')[:40]}".replace("_", "-")
+    gang_plane.kubectl("create", "namespace", name)
+    gang_plane.kubectl("label", "namespace", name, f"{OPT_IN_LABEL}=on")
+    wait_until_admitting(gang_plane, name)
+    yield name
+    # The nodes are shared by the module's tests: free their GPUs. A pod bound to a node is
+    # deleted gracefully by its kubelet, and these nodes have none.
+    gang_plane.kubectl("delete", "pytorchtrainingjobs", "--all", "-n", name, "--wait=false")
+    gang_plane.kubectl("delete", "pods", "--all", "-n", name, "--grace-period=0", "--force")
+    gang_plane.kubectl("delete", "namespace", name, "--wait=false")
+
+
+def submit(plane: ControlPlane, namespace: str, annotations: dict[str, str] | None = None) -> None:
+    for job in JOBS:
+        manifest = gpu_job(job, REPLICAS, SCHEDULER, annotations)
+        plane.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest))
+
+
+async def pods_by_name(core: client.CoreV1Api, namespace: str) -> dict[str, Any]:
+    listed = await core.list_namespaced_pod(namespace)
+    return {pod.metadata.name: pod for pod in listed.items}
+
+
+def arrival_order() -> list[str]:
+    return [f"{job}-worker-{i}" for i in range(REPLICAS) for job in JOBS]
+
+
+async def all_pods_created(core: client.CoreV1Api, namespace: str) -> dict[str, Any]:
+    async def created() -> dict[str, Any] | None:
+        pods = await pods_by_name(core, namespace)
+        return pods if len(pods) == len(JOBS) * REPLICAS else None
+
+    pods: dict[str, Any] = await eventually(created, "every replica's pod created")
+    return pods
+
+
+def unschedulable(pod: Any) -> bool:
+    return any(
+        c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
+        for c in pod.status.conditions or []
+    )
+
+
+async def job_status(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    job = await client.CustomObjectsApi(api).get_namespaced_custom_object(
+        "batch.tensorstack.dev", "v1beta1", namespace, "pytorchtrainingjobs", name
+    )
+    return dict(job.get("status") or {})
+
+
+def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c["type"] == kind), {})
+
+
+async def test_placed_one_by_one_the_jobs_deadlock(
+    gang_plane: ControlPlane, gang_namespace: str, api: client.ApiClient
+) -> None:
+    """The same jobs with gang scheduling off (the job's own annotation): six pods take the six
+    GPUs, two to each job, and the other six wait for GPUs nobody will free."""
+    core = client.CoreV1Api(api)
+    submit(gang_plane, gang_namespace, {constants.ANNOTATION_GANG_SCHEDULING: "none"})
+    pods = await all_pods_created(core, gang_namespace)
+    assert all(pod.spec.scheduling_group is None for pod in pods.values())
+    for name in arrival_order():
+        await lift_gate(core, gang_namespace, name)
+
+        async def settled(pod_name: str = name) -> bool:
+            pod = await core.read_namespaced_pod(pod_name, gang_namespace)
+            return bool(pod.spec.node_name) or unschedulable(pod)
+
+        await eventually(settled, f"{name} placed or found unschedulable")
+    pods = await pods_by_name(core, gang_namespace)
+    for job in JOBS:
+        mine = [pod for name, pod in pods.items() if name.startswith(f"{job}-")]
+        said = [c.message for p in mine for c in p.status.conditions or [] if c.message]
+        assert sum(1 for pod in mine if pod.spec.node_name) == 2, (job, said)
+        assert sum(1 for pod in mine if unschedulable(pod)) == 2, job
+    for job in JOBS:
+        status = await job_status(api, gang_namespace, job)
+        assert status.get("phase") == "Pending"
+        assert not condition(status, "Scheduled"), "a job placed pod by pod has no group state"
+
+
+async def test_gangs_run_whole_in_turn_and_all_succeed(
+    gang_plane: ControlPlane, gang_namespace: str, api: client.ApiClient
+) -> None:
+    core = client.CoreV1Api(api)
+    kubelet = TestKubelet(api, gang_namespace)
+    submit(gang_plane, gang_namespace)
+    pods = await all_pods_created(core, gang_namespace)
+    assert {p.spec.scheduling_group.pod_group_name for p in pods.values()} == set(JOBS)
+    groups = json.loads(
+        gang_plane.kubectl("get", "podgroups", "-n", gang_namespace, "-o", "json").stdout
+    )
+    assert {
+        g["metadata"]["name"]: g["spec"]["schedulingPolicy"]["gang"]["minCount"]
+        for g in groups["items"]
+    } == dict.fromkeys(JOBS, REPLICAS)
+    for name in arrival_order():
+        await lift_gate(core, gang_namespace, name)
+    holding_at_once: list[set[str]] = []
+
+    async def all_succeeded() -> bool:
+        """Play the kubelet: run the pods placed; a job whose replicas all run trains and
+        succeeds, once every other unfinished job's status says why it cannot be placed."""
+        statuses = {job: await job_status(api, gang_namespace, job) for job in JOBS}
+        waiting = {
+            job
+            for job, status in statuses.items()
+            if condition(status, "Scheduled").get("reason") == constants.REASON_UNSCHEDULABLE
+        }
+        unfinished = {job for job, status in statuses.items() if status.get("phase") != "Succeeded"}
+        pods = await pods_by_name(core, gang_namespace)
+        holding = {
+            n.split("-")[0]
+            for n, p in pods.items()
+            if p.spec.node_name and p.status.phase not in ("Succeeded", "Failed")
+        }
+        holding_at_once.append(holding)
+        for job in sorted(holding):
+            mine = {n: p for n, p in pods.items() if n.startswith(f"{job}-")}
+            for n, p in mine.items():
+                if p.spec.node_name and p.status.phase == "Pending":
+                    await kubelet.run(n)
+            others_told = unfinished - {job} <= waiting
+            if all(p.status.phase == "Running" for p in mine.values()) and others_told:
+                for n in sorted(mine, reverse=True):  # workers first, worker-0 last
+                    await kubelet.finish(n, 0)
+        return not unfinished
+
+    await eventually(all_succeeded, "every job succeeded", timeout=300, interval=0.5)
+    assert max(len(h) for h in holding_at_once) == 1, "two jobs held GPUs at once"
+    for job in JOBS:
+        scheduled = condition(await job_status(api, gang_namespace, job), "Scheduled")
+        assert (scheduled["status"], scheduled["reason"]) == ("True", constants.REASON_SCHEDULED)
+    events = await core.list_namespaced_event(gang_namespace)
+    reasons = {(e.involved_object.name, e.reason) for e in events.items}
+    assert any(reason == constants.REASON_UNSCHEDULABLE for _, reason in reasons)
