@@ -14,7 +14,10 @@ and its kube-scheduler places the pods that name it, on nodes no other test sees
 from __future__ import annotations
 
 import json
+import re
+import secrets
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,7 +44,16 @@ from support.scheduling import (
 )
 
 from torchjob.api import constants
+from torchjob.render.scheduling import (
+    COSCHEDULING_GROUP_LABEL,
+    KUEUE_GATE,
+    KUEUE_GROUP_LABEL,
+    KUEUE_QUEUE_LABEL,
+    KUEUE_TOTAL_ANNOTATION,
+    VOLCANO_GROUP_ANNOTATION,
+)
 
+FOREIGN_CRDS = Path(__file__).resolve().parents[1] / "data" / "crds"
 SCHEDULER = "gang-test-scheduler"
 JOBS = ("a", "b", "c")
 REPLICAS = 4
@@ -51,6 +63,11 @@ REPLICAS = 4
 def gang_plane() -> Iterator[ControlPlane]:
     with ControlPlane(extra_apiserver_args=POD_GROUP_API_ARGS) as plane:
         install_crds(plane)
+        # Volcano's and scheduler-plugins' PodGroup CRDs as their projects publish them, so the
+        # apiserver checks our PodGroups of those kinds against their schemas.
+        for crd in sorted(FOREIGN_CRDS.glob("*.yaml")):
+            plane.kubectl("apply", "-f", str(crd))
+        plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
         plane.start_scheduler(SCHEDULER, GENERIC_WORKLOAD_GATE)
         add_gpu_nodes(plane, "gpu", count=3, gpus=2)
         yield plane
@@ -78,7 +95,8 @@ async def api(gang_plane: ControlPlane) -> AsyncIterator[client.ApiClient]:
 def gang_namespace(
     gang_plane: ControlPlane, operator: ServiceProcess, request: Any
 ) -> Iterator[str]:
-    name = f"gang-{request.node.name.removeprefix('test_')[:40]}".replace("_", "-")
+    stem = re.sub(r"[^a-z0-9]+", "-", request.node.name.removeprefix("test_").lower())[:40]
+    name = f"gang-{stem.strip('-')}-{secrets.token_hex(3)}"
     gang_plane.kubectl("create", "namespace", name)
     gang_plane.kubectl("label", "namespace", name, f"{OPT_IN_LABEL}=on")
     wait_until_admitting(gang_plane, name)
@@ -105,10 +123,12 @@ def arrival_order() -> list[str]:
     return [f"{job}-worker-{i}" for i in range(REPLICAS) for job in JOBS]
 
 
-async def all_pods_created(core: client.CoreV1Api, namespace: str) -> dict[str, Any]:
+async def all_pods_created(
+    core: client.CoreV1Api, namespace: str, count: int = len(JOBS) * REPLICAS
+) -> dict[str, Any]:
     async def created() -> dict[str, Any] | None:
         pods = await pods_by_name(core, namespace)
-        return pods if len(pods) == len(JOBS) * REPLICAS else None
+        return pods if len(pods) == count else None
 
     pods: dict[str, Any] = await eventually(created, "every replica's pod created")
     return pods
@@ -216,3 +236,77 @@ async def test_gangs_run_whole_in_turn_and_all_succeed(
     events = await core.list_namespaced_event(gang_namespace)
     reasons = {(e.involved_object.name, e.reason) for e in events.items}
     assert any(reason == constants.REASON_UNSCHEDULABLE for _, reason in reasons)
+
+
+async def test_a_kueue_job_waits_for_admission_and_starts_when_the_gate_is_lifted(
+    gang_plane: ControlPlane, gang_namespace: str, api: client.ApiClient
+) -> None:
+    """Kueue's side is played by the test, after its documentation for plain pod groups: its
+    webhook gates every pod it manages (here the template carries the gate it would add), and
+    admitting the group lifts the gate from every pod. Our side: the pod-group label and
+    total-count annotation on every pod, the queue label copied, no PodGroup of ours."""
+    core = client.CoreV1Api(api)
+    manifest = gpu_job("k", REPLICAS, SCHEDULER)
+    manifest["metadata"]["labels"] = {KUEUE_QUEUE_LABEL: "team-a"}
+    template = manifest["spec"]["replicaSpecs"][0]["template"]
+    template["spec"]["schedulingGates"] = [{"name": KUEUE_GATE}]
+    gang_plane.kubectl("apply", "-n", gang_namespace, "-f", "-", input=json.dumps(manifest))
+
+    async def waiting() -> dict[str, Any] | None:
+        status = await job_status(api, gang_namespace, "k")
+        scheduled = condition(status, "Scheduled")
+        return status if scheduled.get("reason") == constants.REASON_WAITING_FOR_ADMISSION else None
+
+    await eventually(waiting, "the job says it waits for Kueue's admission")
+    pods = await pods_by_name(core, gang_namespace)
+    assert len(pods) == REPLICAS
+    for pod in pods.values():
+        assert pod.metadata.labels[KUEUE_QUEUE_LABEL] == "team-a"
+        assert pod.metadata.labels[KUEUE_GROUP_LABEL] == "k"
+        assert pod.metadata.annotations[KUEUE_TOTAL_ANNOTATION] == str(REPLICAS)
+        assert pod.spec.scheduling_group is None
+    listed = gang_plane.kubectl(
+        "get", "podgroups.scheduling.k8s.io", "-n", gang_namespace, "-o", "name"
+    )
+    assert listed.stdout.strip() == ""
+    for name in pods:
+        await lift_gate(core, gang_namespace, name)
+
+    async def placed() -> bool:
+        status = await job_status(api, gang_namespace, "k")
+        return condition(status, "Scheduled").get("status") == "True"
+
+    await eventually(placed, "every pod placed once Kueue lifted the gate")
+
+
+@pytest.mark.parametrize(
+    ("mode", "group_kind", "scheduler"),
+    [
+        ("volcano", "podgroups.scheduling.volcano.sh", "volcano"),
+        ("coscheduling", "podgroups.scheduling.x-k8s.io", "scheduler-plugins-scheduler"),
+    ],
+)
+async def test_volcano_and_coscheduling_groups_pass_their_own_schemas(
+    gang_plane: ControlPlane,
+    gang_namespace: str,
+    api: client.ApiClient,
+    mode: str,
+    group_kind: str,
+    scheduler: str,
+) -> None:
+    core = client.CoreV1Api(api)
+    manifest = gpu_job("v", REPLICAS, SCHEDULER, {constants.ANNOTATION_GANG_SCHEDULING: mode})
+    del manifest["spec"]["replicaSpecs"][0]["template"]["spec"]["schedulerName"]
+    gang_plane.kubectl("apply", "-n", gang_namespace, "-f", "-", input=json.dumps(manifest))
+    pods = await all_pods_created(core, gang_namespace, REPLICAS)
+    group = json.loads(
+        gang_plane.kubectl("get", group_kind, "v", "-n", gang_namespace, "-o", "json").stdout
+    )
+    assert group["spec"]["minMember"] == REPLICAS
+    assert group["metadata"]["ownerReferences"][0]["kind"] == "PyTorchTrainingJob"
+    for pod in pods.values():
+        assert pod.spec.scheduler_name == scheduler
+        if mode == "volcano":
+            assert pod.metadata.annotations[VOLCANO_GROUP_ANNOTATION] == "v"
+        else:
+            assert pod.metadata.labels[COSCHEDULING_GROUP_LABEL] == "v"
