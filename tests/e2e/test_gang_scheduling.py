@@ -252,10 +252,10 @@ async def test_a_kueue_job_waits_for_admission_and_starts_when_the_gate_is_lifte
     template["spec"]["schedulingGates"] = [{"name": KUEUE_GATE}]
     gang_plane.kubectl("apply", "-n", gang_namespace, "-f", "-", input=json.dumps(manifest))
 
-    async def waiting() -> dict[str, Any] | None:
+    async def waiting() -> bool:
         status = await job_status(api, gang_namespace, "k")
         scheduled = condition(status, "Scheduled")
-        return status if scheduled.get("reason") == constants.REASON_WAITING_FOR_ADMISSION else None
+        return scheduled.get("reason") == constants.REASON_WAITING_FOR_ADMISSION
 
     await eventually(waiting, "the job says it waits for Kueue's admission")
     pods = await pods_by_name(core, gang_namespace)
