@@ -126,12 +126,11 @@ def arrival_order() -> list[str]:
 async def all_pods_created(
     core: client.CoreV1Api, namespace: str, count: int = len(JOBS) * REPLICAS
 ) -> dict[str, Any]:
-    async def created() -> dict[str, Any] | None:
-        pods = await pods_by_name(core, namespace)
-        return pods if len(pods) == count else None
+    async def created() -> bool:
+        return len(await pods_by_name(core, namespace)) == count
 
-    pods: dict[str, Any] = await eventually(created, "every replica's pod created")
-    return pods
+    await eventually(created, "every replica's pod created")
+    return await pods_by_name(core, namespace)
 
 
 def unschedulable(pod: Any) -> bool:
