@@ -309,3 +309,96 @@ async def test_volcano_and_coscheduling_groups_pass_their_own_schemas(
             assert pod.metadata.annotations[VOLCANO_GROUP_ANNOTATION] == "v"
         else:
             assert pod.metadata.labels[COSCHEDULING_GROUP_LABEL] == "v"
+
+
+async def test_a_kueue_eviction_stops_the_job_cleanly_and_it_runs_again_when_readmitted(
+    gang_plane: ControlPlane, gang_namespace: str, api: client.ApiClient
+) -> None:
+    """Kueue's eviction of an admitted pod group, played as its documentation describes: each
+    pod gets the TerminationTarget condition and is deleted, its `kueue.x-k8s.io/managed`
+    finalizer keeping it until Kueue lets it go. The job is not failed and counts no restart;
+    its pods are created again, wait for readmission, and the job then succeeds."""
+    core = client.CoreV1Api(api)
+    kubelet = TestKubelet(api, gang_namespace)
+    manifest = gpu_job("e", REPLICAS, SCHEDULER)
+    manifest["metadata"]["labels"] = {KUEUE_QUEUE_LABEL: "team-a"}
+    manifest["spec"]["replicaSpecs"][0]["template"]["spec"]["schedulingGates"] = [
+        {"name": KUEUE_GATE}
+    ]
+    gang_plane.kubectl("apply", "-n", gang_namespace, "-f", "-", input=json.dumps(manifest))
+    first = await admit_and_run(core, kubelet, api, gang_namespace, "e")
+    for name in first:
+        await core.patch_namespaced_pod(
+            name, gang_namespace, {"metadata": {"finalizers": [KUEUE_FINALIZER]}}
+        )
+        await core.patch_namespaced_pod_status(
+            name,
+            gang_namespace,
+            {"status": {"conditions": [KUEUE_EVICTION]}},
+        )
+        await core.delete_namespaced_pod(name, gang_namespace)
+
+    async def preempted() -> bool:
+        status = await job_status(api, gang_namespace, "e")
+        return condition(status, "Scheduled").get("reason") == constants.REASON_PREEMPTED
+
+    await eventually(preempted, "the job says it was preempted")
+    for name in first:  # Kueue lets the evicted pods go
+        await core.patch_namespaced_pod(name, gang_namespace, {"metadata": {"finalizers": None}})
+        gang_plane.kubectl(
+            "delete", "pod", name, "-n", gang_namespace, "--grace-period=0", "--force"
+        )
+    second = await admit_and_run(core, kubelet, api, gang_namespace, "e")
+    assert set(second.values()).isdisjoint(first.values()), "the pods were created again"
+    for name in sorted(second, reverse=True):
+        await kubelet.finish(name, 0)
+
+    async def succeeded() -> dict[str, Any] | None:
+        status = await job_status(api, gang_namespace, "e")
+        return status if status.get("phase") == "Succeeded" else None
+
+    status = await eventually(succeeded, "the readmitted job succeeded")
+    assert status["backoffCount"] == 0
+    assert all(task["restartCount"] == 0 for task in status["tasks"])
+    events = await core.list_namespaced_event(gang_namespace)
+    assert any(e.reason == constants.REASON_PREEMPTED for e in events.items)
+
+
+KUEUE_FINALIZER = "kueue.x-k8s.io/managed"
+KUEUE_EVICTION = {
+    "type": "TerminationTarget",
+    "status": "True",
+    "reason": "WorkloadEvictedDueToPreempted",
+    "message": "Preempted to accommodate a workload of higher priority",
+    "lastTransitionTime": "2026-01-01T00:00:00Z",
+}
+
+
+async def admit_and_run(
+    core: client.CoreV1Api,
+    kubelet: TestKubelet,
+    api: client.ApiClient,
+    namespace: str,
+    job: str,
+) -> dict[str, str]:
+    """Wait until the job's pods wait for Kueue, admit them (lift the gate), run them once
+    placed, and wait until the job runs; the pods' uids by name."""
+
+    async def gated() -> bool:
+        pods = await pods_by_name(core, namespace)
+        live = [p for p in pods.values() if not p.metadata.deletion_timestamp]
+        return len(live) == REPLICAS and all(p.spec.scheduling_gates for p in live)
+
+    await eventually(gated, "the job's pods wait for Kueue's admission")
+    pods = await pods_by_name(core, namespace)
+    for name in pods:
+        await lift_gate(core, namespace, name)
+
+    async def running() -> bool:
+        for name, pod in (await pods_by_name(core, namespace)).items():
+            if pod.spec.node_name and pod.status.phase == "Pending":
+                await kubelet.run(name)
+        return (await job_status(api, namespace, job)).get("phase") == "Running"
+
+    await eventually(running, "the admitted job runs")
+    return {name: pod.metadata.uid for name, pod in (await pods_by_name(core, namespace)).items()}

@@ -81,6 +81,7 @@ REASON_UNSCHEDULABLE: Final = "Unschedulable"
 REASON_WAITING_FOR_ADMISSION: Final = "WaitingForAdmission"
 REASON_SCHEDULING_GATED: Final = "SchedulingGated"
 REASON_SCHEDULING: Final = "Scheduling"
+REASON_PREEMPTED: Final = "Preempted"
 # Failed condition: the job asks for gang scheduling this cluster does not serve.
 REASON_GANG_UNAVAILABLE: Final = "GangSchedulingUnavailable"
 REASON_REPLICA_RESTARTING: Final = "ReplicaRestarting"

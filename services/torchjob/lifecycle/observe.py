@@ -56,6 +56,9 @@ class PodView:
     gates: tuple[str, ...] = ()  # its scheduling gates: it waits for them to be lifted
     # What the scheduler said when it could not place the pod (PodScheduled False, Unschedulable).
     unschedulable: str | None = None
+    # Why the pod is being stopped to make room for other work (Kueue's TerminationTarget,
+    # kube-scheduler's preemption); None when it is not.
+    preempted: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -105,7 +108,25 @@ def view_pod(pod: dict[str, Any]) -> PodView | None:
         bound=bool(spec.get("nodeName")),
         gates=tuple(str(g.get("name", "")) for g in spec.get("schedulingGates") or ()),
         unschedulable=_unschedulable(status),
+        preempted=_preempted(status),
     )
+
+
+# Pod conditions that say the pod is stopped to make room for other work: Kueue's eviction of
+# its workload (TerminationTarget, any reason: preemption, a queue stopped, a lost admission) and
+# kube-scheduler's preemption (DisruptionTarget). Other disruptions (an eviction for node
+# pressure, a drain) are the pod's ending like any other.
+PREEMPTION_CONDITIONS = {"TerminationTarget": None, "DisruptionTarget": "PreemptionByScheduler"}
+
+
+def _preempted(status: PodStatus) -> str | None:
+    for condition in status.get("conditions") or ():
+        kind, reason = str(condition.get("type")), str(condition.get("reason") or "")
+        if condition.get("status") != "True" or kind not in PREEMPTION_CONDITIONS:
+            continue
+        if PREEMPTION_CONDITIONS[kind] in (None, reason):
+            return reason or kind
+    return None
 
 
 def _unschedulable(status: PodStatus) -> str | None:

@@ -234,10 +234,22 @@ def _run(state: _Planning) -> None:
         elif pod.debug and not pod.deleting:
             state.plan.delete_pods.append((pod.name, pod.uid))  # debug mode was switched off
             state.uid_dropped.add(pod.name)
+        elif pod.preempted:
+            _preempted(state, pod)
         elif pod.finished and not pod.deleting:
             _judge_finished(state, replica, pod)
         elif pod.finished:  # deleted after it ended: its replacement is the next in its row
             state.in_a_row[pod.name] = next_in_a_row(pod, state.rule)
+
+
+def _preempted(state: _Planning, pod: PodView) -> None:
+    """A pod stopped to make room for other work is no failure of the job: its replacement is
+    not counted as a restart. The preemptor deletes a running one; an ended one is deleted
+    here, and recreated when it is gone."""
+    state.preempted.append(pod)
+    state.uid_dropped.add(pod.name)
+    if pod.finished and not pod.deleting:
+        state.plan.delete_pods.append((pod.name, pod.uid))
 
 
 def _ensure_services(state: _Planning) -> None:
@@ -439,7 +451,7 @@ def _scheduled_events(old: Mapping[str, Any], new: dict[str, Any]) -> list[Event
         return []
     if after["status"] == "True":
         return [Event("Normal", after["reason"], after["message"])]
-    if after["reason"] == constants.REASON_UNSCHEDULABLE:
+    if after["reason"] in (constants.REASON_UNSCHEDULABLE, constants.REASON_PREEMPTED):
         return [Event("Warning", after["reason"], after["message"])]
     return []
 

@@ -111,6 +111,9 @@ class Round:
     debug: bool = False
     # The job's group object is being replaced: no pod is created until the new one exists.
     hold_creations: bool = False
+    # Pods stopped to make room for other work (observe.PREEMPTION_CONDITIONS): recreated
+    # without counting a restart, to wait to be placed again.
+    preempted: list[PodView] = field(default_factory=list)
 
     def current(self, pod: PodView) -> bool:
         """The pod is one of the job's pods as the spec stands: not being deleted, and of the

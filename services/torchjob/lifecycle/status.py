@@ -247,6 +247,13 @@ def _scheduled(state: Round, phase: JobPhase) -> Wanted | None:
     pods = [p for r in state.desired if (p := state.pods.get((r.type, r.index))) is not None]
     current = [p for p in pods if state.current(p)]
     group = f"{gang.mode} group {gang.name}"
+    if state.preempted:
+        names = ", ".join(sorted(f"{p.name} ({p.preempted})" for p in state.preempted))
+        return (
+            "False",
+            constants.REASON_PREEMPTED,
+            f"preempted: {names}; the replicas are created again and wait to be placed",
+        )
     if len(current) == len(state.desired) and all(p.placed for p in current):
         return (
             "True",
