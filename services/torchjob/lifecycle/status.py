@@ -260,7 +260,9 @@ def _scheduled(state: Round, phase: JobPhase) -> Wanted | None:
             constants.REASON_SCHEDULED,
             f"all {len(current)} replicas are placed ({group}, at least {gang.min_count} together)",
         )
-    said = state.observed.group.unschedulable if state.observed.group else None
+    group_seen = state.observed.group
+    # A group being deleted (a resume replaces it) says nothing of the pods to come.
+    said = group_seen.unschedulable if group_seen and not group_seen.deleting else None
     said = said or next((p.unschedulable for p in current if p.unschedulable), None)
     if said:
         return (

@@ -183,6 +183,10 @@ def decorate_pod(pod: dict[str, Any], gang: Gang, settings: SchedulingSettings) 
     labels: dict[str, str] = metadata.setdefault("labels", {})
     annotations: dict[str, str] = metadata.setdefault("annotations", {})
     wanted = scheduler_name(gang, settings)
+    if gang.mode not in ("t9k", "none") and spec.get("schedulerName") == settings.t9k_scheduler:
+        # render_pod sends the pods of a T9k job to the T9k scheduler; the group the job chose
+        # instead (its annotation, or Kueue) is placed by another.
+        del spec["schedulerName"]
     if wanted and not spec.get("schedulerName"):
         spec["schedulerName"] = wanted
     if gang.mode == "native":
