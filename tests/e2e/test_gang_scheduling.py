@@ -37,6 +37,7 @@ from support.processes import ServiceProcess
 from support.scheduling import (
     GENERIC_WORKLOAD_GATE,
     POD_GROUP_API_ARGS,
+    POD_GROUP_CONTROLLERS,
     add_gpu_nodes,
     gpu_job,
     install_crds,
@@ -61,7 +62,11 @@ REPLICAS = 4
 
 @pytest.fixture(scope="module")
 def gang_plane() -> Iterator[ControlPlane]:
-    with ControlPlane(extra_apiserver_args=POD_GROUP_API_ARGS) as plane:
+    with ControlPlane(
+        controllers=POD_GROUP_CONTROLLERS,
+        extra_apiserver_args=POD_GROUP_API_ARGS,
+        extra_controller_manager_args=(GENERIC_WORKLOAD_GATE,),
+    ) as plane:
         install_crds(plane)
         # Volcano's and scheduler-plugins' PodGroup CRDs as their projects publish them, so the
         # apiserver checks our PodGroups of those kinds against their schemas.
@@ -402,3 +407,68 @@ async def admit_and_run(
 
     await eventually(running, "the admitted job runs")
     return {name: pod.metadata.uid for name, pod in (await pods_by_name(core, namespace)).items()}
+
+
+async def test_a_paused_job_gives_up_its_group_and_resumes_in_a_new_one(
+    gang_plane: ControlPlane, gang_namespace: str, api: client.ApiClient
+) -> None:
+    """Pausing deletes the pods and the PodGroup (the scheduler's state of the group is that of
+    its first placement); resuming creates a new group before the new pods, which are placed
+    together again. An elastic job's group needs only its lower bound together."""
+    core = client.CoreV1Api(api)
+    kubelet = TestKubelet(api, gang_namespace)
+    manifest = gpu_job("p", REPLICAS, SCHEDULER)
+    spec = manifest["spec"]
+    del spec["replicaSpecs"][0]["template"]["spec"]["schedulingGates"]
+    spec["torchrunConfig"]["minNodes"] = 2
+    spec["elastic"] = {"enabled": True, "minReplicas": 2, "maxReplicas": REPLICAS}
+    gang_plane.kubectl("apply", "-n", gang_namespace, "-f", "-", input=json.dumps(manifest))
+    first = await group_of(gang_plane, gang_namespace, "p")
+    assert first["spec"]["schedulingPolicy"]["gang"]["minCount"] == 2
+
+    async def placed() -> bool:
+        status = await job_status(api, gang_namespace, "p")
+        return condition(status, "Scheduled").get("status") == "True"
+
+    await eventually(placed, "the job's pods placed together")
+    pause = {"spec": {"runMode": {"pause": {"enabled": True}}}}
+    gang_plane.kubectl(
+        "patch", "ptj", "p", "-n", gang_namespace, "--type=merge", "-p", json.dumps(pause)
+    )
+
+    async def pods_deleted() -> bool:
+        pods = await pods_by_name(core, gang_namespace)
+        for name, pod in pods.items():  # the kubelet confirms each deletion
+            if pod.metadata.deletion_timestamp:
+                gang_plane.kubectl(
+                    "delete", "pod", name, "-n", gang_namespace, "--grace-period=0", "--force"
+                )
+        return not pods
+
+    await eventually(pods_deleted, "the paused job's pods deleted")
+
+    async def group_gone() -> bool:
+        listed = gang_plane.kubectl("get", "podgroups", "-n", gang_namespace, "-o", "name")
+        return listed.stdout.strip() == ""
+
+    await eventually(group_gone, "the paused job's PodGroup deleted")
+    resume = {"spec": {"runMode": {"pause": {"enabled": False}}}}
+    gang_plane.kubectl(
+        "patch", "ptj", "p", "-n", gang_namespace, "--type=merge", "-p", json.dumps(resume)
+    )
+    second = await group_of(gang_plane, gang_namespace, "p")
+    assert second["metadata"]["uid"] != first["metadata"]["uid"]
+    await eventually(placed, "the resumed job's pods placed together")
+    for name in await pods_by_name(core, gang_namespace):
+        await kubelet.run(name)
+
+
+async def group_of(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any]:
+    async def created() -> bool:
+        got = plane.kubectl("get", "podgroups", name, "-n", namespace, check=False)
+        return got.returncode == 0
+
+    await eventually(created, f"the PodGroup {name} created")
+    got = plane.kubectl("get", "podgroups", name, "-n", namespace, "-o", "json")
+    group: dict[str, Any] = json.loads(got.stdout)
+    return group

@@ -245,6 +245,7 @@ class ControlPlane:
         announce: Callable[[str], None] = write_to_stderr,
         startup_timeout: float = STARTUP_TIMEOUT,
         extra_apiserver_args: Sequence[str] = (),
+        extra_controller_manager_args: Sequence[str] = (),
     ) -> None:
         self.binaries = binaries or Binaries.locate()
         self._announce = announce
@@ -254,6 +255,7 @@ class ControlPlane:
         try:
             self._prepare(controllers)
             self._apiserver.argv.extend(extra_apiserver_args)
+            self._controller_manager.argv.extend(extra_controller_manager_args)
         except BaseException:
             shutil.rmtree(self.dir, ignore_errors=True)
             raise

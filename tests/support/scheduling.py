@@ -9,12 +9,15 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from .controlplane import REPO_ROOT, ControlPlane
+from .controlplane import DEFAULT_CONTROLLERS, REPO_ROOT, ControlPlane
 
 # Kubernetes 1.37 serves scheduling.k8s.io/v1beta1 (PodGroup, Workload) only with the feature
 # gate on and the beta version enabled.
 GENERIC_WORKLOAD_GATE = "--feature-gates=GenericWorkload=true"
 POD_GROUP_API_ARGS = (GENERIC_WORKLOAD_GATE, "--runtime-config=scheduling.k8s.io/v1beta1=true")
+# PodGroups carry a protection finalizer while pods name them; kube-controller-manager's
+# controller removes it once none does, so a deleted PodGroup goes.
+POD_GROUP_CONTROLLERS = (*DEFAULT_CONTROLLERS, "podgroup-protection-controller")
 GPU = "nvidia.com/gpu"
 # The gate the test's pods are created with; lifting it hands the pod to the scheduler.
 ARRIVAL_GATE = "example.com/arrival"
