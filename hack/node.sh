@@ -259,6 +259,11 @@ start_etcd() {
   wait_for "etcd healthy" etcd curl -sf "http://127.0.0.1:$ETCD_PORT/health"
 }
 
+# Kubernetes' own gang scheduling (PodGroup, scheduling.k8s.io/v1beta1) is beta in 1.37: the
+# node serves it, so the chart's default (gang scheduling "auto") places every job whole.
+FEATURE_GATES=GenericWorkload=true
+RUNTIME_CONFIG=scheduling.k8s.io/v1beta1=true
+
 start_apiserver() {
   pid_alive kube-apiserver && return
   local pki=$NODE_DIR/pki
@@ -276,6 +281,7 @@ start_apiserver() {
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$pki/sa.pub" --service-account-signing-key-file="$pki/sa.key" \
     --enable-aggregator-routing=true \
+    --feature-gates="$FEATURE_GATES" --runtime-config="$RUNTIME_CONFIG" \
     --shutdown-watch-termination-grace-period=1s --v=1
   wait_for "kube-apiserver ready" kube-apiserver kubectl_ get --raw /readyz
 }
@@ -291,7 +297,8 @@ start_controller_manager() {
     --service-account-private-key-file="$pki/sa.key" --root-ca-file="$pki/ca.crt" \
     --use-service-account-credentials=true \
     --cluster-signing-cert-file="$pki/ca.crt" --cluster-signing-key-file="$pki/ca.key" \
-    --bind-address=127.0.0.1 --cert-dir="$NODE_DIR/controller-manager-certs" --v=1
+    --bind-address=127.0.0.1 --cert-dir="$NODE_DIR/controller-manager-certs" \
+    --feature-gates="$FEATURE_GATES" --v=1
   wait_for "the default ServiceAccount" kube-controller-manager kubectl_ get serviceaccount default
 }
 
@@ -301,7 +308,7 @@ start_scheduler() {
     --kubeconfig="$NODE_DIR/scheduler.kubeconfig" \
     --authentication-kubeconfig="$NODE_DIR/scheduler.kubeconfig" \
     --authorization-kubeconfig="$NODE_DIR/scheduler.kubeconfig" \
-    --leader-elect=false --bind-address=127.0.0.1 --v=1
+    --leader-elect=false --bind-address=127.0.0.1 --feature-gates="$FEATURE_GATES" --v=1
   wait_for "kube-scheduler healthy" kube-scheduler curl -skf https://127.0.0.1:10259/healthz
 }
 
