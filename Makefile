@@ -41,7 +41,7 @@ $(EXAMPLE_STAMP): $(EXAMPLE_REQUIREMENTS) | $(BIN)/python
 setup: $(STAMP) ## create .venv and install the package with its dev tools
 
 .PHONY: cluster
-cluster: ## build kube-apiserver, kube-controller-manager, kubectl and etcd from the Go module proxy (cached)
+cluster: ## build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and etcd from the Go module proxy (cached)
 	hack/build-control-plane.sh build
 
 .PHONY: helm
