@@ -578,3 +578,20 @@ def test_a_job_name_is_refused_exactly_when_a_service_could_not_carry_it(name: s
     )
     named = "metadata.name" in errors or "spec.replicaSpecs[0].type" in errors
     assert named != valid, errors
+
+
+@pytest.mark.parametrize("choice", ["native", "volcano", "coscheduling", "none"])
+def test_a_job_may_choose_its_gang_scheduling(choice: str) -> None:
+    manifest = job(replica())
+    manifest["metadata"]["annotations"] = {"batch.tensorstack.dev/gang-scheduling": choice}
+    assert validate(default_job(manifest)[0]).errors == []
+
+
+def test_an_unknown_gang_scheduling_choice_is_refused_naming_the_annotation() -> None:
+    manifest = job(replica())
+    manifest["metadata"]["annotations"] = {"batch.tensorstack.dev/gang-scheduling": "kueue"}
+    errors = [str(e) for e in validate(default_job(manifest)[0]).errors]
+    assert errors == [
+        "metadata.annotations[batch.tensorstack.dev/gang-scheduling]: 'kueue' is not one of "
+        "native, volcano, coscheduling, none"
+    ]
