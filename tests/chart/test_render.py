@@ -464,6 +464,8 @@ BAD_VALUES = [
     ("webhook.limits.maxBodyBytes", 512, "at '/webhook/limits/maxBodyBytes': minimum"),
     ("webhook.limits.readTimeoutSeconds", 0, "at '/webhook/limits/readTimeoutSeconds'"),
     ("webhook.networkPolicy.podCIDRs", ["10.244.0.0"], "at '/webhook/networkPolicy/podCIDRs/0'"),
+    ("scheduling.gang", "kueue", "at '/scheduling/gang': value must be one of"),
+    ("scheduling.t9kPriorityClasses", {"101": "top"}, "invalid propertyName '101'"),
 ]
 
 
@@ -533,3 +535,23 @@ FREE_FORM = {
     ("containerSecurityContext",),
     *((part, "resources") for part in COMPONENTS),
 }
+
+
+def test_scheduling_values_become_the_reconciler_flags() -> None:
+    settings = {
+        "scheduling.gang": "volcano",
+        "scheduling.volcanoSchedulerName": "vc",
+        "scheduling.t9kQueues": "kueue",
+        "scheduling.t9kPriorityClasses": {"0": "low", "90": "high"},
+    }
+    reconciler = next(
+        d
+        for d in find(template(settings=settings), "Deployment")
+        if "reconciler" in d["metadata"]["name"]
+    )
+    args = reconciler["spec"]["template"]["spec"]["containers"][0]["args"]
+    given = {flag: args[args.index(flag) + 1] for flag in args if flag.startswith("--")}
+    assert given["--gang-scheduling"] == "volcano"
+    assert given["--volcano-scheduler-name"] == "vc"
+    assert given["--t9k-queues"] == "kueue"
+    assert given["--t9k-priority-classes"] == "0=low,90=high"
