@@ -10,7 +10,9 @@ Placement. For each mode, in a namespace of its own, the bench submits J jobs of
 replicas (eight submissions at a time) onto nodes of R GPUs, one node per job, so that every
 replica fits. It times, from its first submission, until its own watch of the pods has seen every
 replica bound to a node (spec.nodeName set), and per job from that job's submission until its
-last replica is bound. The modes:
+last replica is bound. Beside these, when the watch saw the last pod created, and per pod the
+time from seen created to seen bound: what waiting for the scheduler adds to the reconciler's
+pace of creation. The modes:
 - none: each job's annotation batch.tensorstack.dev/gang-scheduling: none; pods are placed one
   by one, as the default scheduler places them. This is what native is measured against.
 - native: the reconciler's default on this control plane: a PodGroup per job, created before its
@@ -18,12 +20,13 @@ last replica is bound. The modes:
 The figure is the ratio native / none: what placing each job whole costs when GPUs are plenty.
 A warm-up job of each mode is placed first, so that neither mode pays for a cold start.
 
-Contention. Capacity for one job only (one node of R GPUs) and 3 jobs submitted at once. The
-bench plays the kubelet: it runs every pod bound to the node and, once all of a job's replicas
-run, ends them with exit code 0, as a training that has finished; the job then Succeeds and frees
-its GPUs for the next. Native: the time from the first submission until all 3 jobs Succeeded.
-None: whether the jobs all Succeeded within a limit; if not, the pods of each job bound at the
-end: jobs each holding part of the GPUs, none of them able to start, is a deadlock.
+Contention. Capacity for one job only (one node of R GPUs) and 3 jobs (--contended-jobs)
+submitted at once. The bench plays the kubelet: it runs every pod bound to the node and, once all
+of a job's replicas run, ends them with exit code 0, as a training that has finished; the job then
+Succeeds and frees its GPUs for the next. Native: the time from the first submission until all 3
+jobs Succeeded. None: whether the jobs all Succeeded within a limit (--limit, 120 s); if not, the
+pods of each job bound at the end: jobs each holding part of the GPUs, none of them able to start,
+is a deadlock.
 
 Prints figures; the exit status says nothing about them.
 
@@ -167,12 +170,14 @@ class Watched:
 
     def __init__(self) -> None:
         self.objects: dict[str, KubeObject] = {}
+        self.seen_at: dict[str, float] = {}
         self.bound_at: dict[str, float] = {}
         self.changed = asyncio.Event()
 
     def seen(self, obj: KubeObject) -> None:
         name = obj["metadata"]["name"]
         self.objects[name] = obj
+        self.seen_at.setdefault(name, time.perf_counter())
         if obj.get("spec", {}).get("nodeName") and name not in self.bound_at:
             self.bound_at[name] = time.perf_counter()
         self.changed.set()
@@ -232,6 +237,8 @@ class Placement:
     total: float = float("nan")
     per_job: list[float] = field(default_factory=list)
     bound: int = 0
+    created: float = float("nan")
+    per_pod: list[float] = field(default_factory=list)
 
 
 async def place(
@@ -253,6 +260,8 @@ async def place(
             job = job_of(pods.objects[pod_name])
             last_bound[job] = max(last_bound.get(job, 0.0), when)
         result.per_job = [last_bound[name] - sent[name] for name in names]
+        result.created = max(pods.seen_at.values()) - min(sent.values())
+        result.per_pod = [when - pods.seen_at[name] for name, when in pods.bound_at.items()]
     return result
 
 
@@ -287,6 +296,11 @@ def measure_placement(plane: ControlPlane, args: argparse.Namespace) -> None:
             f"  {mode:<7} {result.total:6.2f} s from the first submission until all "
             f"{result.pods} pods are bound; per job, submission to last replica bound: "
             f"p50 {p50:.2f} s, p99 {p99:.2f} s",
+        )
+        p50, p99 = percentile(result.per_pod, 50), percentile(result.per_pod, 99)
+        print(
+            f"  {'':<7} of which the last pod was created at {result.created:6.2f} s; per pod, "
+            f"seen created -> seen bound: p50 {p50:.2f} s, p99 {p99:.2f} s",
             flush=True,
         )
     none, native = results["none"], results["native"]
