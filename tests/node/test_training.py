@@ -1,6 +1,7 @@
 """The example job trains across real pods: two replicas, each torchrun with two processes, gloo on
-CPU, ranks meeting at the master by its DNS name; its TensorBoard, reading the logs rank 0 wrote to
-a volume, answers HTTP on its Service from inside the cluster."""
+CPU, ranks meeting at the master by its DNS name, placed together by kube-scheduler's gang
+scheduling; its TensorBoard, reading the logs rank 0 wrote to a volume, answers HTTP on its
+Service from inside the cluster."""
 
 from __future__ import annotations
 
@@ -51,6 +52,12 @@ def test_the_example_trains_across_real_pods_and_its_tensorboard_answers(
     # Four processes in all, two per replica: the DDP world the example asks for.
     assert "training on 4 process(es)" in logs
     assert job["status"].get("backoffCount", 0) == 0
+    # The node serves Kubernetes' gang scheduling: the replicas were placed as one PodGroup.
+    group = node.get("podgroups.scheduling.k8s.io", "mnist-ddp", node_namespace)
+    assert group is not None, "the chart's default (auto) groups the job's pods natively"
+    assert group["spec"]["schedulingPolicy"]["gang"]["minCount"] == 2
+    scheduled = next(c for c in job["status"]["conditions"] if c["type"] == "Scheduled")
+    assert (scheduled["status"], scheduled["reason"]) == ("True", "Scheduled")
 
     tensorboard = wait_until(
         "the TensorBoard ready", lambda: _ready_tensorboard(node, node_namespace)
