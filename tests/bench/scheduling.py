@@ -71,10 +71,9 @@ from support.operator import (  # noqa: E402
 )
 from support.scheduling import (  # noqa: E402
     GENERIC_WORKLOAD_GATE,
-    POD_GROUP_API_ARGS,
     add_gpu_nodes,
+    gang_control_plane,
     gpu_job,
-    install_crds,
 )
 
 from bench.admission import print_machine  # noqa: E402
@@ -482,9 +481,7 @@ def main() -> None:
     # SIGTERM unwinds like Ctrl-C, through the clean-up of every process and directory.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     print_machine()
-    with ControlPlane(extra_apiserver_args=POD_GROUP_API_ARGS) as plane:
-        install_crds(plane)
-        plane.start_scheduler(SCHEDULER, GENERIC_WORKLOAD_GATE)
+    with gang_control_plane(SCHEDULER) as plane:
         served = plane.kubectl("api-resources", "--api-group=scheduling.k8s.io", "-o", "name")
         print(
             f"served:  {', '.join(served.stdout.split())}; kube-scheduler {GENERIC_WORKLOAD_GATE}"

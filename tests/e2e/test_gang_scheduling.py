@@ -35,12 +35,9 @@ from support.operator import (
 )
 from support.processes import ServiceProcess
 from support.scheduling import (
-    GENERIC_WORKLOAD_GATE,
-    POD_GROUP_API_ARGS,
-    POD_GROUP_CONTROLLERS,
     add_gpu_nodes,
+    gang_control_plane,
     gpu_job,
-    install_crds,
     lift_gate,
 )
 
@@ -62,18 +59,9 @@ REPLICAS = 4
 
 @pytest.fixture(scope="module")
 def gang_plane() -> Iterator[ControlPlane]:
-    with ControlPlane(
-        controllers=POD_GROUP_CONTROLLERS,
-        extra_apiserver_args=POD_GROUP_API_ARGS,
-        extra_controller_manager_args=(GENERIC_WORKLOAD_GATE,),
-    ) as plane:
-        install_crds(plane)
-        # Volcano's and scheduler-plugins' PodGroup CRDs as their projects publish them, so the
-        # apiserver checks our PodGroups of those kinds against their schemas.
-        for crd in sorted(FOREIGN_CRDS.glob("*.yaml")):
-            plane.kubectl("apply", "-f", str(crd))
-        plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-        plane.start_scheduler(SCHEDULER, GENERIC_WORKLOAD_GATE)
+    # Volcano's and scheduler-plugins' PodGroup CRDs as their projects publish them, so the
+    # apiserver checks our PodGroups of those kinds against their schemas.
+    with gang_control_plane(SCHEDULER, sorted(FOREIGN_CRDS.glob("*.yaml"))) as plane:
         add_gpu_nodes(plane, "gpu", count=3, gpus=2)
         yield plane
 

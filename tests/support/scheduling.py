@@ -4,7 +4,10 @@ and scheduling gates the test lifts to choose the order in which pods reach the 
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -95,3 +98,21 @@ def install_crds(plane: ControlPlane) -> None:
     for path in sorted((REPO_ROOT / "crds").glob("*.yaml")):
         plane.kubectl("apply", "-f", str(path))
     plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+
+
+@contextlib.contextmanager
+def gang_control_plane(scheduler: str, extra_crds: Iterable[Path] = ()) -> Iterator[ControlPlane]:
+    """A control plane of its own whose apiserver serves PodGroups, whose controller manager lets
+    deleted ones go, with our CRDs (and `extra_crds`) and kube-scheduler placing the pods that
+    name `scheduler`."""
+    with ControlPlane(
+        controllers=POD_GROUP_CONTROLLERS,
+        extra_apiserver_args=POD_GROUP_API_ARGS,
+        extra_controller_manager_args=(GENERIC_WORKLOAD_GATE,),
+    ) as plane:
+        install_crds(plane)
+        for crd in extra_crds:
+            plane.kubectl("apply", "-f", str(crd))
+        plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        plane.start_scheduler(scheduler, GENERIC_WORKLOAD_GATE)
+        yield plane
