@@ -18,7 +18,7 @@ what the cluster serves; `decorate_pod` and `render_pod_group` turn the decision
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, get_args
 
 from torchjob.api import constants, queries
@@ -113,47 +113,48 @@ class GangUnavailable:
 def gang_of(
     job_meta: Mapping[str, Any], spec: PyTorchTrainingJobSpec, settings: SchedulingSettings
 ) -> Gang | GangUnavailable:
-    """How the job's pods are grouped: its annotation's choice, else Kueue when it names a Kueue
-    queue (its label, or T9k's queue when T9k queues map to Kueue), else the setting."""
-    name = str(job_meta["name"])
+    """How the job's pods are grouped (see `_mode_and_queue`); a mode whose group kind the
+    cluster does not serve is unavailable."""
     total = len(replicas_of(spec))
     low, _ = queries.elastic_bounds(spec)
     min_count = max(1, min(total, low)) if low is not None else total
-    gang = Gang("none", name, min_count, total)
-    annotations = job_meta.get("annotations") or {}
-    labels = job_meta.get("labels") or {}
-    t9k = spec.scheduler.t9k_scheduler if spec.scheduler else None
-    choice = annotations.get(ANNOTATION_GANG)
-    if choice is not None:
-        # (admission refuses any other value)
-        mode: GangMode = choice if choice in constants.GANG_SCHEDULING_CHOICES else "none"
-    elif labels.get(KUEUE_QUEUE_LABEL):
-        return _kueue(gang, str(labels[KUEUE_QUEUE_LABEL]), spec, settings)
-    elif t9k is not None and settings.t9k_queues == "kueue":
-        return _kueue(gang, t9k.queue or "", spec, settings)
-    elif t9k is not None:
-        # Without its PodGroups, the T9k scheduler still gets the pods (render_pod), one by one.
-        mode = "t9k" if "t9k" in settings.served else "none"
-        if mode == "t9k":
-            return Gang("t9k", name, min_count, total, t9k.queue or "", priority=t9k.priority)
-    elif settings.gang == "auto":
-        mode = "native" if "native" in settings.served else "none"
-    else:
-        mode = settings.gang
+    mode, queue = _mode_and_queue(job_meta, spec, settings)
+    gang = Gang(mode, str(job_meta["name"]), min_count, total, queue)
+    if mode == "kueue":  # Kueue admits a pod group only whole
+        return replace(gang, min_count=total, priority_class=_priority_class(spec, settings))
+    if mode == "t9k":
+        t9k = spec.scheduler.t9k_scheduler if spec.scheduler else None
+        return replace(gang, priority=t9k.priority if t9k else None)
     if mode != "none" and mode not in settings.served:
         kind = GROUP_KINDS[mode]
         return GangUnavailable(
             f"gang scheduling '{mode}' needs {kind.plural}.{kind.group}/{kind.version}, "
             "which this cluster does not serve"
         )
-    return Gang(mode, name, min_count, total, priority_class=_priority_class(spec, settings))
+    return gang
 
 
-def _kueue(
-    gang: Gang, queue: str, spec: PyTorchTrainingJobSpec, settings: SchedulingSettings
-) -> Gang:
-    priority = _priority_class(spec, settings)
-    return Gang("kueue", gang.name, gang.total, gang.total, queue, priority)
+def _mode_and_queue(
+    job_meta: Mapping[str, Any], spec: PyTorchTrainingJobSpec, settings: SchedulingSettings
+) -> tuple[GangMode, str]:
+    """The job's annotation's choice; else Kueue when the job names a Kueue queue (its label, or
+    T9k's queue when T9k queues map to Kueue); else the T9k scheduler's group for a T9k job
+    (where the cluster serves it; else its pods go to the T9k scheduler one by one); else the
+    setting."""
+    choice = (job_meta.get("annotations") or {}).get(ANNOTATION_GANG)
+    if choice is not None:  # admission refuses any value but these
+        return (choice if choice in constants.GANG_SCHEDULING_CHOICES else "none"), ""
+    queue = (job_meta.get("labels") or {}).get(KUEUE_QUEUE_LABEL)
+    if queue:
+        return "kueue", str(queue)
+    t9k = spec.scheduler.t9k_scheduler if spec.scheduler else None
+    if t9k is not None and settings.t9k_queues == "kueue":
+        return "kueue", t9k.queue or ""
+    if t9k is not None:
+        return ("t9k" if "t9k" in settings.served else "none"), t9k.queue or ""
+    if settings.gang == "auto":
+        return ("native" if "native" in settings.served else "none"), ""
+    return settings.gang, ""
 
 
 def _priority_class(spec: PyTorchTrainingJobSpec, settings: SchedulingSettings) -> str:
