@@ -10,6 +10,8 @@ from typing import Any
 from support.jobs import JobBuilder
 from support.node import Node, running
 
+from torchjob.api import constants
+
 HOLD = "torchjob.test/hold-the-master"
 
 
@@ -27,6 +29,9 @@ def late_master_job(image: str) -> dict[str, Any]:
     }
     return (
         JobBuilder("late")
+        # Placed as a group, the worker would wait for the master: a late master is what a job
+        # placed pod by pod (a cluster without gang scheduling) must survive.
+        .metadata(annotations={constants.ANNOTATION_GANG_SCHEDULING: "none"})
         .replicas("master", 1, container=container)
         .replicas("worker", 1, container=container)
         .pod_spec("master", schedulingGates=[{"name": HOLD}])
