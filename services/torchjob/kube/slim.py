@@ -1,0 +1,117 @@
+"""What the reconciler's caches keep of each replica pod and Service: only the fields it reads.
+Pure; applied by the informers (`Informer(transform=...)`) once per listed or watched object,
+before the object is cached or handed to a handler.
+
+A full pod is several kilobytes (its spec above all: the containers' commands, env, volumes,
+probes); the reconciler reads its name, labels, a few annotations, its owner, its deletion, the
+names of its containers and its status. At 20,000 pods the difference is most of the process.
+
+Every field read of a cached pod or Service, and so kept here:
+- the informer: metadata.name, namespace, resourceVersion; apiVersion and kind (kept for any
+  consumer of the cache that names the object);
+- `informer.controller_uid` and `resources.owner_job_key`: metadata.ownerReferences (the
+  controlling one) and the job-name label;
+- `lifecycle.observe.view_pod`: the replica-type and replica-index labels, the backoff-count,
+  consecutive-restarts and debug annotations, metadata.uid and deletionTimestamp, the names of
+  spec.containers (which one is the training container), and status: phase, reason, message,
+  startTime and each containerStatus's name and state;
+- `reconciler.controller`: a Service's name.
+A new reader of any other field must add it here; tests/unit/test_slim_cache.py checks that the
+lifecycle plans the same from slim pods as from full ones.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from torchjob.api import constants
+
+KubeObject = dict[str, Any]
+
+KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
+KEPT_LABELS = (
+    constants.LABEL_JOB_NAME,
+    constants.LABEL_REPLICA_TYPE,
+    constants.LABEL_REPLICA_INDEX,
+)
+KEPT_ANNOTATIONS = (
+    constants.ANNOTATION_BACKOFF_COUNT,
+    constants.ANNOTATION_CONSECUTIVE_RESTARTS,
+    constants.ANNOTATION_DEBUG,
+)
+KEPT_POD_STATUS = ("phase", "reason", "message", "startTime")
+KEPT_CONTAINER_STATUS = ("name", "state")
+
+
+def slim_pod(pod: KubeObject) -> KubeObject:
+    """The pod with only the fields the reconciler reads."""
+    slim = _slim_object(pod)
+    containers = (pod.get("spec") or {}).get("containers")
+    if isinstance(containers, list):
+        slim["spec"] = {"containers": [_container_name(c) for c in containers]}
+    status = pod.get("status")
+    if isinstance(status, dict):
+        slim["status"] = _slim_status(status)
+    return slim
+
+
+def slim_service(service: KubeObject) -> KubeObject:
+    """The Service with only the fields the reconciler reads: its identity and its owner."""
+    return _slim_object(service)
+
+
+def _slim_object(obj: KubeObject) -> KubeObject:
+    slim: KubeObject = {}
+    for key in ("apiVersion", "kind"):
+        if key in obj:
+            slim[key] = _shared(obj[key])
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict):
+        slim["metadata"] = _slim_metadata(metadata)
+    return slim
+
+
+def _slim_metadata(metadata: KubeObject) -> KubeObject:
+    slim = {key: metadata[key] for key in KEPT_METADATA if key in metadata}
+    if "namespace" in slim:
+        slim["namespace"] = _shared(slim["namespace"])
+    for field, kept in (("labels", KEPT_LABELS), ("annotations", KEPT_ANNOTATIONS)):
+        values = metadata.get(field)
+        if isinstance(values, dict):
+            chosen = {key: _shared(values[key]) for key in kept if key in values}
+            if chosen:
+                slim[field] = chosen
+    references = metadata.get("ownerReferences")
+    if isinstance(references, list):
+        # Only the controlling reference is read (`controller_uid`); the others are dropped.
+        controlling = [r for r in references if isinstance(r, dict) and r.get("controller")]
+        if controlling:
+            slim["ownerReferences"] = controlling[:1]
+    return slim
+
+
+def _container_name(container: Any) -> Any:
+    """A container as `queries.training_container_in` reads it: by its name alone."""
+    if isinstance(container, dict) and "name" in container:
+        return {"name": _shared(container["name"])}
+    return container if not isinstance(container, dict) else {}
+
+
+def _slim_status(status: KubeObject) -> KubeObject:
+    slim = {key: status[key] for key in KEPT_POD_STATUS if key in status}
+    if "phase" in slim:
+        slim["phase"] = _shared(slim["phase"])
+    statuses = status.get("containerStatuses")
+    if isinstance(statuses, list):
+        slim["containerStatuses"] = [
+            {key: s[key] for key in KEPT_CONTAINER_STATUS if key in s} if isinstance(s, dict) else s
+            for s in statuses
+        ]
+    return slim
+
+
+def _shared(value: Any) -> Any:
+    """One copy of a string that thousands of cached objects repeat (namespace, phase, label
+    values); anything else as it is."""
+    return sys.intern(value) if isinstance(value, str) else value
