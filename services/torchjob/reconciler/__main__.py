@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torchjob.kube.lazy_kubernetes  # noqa: F401  (first: kubernetes-asyncio loaded as used)
 from torchjob.reconciler import metrics
 from torchjob.reconciler.controller import Reconciler
 from torchjob.reconciler.settings import parse
