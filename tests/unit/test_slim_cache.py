@@ -16,14 +16,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from torchjob.api import constants
+from torchjob.api.admission import Request
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.kube.informer import controller_uid, object_key
 from torchjob.kube.resources import owner_job_key
-from torchjob.kube.slim import slim_pod, slim_service
+from torchjob.kube.slim import job_without_status, slim_pod, slim_service
 from torchjob.lifecycle.backoff import RestartBackoff
 from torchjob.lifecycle.observe import view_pod
 from torchjob.lifecycle.plan import Plan, plan
 from torchjob.lifecycle.round import Observed
+from torchjob.render.pod_admission_handler import mutate_pod
 from torchjob.render.replica_objects import render_service
 from torchjob.render.topology import replicas_of
 
@@ -179,3 +181,18 @@ def test_the_training_container_is_found_in_a_slim_pod(containers: Any) -> None:
     pod = copy.deepcopy(EVENTS[0]["object"])
     pod["spec"]["containers"] = containers
     assert view_pod(slim_pod(pod)) == view_pod(pod)
+
+
+# -- the webhook's cache of jobs: without their status --------------------------------------------
+
+
+def test_pod_admission_answers_alike_from_a_job_without_its_status() -> None:
+    job = copy.deepcopy(JOB)
+    job["status"] = {"phase": "Running", "backoffCount": 2, "tasks": [{"type": "worker"}]}
+    cached = job_without_status(job)
+    assert "status" not in cached and "managedFields" not in cached["metadata"]
+    for event in EVENTS[:3]:  # the pods as created: the reconciler's, before admission
+        pod = copy.deepcopy(event["object"])
+        request = Request("uid", "CREATE", pod["metadata"]["namespace"], "", "r", (), pod, None)
+        assert mutate_pod(request, cached, {"r"}) == mutate_pod(request, job, {"r"})
+        assert mutate_pod(request, cached, {"r"}).patch

@@ -115,3 +115,13 @@ def _shared(value: Any) -> Any:
     """One copy of a string that thousands of cached objects repeat (namespace, phase, label
     values); anything else as it is."""
     return sys.intern(value) if isinstance(value, str) else value
+
+
+def job_without_status(job: KubeObject) -> KubeObject:
+    """A job as pod admission reads it (the webhook's cache): everything but its status, which
+    the reconciler rewrites as the replicas move and admission never reads, and managedFields."""
+    slim = {key: value for key, value in job.items() if key != "status"}
+    metadata = job.get("metadata")
+    if isinstance(metadata, dict) and "managedFields" in metadata:
+        slim["metadata"] = {k: v for k, v in metadata.items() if k != "managedFields"}
+    return slim
