@@ -5,13 +5,30 @@ interval no more requests than burst + qps x its length."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.fake_time import FakeTime, settle
 
-from torchjob.kube.client import TokenBucket, _is_watch
+from torchjob.kube.client import (
+    RateLimitedApiClient,
+    TokenBucket,
+    _is_watch,
+    new_api_client,
+    proxy_from_environment,
+)
+
+# A kubeconfig the client loads without reaching the server.
+KUBECONFIG = """
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://apiserver:6443", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
 
 
 def bucket(qps: float, burst: int, time: FakeTime) -> TokenBucket:
@@ -108,3 +125,34 @@ def test_only_watches_are_exempt() -> None:
     assert not _is_watch([("watch", False)])
     assert not _is_watch([("labelSelector", "a=b")])
     assert not _is_watch(None)
+
+
+async def test_events_take_tokens_from_a_bucket_of_their_own(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(KUBECONFIG)
+    api = await new_api_client(str(kubeconfig), qps=5, burst=10)
+    async with api:
+        assert isinstance(api, RateLimitedApiClient)
+        pods = "https://apiserver/api/v1/namespaces/ns/pods"
+        events = "https://apiserver/apis/events.k8s.io/v1/namespaces/ns/events"
+        assert api.limiter is not None and api.events_limiter is not None
+        assert api.limiter is not api.events_limiter
+        assert api.limiter_for(pods, None) is api.limiter
+        assert api.limiter_for(events, None) is api.events_limiter
+        assert api.limiter_for(pods, [("watch", "true")]) is None
+        # No proxy variables and ~/.netrc read in a thread before every request.
+        assert api.rest_client.pool_manager.trust_env is False
+    unlimited = await new_api_client(str(kubeconfig), qps=0)
+    async with unlimited:
+        assert isinstance(unlimited, RateLimitedApiClient)
+        assert unlimited.limiter_for(events, None) is None
+
+
+def test_the_proxy_is_the_one_the_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")
+    monkeypatch.setenv("NO_PROXY", "10.0.0.1,.cluster.local")
+    assert proxy_from_environment("https://apiserver.example:6443") == "http://proxy:3128"
+    assert proxy_from_environment("https://10.0.0.1:443") is None
+    assert proxy_from_environment("https://kubernetes.default.svc.cluster.local") is None
+    monkeypatch.delenv("HTTPS_PROXY")
+    assert proxy_from_environment("https://apiserver.example:6443") is None

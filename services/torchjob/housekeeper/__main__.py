@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torchjob.kube.lazy_kubernetes  # noqa: F401  (first: kubernetes-asyncio loaded as used)
 from torchjob.housekeeper.controller import Housekeeper
 from torchjob.housekeeper.settings import parse
 from torchjob.runtime.service import run_controller_service

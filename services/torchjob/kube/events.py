@@ -20,6 +20,7 @@ from typing import Any, Literal
 import structlog
 from kubernetes_asyncio import client
 
+from torchjob.kube.client import unread
 from torchjob.kube.errors import Conflict, KubeError, NotFound, translated
 from torchjob.lifecycle.times import format_micro_time
 
@@ -205,10 +206,14 @@ class EventRecorder:
             "regarding": regarding,
         }
         async with translated():
-            await self._events.create_namespaced_event(namespace, body)
+            await unread(
+                self._events.create_namespaced_event(namespace, body, _preload_content=False)
+            )
         return name
 
     async def _count_repeat(self, namespace: str, name: str, count: int) -> None:
         body = {"series": {"count": count, "lastObservedTime": _micro_time()}}
         async with translated():
-            await self._events.patch_namespaced_event(name, namespace, body)
+            await unread(
+                self._events.patch_namespaced_event(name, namespace, body, _preload_content=False)
+            )

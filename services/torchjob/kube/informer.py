@@ -27,6 +27,8 @@ from torchjob.kube.errors import Gone, KubeError, from_api_exception
 
 KubeObject = dict[str, Any]
 IndexFunc = Callable[[KubeObject], list[str]]
+# What the cache keeps of an object as the apiserver sent it (client-go's SetTransform).
+Transform = Callable[[KubeObject], KubeObject]
 ObjectKey = tuple[str, str]  # (namespace, name); the namespace is "" for cluster-scoped objects
 
 LOGGER_NAME = "torchjob.kube.informer"
@@ -153,6 +155,10 @@ class Informer:
     Handlers are synchronous and run after the cache has been updated. They should only enqueue
     work; an exception in one is logged and the informer carries on. An object a re-list finds
     unchanged (same resourceVersion) is not reported again.
+
+    A `transform` is applied once to every listed or watched object (deleted ones included)
+    before it is cached and handed to the handlers: what it returns is all the informer keeps.
+    It must keep metadata.name, namespace and resourceVersion, and whatever the indexers read.
     """
 
     def __init__(
@@ -169,6 +175,7 @@ class Informer:
         retry_base: float = 0.2,
         retry_cap: float = 30.0,
         page_size: int = DEFAULT_PAGE_SIZE,
+        transform: Transform | None = None,
     ) -> None:
         self._api = api_client
         self._path = kind.path(namespace)
@@ -178,6 +185,7 @@ class Informer:
         self._on_delete = on_delete
         self._backoff = _Backoff(retry_base, retry_cap)
         self._page_size = page_size
+        self._transform = transform or _strip
         self._store = _Store(indexers or {})
         self._resource_version: str | None = None
         # A lazy logger, so that logging configured after construction still applies.
@@ -248,7 +256,7 @@ class Informer:
         while True:
             query = {"limit": str(self._page_size), "continue": continue_token}
             page = orjson.loads(await self._get_body(query))
-            objects.extend(_items_of(page))
+            objects.extend(map(self._transform, _items_of(page)))
             metadata = page.get("metadata") or {}
             continue_token = metadata.get("continue") or ""
             if not continue_token:
@@ -292,7 +300,7 @@ class Informer:
         self._resource_version = _resource_version_of(obj)
         if kind == "BOOKMARK":
             return
-        _strip(obj)
+        obj = self._transform(obj)
         if kind == "DELETED":
             self._store.remove(object_key(obj))
             self._notify(self._on_delete, obj)
@@ -366,13 +374,14 @@ def _items_of(page: KubeObject) -> list[KubeObject]:
     for item in items:
         item.setdefault("apiVersion", page.get("apiVersion"))
         item.setdefault("kind", kind)
-        _strip(item)
     return items
 
 
-def _strip(obj: KubeObject) -> None:
-    # managedFields are often the largest part of an object and no controller reads them.
+def _strip(obj: KubeObject) -> KubeObject:
+    """The transform without one given: managedFields are often the largest part of an object
+    and no controller reads them."""
     obj.get("metadata", {}).pop("managedFields", None)
+    return obj
 
 
 def _resource_version_of(obj: KubeObject) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from torchjob.api import constants, types
+from torchjob.kube.client import unread
 from torchjob.kube.errors import translated
 
 
@@ -19,13 +20,17 @@ async def patch_status(
     # The client's stubs omit _content_type, which the call accepts.
     patch: Any = objects.patch_namespaced_custom_object_status
     async with translated():
-        await patch(
-            types.GROUP,
-            types.VERSION,
-            meta["namespace"],
-            types.PLURAL,
-            meta["name"],
-            {"status": status},
-            field_manager=constants.FIELD_MANAGER,
-            _content_type="application/merge-patch+json",
+        # The reply (the whole job) is read, not decoded: nothing uses it.
+        await unread(
+            patch(
+                types.GROUP,
+                types.VERSION,
+                meta["namespace"],
+                types.PLURAL,
+                meta["name"],
+                {"status": status},
+                field_manager=constants.FIELD_MANAGER,
+                _content_type="application/merge-patch+json",
+                _preload_content=False,
+            )
         )

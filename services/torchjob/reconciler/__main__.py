@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
-from kubernetes_asyncio import client
-
+import torchjob.kube.lazy_kubernetes  # noqa: F401  (first: kubernetes-asyncio loaded as used)
 from torchjob.kube.discovery import served_gang_modes
 from torchjob.reconciler import metrics
 from torchjob.reconciler.controller import Reconciler
 from torchjob.reconciler.settings import Settings, parse
 from torchjob.runtime.service import run_controller_service
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio import client
 
 
 def main(argv: list[str] | None = None) -> None:

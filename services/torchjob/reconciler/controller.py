@@ -25,6 +25,7 @@ from torchjob.kube.resources import (
     SERVICES,
     owner_job_key,
 )
+from torchjob.kube.slim import slim_pod, slim_service
 from torchjob.kube.workqueue import WorkQueue
 from torchjob.lifecycle.backoff import RestartBackoff
 from torchjob.lifecycle.failures import retry_delay
@@ -70,6 +71,7 @@ class Reconciler:
             on_add=self._pod_added,
             on_update=self._owned_updated,
             on_delete=self._pod_deleted,
+            transform=slim_pod,  # only what the lifecycle reads of a pod
         )
         self.services = Informer(
             api,
@@ -79,6 +81,7 @@ class Reconciler:
             on_add=self._service_added,
             on_update=self._owned_updated,
             on_delete=self._owned_changed,
+            transform=slim_service,
         )
         # The job's PodGroups, of each kind the apiserver serves (render/scheduling.py).
         self.groups = {

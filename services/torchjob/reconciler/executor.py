@@ -20,6 +20,7 @@ from kubernetes_asyncio import client
 
 from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJobSpec
+from torchjob.kube.client import unread
 from torchjob.kube.errors import Conflict, KubeError, NotFound, translated
 from torchjob.kube.events import EventRecorder
 from torchjob.kube.expectations import Expectations, ObjectRef
@@ -142,10 +143,15 @@ class ReconcilerExecutor:
         for sent, (name, uid) in enumerate(plan.delete_pods):
             try:
                 async with translated():
-                    await self.core.delete_namespaced_pod(
-                        name,
-                        meta["namespace"],
-                        body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
+                    await unread(
+                        self.core.delete_namespaced_pod(
+                            name,
+                            meta["namespace"],
+                            body=client.V1DeleteOptions(
+                                preconditions=client.V1Preconditions(uid=uid)
+                            ),
+                            _preload_content=False,
+                        )
                     )
             except (NotFound, Conflict):
                 # Already gone, or already replaced: the informer reports what is there now.
@@ -165,7 +171,11 @@ class ReconcilerExecutor:
         for name in plan.delete_services:
             try:
                 async with translated():
-                    await self.core.delete_namespaced_service(name, job["metadata"]["namespace"])
+                    await unread(
+                        self.core.delete_namespaced_service(
+                            name, job["metadata"]["namespace"], _preload_content=False
+                        )
+                    )
             except NotFound:
                 continue
             await self._done(
@@ -198,8 +208,13 @@ class ReconcilerExecutor:
         meta = job["metadata"]
 
         async def create(body: Any) -> None:
-            await self.core.create_namespaced_service(
-                meta["namespace"], body, field_manager=constants.FIELD_MANAGER
+            await unread(
+                self.core.create_namespaced_service(
+                    meta["namespace"],
+                    body,
+                    field_manager=constants.FIELD_MANAGER,
+                    _preload_content=False,
+                )
             )
 
         services = [
@@ -219,8 +234,13 @@ class ReconcilerExecutor:
         meta = job["metadata"]
 
         async def create(body: Any) -> None:
-            await self.core.create_namespaced_pod(
-                meta["namespace"], body, field_manager=constants.FIELD_MANAGER
+            await unread(
+                self.core.create_namespaced_pod(
+                    meta["namespace"],
+                    body,
+                    field_manager=constants.FIELD_MANAGER,
+                    _preload_content=False,
+                )
             )
 
         pods = []

@@ -37,6 +37,7 @@ from torchjob.kube import resources
 from torchjob.kube.client import new_api_client
 from torchjob.kube.errors import NotFound, translated
 from torchjob.kube.informer import Informer
+from torchjob.kube.slim import job_without_status
 from torchjob.render.pod_admission_handler import job_name_of, mutate_pod
 from torchjob.runtime import metrics as runtime_metrics
 from torchjob.runtime.probes import Heartbeat, serve_threaded_probes
@@ -504,7 +505,7 @@ async def _api_client(app: web.Application) -> AsyncIterator[None]:
 
 async def _job_cache(app: web.Application) -> AsyncIterator[None]:
     """Jobs from a watch, so a pod admission reads its job from memory instead of a GET."""
-    app[JOBS] = Informer(app[API], resources.JOBS)
+    app[JOBS] = Informer(app[API], resources.JOBS, transform=job_without_status)
     task = asyncio.create_task(app[JOBS].run(), name="job-informer")
     yield
     task.cancel()

@@ -1,0 +1,75 @@
+"""The services load kubernetes-asyncio a module at a time (kube/lazy_kubernetes.py): every name
+the packages export still resolves to what the eager import gives, and a service's imports leave
+the model classes it does not use unloaded. Each check runs in a fresh interpreter, since this
+one has loaded kubernetes-asyncio already."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+
+def run(script: str) -> object:
+    """What `script` prints (JSON), run in a new interpreter."""
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("service", ["reconciler", "webhook", "housekeeper"])
+def test_a_service_loads_few_of_the_clients_modules(service: str) -> None:
+    loaded = run(
+        f"""
+        import json, sys
+        import torchjob.{service}.__main__
+        names = [m for m in sys.modules if m.startswith("kubernetes_asyncio")]
+        print(json.dumps(names))
+        """
+    )
+    assert isinstance(loaded, list)
+    assert "kubernetes_asyncio.client.models.v1_pod" not in loaded
+    assert len(loaded) < 60, loaded
+
+
+def test_every_exported_name_is_the_one_the_eager_import_gives() -> None:
+    script = r"""
+        import json, re, sys
+        FIRST
+        import kubernetes_asyncio, kubernetes_asyncio.client, kubernetes_asyncio.client.models
+        names = {}
+        for package in (kubernetes_asyncio.client, kubernetes_asyncio.client.models):
+            source = open(package.__file__).read()
+            for module, name in re.findall(r"^from ([\w.]+) import (\w+)$", source, re.M):
+                value = getattr(package, name)
+                what = f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', value)}"
+                names[package.__name__ + "." + name] = what
+        for name in ("client", "config", "watch", "utils", "stream", "dynamic"):
+            names["kubernetes_asyncio." + name] = getattr(kubernetes_asyncio, name).__name__
+        print(json.dumps(names))
+        """
+    lazy = run(script.replace("FIRST", "import torchjob.kube.lazy_kubernetes"))
+    eager = run(script.replace("FIRST", ""))
+    assert isinstance(eager, dict) and len(eager) > 800
+    assert lazy == eager
+
+
+def test_after_an_eager_import_nothing_changes() -> None:
+    kinds = run(
+        """
+        import json
+        import kubernetes_asyncio.client
+        import torchjob.kube.lazy_kubernetes
+        import sys
+        print(json.dumps(type(sys.modules["kubernetes_asyncio.client"]).__name__))
+        """
+    )
+    assert kinds == "module"
