@@ -25,6 +25,7 @@ from support import ControlPlane, control_plane_pids
 from support.controlplane import write_to_stderr
 from support.eventually import eventually, eventually_sync
 from support.node import Node, node_is_up, release_claims, run_node_script
+from support.operator import install_crds
 
 # Long enough for a cancelled task or a terminated child to finish its clean-up.
 LEFTOVER_GRACE = 1.0
@@ -219,16 +220,10 @@ def _uncaptured_line_writer(pytestconfig: pytest.Config) -> Callable[[str], None
     return write_line
 
 
-REPO_ROOT = Path(__file__).parents[1]
-CRD_FILES = sorted((REPO_ROOT / "crds").glob("*.yaml"))
-
-
 @pytest.fixture(scope="session")
 def crd(control_plane: ControlPlane) -> None:
     """The generated CRDs, installed with plain client-side `kubectl apply` and Established."""
-    for path in CRD_FILES:
-        control_plane.kubectl("apply", "-f", str(path))
-    control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    install_crds(control_plane)
     # Refresh kubectl's discovery cache so `ptj` resolves in every later kubectl call.
     control_plane.kubectl("api-resources", "--api-group=batch.tensorstack.dev")
     # The apiserver publishes a new CRD's OpenAPI schema a moment after it is Established.

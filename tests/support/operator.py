@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from support.controlplane import ControlPlane, free_port
+from support.controlplane import REPO_ROOT, ControlPlane, free_port
 from support.eventually import eventually_sync
 from support.helm import (
     Manifest,
@@ -263,3 +263,14 @@ def start_housekeeper(
     kubeconfig: Path, identity: str = "h1", *extra_args: str, leading: bool = True
 ) -> ServiceProcess:
     return _start_controller("torchjob.housekeeper", kubeconfig, identity, extra_args, leading)
+
+
+CRD_FILES = sorted((REPO_ROOT / "crds").glob("*.yaml"))
+
+
+def install_crds(plane: ControlPlane, extra: Iterable[Path] = ()) -> None:
+    """The generated CRDs (and `extra` ones), applied with plain client-side `kubectl apply`
+    and Established."""
+    for path in (*CRD_FILES, *extra):
+        plane.kubectl("apply", "-f", str(path))
+    plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")

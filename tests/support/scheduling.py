@@ -12,7 +12,8 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from .controlplane import DEFAULT_CONTROLLERS, REPO_ROOT, ControlPlane
+from .controlplane import DEFAULT_CONTROLLERS, ControlPlane
+from .operator import install_crds
 
 # Kubernetes 1.37 serves scheduling.k8s.io/v1beta1 (PodGroup, Workload) only with the feature
 # gate on and the beta version enabled.
@@ -93,13 +94,6 @@ async def lift_gate(core: client.CoreV1Api, namespace: str, pod: str) -> None:
     )
 
 
-def install_crds(plane: ControlPlane) -> None:
-    """Our CRDs, applied and Established."""
-    for path in sorted((REPO_ROOT / "crds").glob("*.yaml")):
-        plane.kubectl("apply", "-f", str(path))
-    plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-
-
 @contextlib.contextmanager
 def gang_control_plane(scheduler: str, extra_crds: Iterable[Path] = ()) -> Iterator[ControlPlane]:
     """A control plane of its own whose apiserver serves PodGroups, whose controller manager lets
@@ -110,9 +104,6 @@ def gang_control_plane(scheduler: str, extra_crds: Iterable[Path] = ()) -> Itera
         extra_apiserver_args=POD_GROUP_API_ARGS,
         extra_controller_manager_args=(GENERIC_WORKLOAD_GATE,),
     ) as plane:
-        install_crds(plane)
-        for crd in extra_crds:
-            plane.kubectl("apply", "-f", str(crd))
-        plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        install_crds(plane, extra_crds)
         plane.start_scheduler(scheduler, GENERIC_WORKLOAD_GATE)
         yield plane

@@ -146,15 +146,22 @@ async def unread(request: Awaitable[Any]) -> None:
     decoded into the client's model objects, which costs more CPU than the request (a created
     pod's reply: about 0.6 ms). A status of 300 or more raises ApiException (see
     `errors.translated`)."""
+    await reply_body(request)
+
+
+async def reply_body(request: Awaitable[Any]) -> bytes:
+    """The body of the reply to a request sent with `_preload_content=False`, undecoded; a status
+    of 300 or more raises ApiException (see `errors.translated`)."""
     response: aiohttp.ClientResponse = await request
     try:
-        body = await response.read()  # read to its end, so that the connection is reused
+        body: bytes = await response.read()  # read to its end, so that the connection is reused
     finally:
         response.release()
     if response.status >= 300:
         error = ApiException(status=response.status, reason=response.reason)
         error.body = body
         raise error
+    return body
 
 
 async def new_api_client(

@@ -206,17 +206,7 @@ class ReconcilerExecutor:
         self, key: JobKey, job: dict[str, Any], plan: Plan
     ) -> Refusal | None:
         meta = job["metadata"]
-
-        async def create(body: Any) -> None:
-            await unread(
-                self.core.create_namespaced_service(
-                    meta["namespace"],
-                    body,
-                    field_manager=constants.FIELD_MANAGER,
-                    _preload_content=False,
-                )
-            )
-
+        create = _creator(self.core.create_namespaced_service, meta["namespace"])
         services = [
             (replica_name(meta["name"], r.type, r.index), render_service(meta, r))
             for r in plan.create_services
@@ -232,17 +222,7 @@ class ReconcilerExecutor:
         gang: Gang | None,
     ) -> Refusal | None:
         meta = job["metadata"]
-
-        async def create(body: Any) -> None:
-            await unread(
-                self.core.create_namespaced_pod(
-                    meta["namespace"],
-                    body,
-                    field_manager=constants.FIELD_MANAGER,
-                    _preload_content=False,
-                )
-            )
-
+        create = _creator(self.core.create_namespaced_pod, meta["namespace"])
         pods = []
         for p in plan.create_pods:
             pod = render_pod(meta, spec, p.replica, p.annotations, self.t9k_scheduler)
@@ -268,25 +248,39 @@ class ReconcilerExecutor:
         if plan.delete_group:
             try:
                 async with translated():
-                    await self.objects.delete_namespaced_custom_object(*coordinates, gang.name)
+                    await unread(
+                        self.objects.delete_namespaced_custom_object(
+                            *coordinates, gang.name, _preload_content=False
+                        )
+                    )
             except NotFound:
                 return None
             await self._done(key, job, constants.REASON_SUCCESSFUL_DELETE, _what(gang, "Deleted"))
         if plan.resize_group:
             async with translated():
-                await self.objects.patch_namespaced_custom_object(
-                    *coordinates,
-                    gang.name,
-                    min_count_patch(gang),
-                    field_manager=constants.FIELD_MANAGER,
+                await unread(
+                    self.objects.patch_namespaced_custom_object(
+                        *coordinates,
+                        gang.name,
+                        min_count_patch(gang),
+                        field_manager=constants.FIELD_MANAGER,
+                        _preload_content=False,
+                    )
                 )
+        if not plan.create_group:
+            return None
         body = render_pod_group(meta, gang, owner_reference(meta), shared_priority_class(spec))
-        if not plan.create_group or body is None:
+        if body is None:
             return None
 
         async def create(group: Any) -> None:
-            await self.objects.create_namespaced_custom_object(
-                *coordinates, group, field_manager=constants.FIELD_MANAGER
+            await unread(
+                self.objects.create_namespaced_custom_object(
+                    *coordinates,
+                    group,
+                    field_manager=constants.FIELD_MANAGER,
+                    _preload_content=False,
+                )
             )
 
         return await self._create_each(key, job, "podgroup", [(gang.name, body)], create)
@@ -327,3 +321,18 @@ class ReconcilerExecutor:
 def _what(gang: Gang, done: str) -> str:
     kind = gang.kind.kind if gang.kind else "group"
     return f"{done} {gang.mode} {kind}: {gang.name}"
+
+
+def _creator(
+    create_in_namespace: Callable[..., Awaitable[Any]], namespace: str
+) -> Callable[[Any], Awaitable[None]]:
+    """Creates an object in `namespace` with our field manager, its reply read, not decoded."""
+
+    async def create(body: Any) -> None:
+        await unread(
+            create_in_namespace(
+                namespace, body, field_manager=constants.FIELD_MANAGER, _preload_content=False
+            )
+        )
+
+    return create
