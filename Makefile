@@ -65,11 +65,11 @@ demo-cluster: node-up ## on the real node: apply examples/mnist-ddp/job.yaml, wa
 	hack/demo-cluster.sh
 
 .PHONY: generate
-generate: $(STAMP) ## regenerate the CRD, the Python API model and docs/api.md from proto/
+generate: $(STAMP) ## regenerate the CRDs, the Python API models and their API references from proto/
 	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=tools/codegen proto/schema_options.proto
 	$(BIN)/python -m grpc_tools.protoc -Iproto --plugin=protoc-gen-torchjob=tools/protoc-gen-torchjob \
 		--torchjob_out=. $(filter-out proto/schema_options.proto,$(PROTO_FILES))
-	$(BIN)/ruff format --quiet services/torchjob/api/types.py
+	$(BIN)/ruff format --quiet services/torchjob/api/types.py services/torchjob/api/kubeflow_types.py
 
 .PHONY: pod-schema
 pod-schema: $(STAMP) ## regenerate api/pod_schema.py (the Pod fields admission checks) from the Kubernetes OpenAPI

@@ -1,5 +1,6 @@
-"""The committed CRD, Python model and API reference are exactly what `make generate` makes from
-proto/, and the CRD is a structural schema the apiserver can take."""
+"""The committed CRDs, Python models and API references are exactly what `make generate` makes
+from proto/ (torchjob's own API and Kubeflow's PyTorchJob), and each CRD is a structural schema
+the apiserver can take."""
 
 from __future__ import annotations
 
@@ -16,10 +17,15 @@ from torchjob.api import constants
 ROOT = Path(__file__).parents[2]
 BIN = Path(sys.executable).parent
 CRD = ROOT / "crds" / "batch.tensorstack.dev_pytorchtrainingjobs.yaml"
+KUBEFLOW_CRD = ROOT / "crds" / "kubeflow.org_pytorchjobs.yaml"
+PYTHON_MODELS = ["services/torchjob/api/types.py", "services/torchjob/api/kubeflow_types.py"]
 GENERATED = [
     "crds/batch.tensorstack.dev_pytorchtrainingjobs.yaml",
     "services/torchjob/api/types.py",
     "docs/api.md",
+    "crds/kubeflow.org_pytorchjobs.yaml",
+    "services/torchjob/api/kubeflow_types.py",
+    "docs/api-kubeflow.md",
 ]
 
 
@@ -45,7 +51,7 @@ def regenerated(tmp_path_factory: pytest.TempPathFactory) -> Path:
         check=True,
     )
     subprocess.run(
-        [str(BIN / "ruff"), "format", "--quiet", str(out / "services/torchjob/api/types.py")],
+        [str(BIN / "ruff"), "format", "--quiet", *(str(out / p) for p in PYTHON_MODELS)],
         cwd=ROOT,
         check=True,
     )
@@ -60,28 +66,59 @@ def test_committed_file_matches_make_generate(regenerated: Path, relative: str) 
     )
 
 
+def test_make_generate_writes_nothing_else(regenerated: Path) -> None:
+    written = {str(p.relative_to(regenerated)) for p in regenerated.rglob("*") if p.is_file()}
+    assert written == set(GENERATED)
+
+
 def walk(schema: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """Every schema node with its path: `.a.b` for properties, `[]` for items, `{}` for the values
+    of a map (additionalProperties)."""
     nodes = [(path, schema)]
     for key, child in schema.get("properties", {}).items():
         nodes += walk(child, f"{path}.{key}")
     if "items" in schema:
         nodes += walk(schema["items"], f"{path}[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        nodes += walk(schema["additionalProperties"], f"{path}{{}}")
     return nodes
 
 
-@pytest.fixture(scope="module")
-def openapi() -> dict[str, Any]:
-    crd = yaml.safe_load(CRD.read_text())
+def load_schema(path: Path) -> dict[str, Any]:
+    crd = yaml.safe_load(path.read_text())
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     assert isinstance(schema, dict)
     return schema
 
 
-def test_every_node_has_a_type_and_every_field_a_description(openapi: dict[str, Any]) -> None:
-    for path, node in walk(openapi):
+@pytest.fixture(scope="module")
+def openapi() -> dict[str, Any]:
+    return load_schema(CRD)
+
+
+@pytest.fixture(scope="module")
+def kubeflow_openapi() -> dict[str, Any]:
+    return load_schema(KUBEFLOW_CRD)
+
+
+@pytest.mark.parametrize("crd", [CRD, KUBEFLOW_CRD], ids=lambda p: p.stem)
+def test_every_node_has_a_type_and_every_field_a_description(crd: Path) -> None:
+    for path, node in walk(load_schema(crd)):
         assert "type" in node, path
-        if path and path != ".metadata" and not path.endswith("[]"):
+        if path and path != ".metadata" and not path.endswith(("[]", "{}")):
             assert node.get("description"), f"{path} has no description"
+
+
+@pytest.mark.parametrize("crd", [CRD, KUBEFLOW_CRD], ids=lambda p: p.stem)
+def test_structural_schema(crd: Path) -> None:
+    """What makes a schema structural: a map has properties or additionalProperties, never both,
+    and only objects have either."""
+    for path, node in walk(load_schema(crd)):
+        assert not ("properties" in node and "additionalProperties" in node), path
+        if "properties" in node or "additionalProperties" in node:
+            assert node["type"] == "object", path
+        if "items" in node:
+            assert node["type"] == "array", path
 
 
 def test_strings_and_lists_are_bounded_for_cel_cost(openapi: dict[str, Any]) -> None:
@@ -111,3 +148,32 @@ def test_every_reason_is_documented() -> None:
     reasons = {v for k, v in vars(constants).items() if k.startswith("REASON_")}
     documented = (ROOT / "docs" / "api.md").read_text()
     assert {r for r in reasons if f"`{r}`" not in documented} == set()
+
+
+def test_kubeflow_resource_is_kubeflows(kubeflow_openapi: dict[str, Any]) -> None:
+    crd = yaml.safe_load(KUBEFLOW_CRD.read_text())
+    assert crd["metadata"]["name"] == "pytorchjobs.kubeflow.org"
+    names = crd["spec"]["names"]
+    assert (names["kind"], names["plural"], names["singular"]) == (
+        "PyTorchJob",
+        "pytorchjobs",
+        "pytorchjob",
+    )
+    version = crd["spec"]["versions"][0]
+    assert version["name"] == "v1"
+    assert version["subresources"]["scale"] == {
+        "specReplicasPath": ".spec.pytorchReplicaSpecs.Worker.replicas",
+        "statusReplicasPath": ".status.replicaStatuses.Worker.active",
+        "labelSelectorPath": ".status.replicaStatuses.Worker.selector",
+    }
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["State", "Age"]
+
+
+def test_kubeflow_replica_specs_are_a_map(kubeflow_openapi: dict[str, Any]) -> None:
+    spec = kubeflow_openapi["properties"]["spec"]
+    replica_specs = spec["properties"]["pytorchReplicaSpecs"]
+    assert replica_specs["type"] == "object"
+    assert "replicas" in replica_specs["additionalProperties"]["properties"]
+    assert spec["required"] == ["pytorchReplicaSpecs"]
+    statuses = kubeflow_openapi["properties"]["status"]["properties"]["replicaStatuses"]
+    assert "active" in statuses["additionalProperties"]["properties"]

@@ -3,16 +3,17 @@ and encodes back exactly what it was given."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchjob.api import types
-from torchjob.api.model import FieldInfo, Model, ModelError
+from torchjob.api import kubeflow_types, types
+from torchjob.api.model import FieldInfo, Model, ModelError, model_of
 from torchjob.api.types import PyTorchTrainingJob
 
 T9K_MANIFESTS = sorted((Path(__file__).parents[1] / "data" / "t9k").glob("*.yaml"))
@@ -162,10 +163,10 @@ JSON = st.recursive(
 )
 
 
-def valid_value(info: FieldInfo, depth: int) -> st.SearchStrategy[Any]:
+def valid_value(owner: type[Model], info: FieldInfo, depth: int) -> st.SearchStrategy[Any]:
     item: st.SearchStrategy[Any]
     if info.kind == "message":
-        item = valid_object(info.ref, depth + 1)
+        item = valid_object(model_of(owner, info.ref), depth + 1)
     elif info.kind == "object":
         item = st.dictionaries(st.text(max_size=6), JSON, max_size=3)
     elif info.kind == "enum":
@@ -176,20 +177,28 @@ def valid_value(info: FieldInfo, depth: int) -> st.SearchStrategy[Any]:
         item = st.text(max_size=12)
     else:
         item = st.integers(min_value=-(2**31), max_value=2**31 - 1)
+    if info.map:
+        return st.dictionaries(st.text(max_size=6), item, max_size=3)
     return st.lists(item, max_size=3) if info.repeated else item
 
 
-def valid_object(name: str, depth: int = 0) -> st.SearchStrategy[dict[str, Any]]:
-    model: type[Model] = getattr(types, name)
+def valid_object(model: type[Model], depth: int = 0) -> st.SearchStrategy[dict[str, Any]]:
     if depth > 6:
         return st.just({})
-    return st.fixed_dictionaries({}, optional={f.key: valid_value(f, depth) for f in model.FIELDS})
+    optional = {f.key: valid_value(model, f, depth) for f in model.FIELDS}
+    return st.fixed_dictionaries({}, optional=optional)
 
 
 @settings(max_examples=200, deadline=None)
-@given(valid_object("PyTorchTrainingJob"))
+@given(valid_object(PyTorchTrainingJob))
 def test_any_schema_conforming_object_round_trips(manifest: dict[str, Any]) -> None:
     assert PyTorchTrainingJob.from_dict(manifest).to_dict() == manifest
+
+
+@settings(max_examples=200, deadline=None)
+@given(valid_object(kubeflow_types.PyTorchJob))
+def test_any_schema_conforming_kubeflow_object_round_trips(manifest: dict[str, Any]) -> None:
+    assert kubeflow_types.PyTorchJob.from_dict(manifest).to_dict() == manifest
 
 
 @settings(max_examples=300, deadline=None)
@@ -200,3 +209,140 @@ def test_arbitrary_json_decodes_or_fails_with_a_named_field(value: Any) -> None:
             PyTorchTrainingJob.from_dict(candidate)
         except ModelError as error:
             assert error.message
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON)
+def test_arbitrary_json_decodes_as_kubeflow_or_fails_with_a_named_field(value: Any) -> None:
+    for candidate in (value, {"spec": value}, {"spec": {"pytorchReplicaSpecs": value}}):
+        try:
+            kubeflow_types.PyTorchJob.from_dict(candidate)
+        except ModelError as error:
+            assert error.message
+
+
+# --- Kubeflow's PyTorchJob ----------------------------------------------------------------
+
+KUBEFLOW_JOB: dict[str, Any] = {
+    "apiVersion": "kubeflow.org/v1",
+    "kind": "PyTorchJob",
+    "metadata": {"name": "mnist", "namespace": "kubeflow"},
+    "spec": {
+        "runPolicy": {"cleanPodPolicy": "None", "suspend": False},
+        "nprocPerNode": "auto",
+        "elasticPolicy": {"rdzvConf": [{"key": "timeout", "value": "900"}], "metrics": [{}]},
+        "pytorchReplicaSpecs": {
+            "Master": {
+                "replicas": 1,
+                "restartPolicy": "OnFailure",
+                "template": {
+                    "spec": {"containers": [{"name": "pytorch", "image": "i", "args": ["x"]}]}
+                },
+            },
+            "Worker": {
+                "replicas": 2,
+                "restartPolicy": "ExitCode",
+                "template": {"spec": {"containers": [{"name": "pytorch", "image": "i"}]}},
+            },
+        },
+    },
+    "status": {
+        "conditions": [{"type": "Created", "status": "True", "reason": "PyTorchJobCreated"}],
+        "replicaStatuses": {"Master": {"active": 1}, "Worker": {"active": 2, "selector": "a=b"}},
+        "startTime": "2024-01-01T00:00:00Z",
+        "torchjob": {"phase": "Running", "tasks": [{"type": "worker"}]},
+    },
+}
+
+
+def test_kubeflow_job_decodes_maps_into_typed_messages_and_round_trips() -> None:
+    job = kubeflow_types.PyTorchJob.from_dict(KUBEFLOW_JOB)
+    assert job.spec and job.spec.pytorch_replica_specs
+    worker = job.spec.pytorch_replica_specs["Worker"]
+    assert isinstance(worker, kubeflow_types.ReplicaSpec)
+    assert (worker.replicas, worker.restart_policy) == (2, "ExitCode")
+    assert list(job.spec.pytorch_replica_specs) == ["Master", "Worker"]
+    assert job.status and job.status.replica_statuses
+    assert job.status.replica_statuses["Worker"].selector == "a=b"
+    assert job.status.torchjob == KUBEFLOW_JOB["status"]["torchjob"]
+    assert job.to_dict() == KUBEFLOW_JOB
+
+
+def test_same_class_names_in_two_apis_resolve_within_their_module() -> None:
+    assert kubeflow_types.ReplicaSpec.__module__ != types.ReplicaSpec.__module__
+    assert model_of(kubeflow_types.PyTorchJobSpec, "ReplicaSpec") is kubeflow_types.ReplicaSpec
+    assert model_of(types.PyTorchTrainingJobSpec, "ReplicaSpec") is types.ReplicaSpec
+    batch = PyTorchTrainingJob.from_dict(spec_with({"replicas": 2}))
+    assert batch.spec and batch.spec.replica_specs
+    assert isinstance(batch.spec.replica_specs[0], types.ReplicaSpec)
+    assert isinstance(batch.spec.run_policy or types.RunPolicy(), types.RunPolicy)
+
+
+def kubeflow_with(replica: Any) -> dict[str, Any]:
+    return {"spec": {"pytorchReplicaSpecs": {"Master": replica}}}
+
+
+@pytest.mark.parametrize(
+    ("manifest", "path", "message"),
+    [
+        (kubeflow_with({"replicas": "one"}), "spec.pytorchReplicaSpecs.Master.replicas", "integer"),
+        (
+            kubeflow_with({"restartPolicy": "Sometimes"}),
+            "spec.pytorchReplicaSpecs.Master.restartPolicy",
+            "must be one of Always, OnFailure, Never, ExitCode",
+        ),
+        (kubeflow_with([]), "spec.pytorchReplicaSpecs.Master", "must be an object, not array"),
+        (
+            {"spec": {"pytorchReplicaSpecs": [{"replicas": 1}]}},
+            "spec.pytorchReplicaSpecs",
+            "must be an object, not array",
+        ),
+        (
+            {"spec": {"runPolicy": {"cleanPodPolicy": "Unfinished"}}},
+            "spec.runPolicy.cleanPodPolicy",
+            "must be one of All, Running, None",
+        ),
+        (
+            {"status": {"replicaStatuses": {"Worker": {"active": "2"}}}},
+            "status.replicaStatuses.Worker.active",
+            "must be an integer, not string",
+        ),
+    ],
+)
+def test_bad_kubeflow_value_names_its_field(
+    manifest: dict[str, Any], path: str, message: str
+) -> None:
+    with pytest.raises(ModelError) as caught:
+        kubeflow_types.PyTorchJob.from_dict(manifest)
+    assert caught.value.path == path
+    assert message in caught.value.message
+
+
+def test_kubeflow_defaults_are_only_those_of_kubeflows_crd() -> None:
+    defaults = {
+        (model.__name__, info.attr): info.default
+        for model in vars(kubeflow_types).values()
+        if isinstance(model, type) and issubclass(model, Model) and model is not Model
+        for info in model.FIELDS
+        if info.default is not None
+    }
+    assert defaults == {("RunPolicy", "suspend"): False}
+
+
+@dataclass(slots=True)
+class Labelled(Model):
+    """A message with a map of strings, as `map<string, string>` generates it."""
+
+    labels: dict[str, str] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    FIELDS: ClassVar[tuple[FieldInfo, ...]] = (FieldInfo("labels", "labels", "string", map=True),)
+
+
+def test_map_of_strings_decodes_names_bad_values_and_round_trips() -> None:
+    manifest = {"labels": {"a": "1", "b.c/d": "2"}, "other": 3}
+    assert Labelled.from_dict(manifest).labels == {"a": "1", "b.c/d": "2"}
+    assert Labelled.from_dict(manifest).to_dict() == manifest
+    with pytest.raises(ModelError) as caught:
+        Labelled.from_dict({"labels": {"a": 1}})
+    assert caught.value.path == "labels.a"

@@ -24,20 +24,23 @@ def render(schema: Schema) -> str:
         "subresources": _subresources(res),
         "additionalPrinterColumns": [_printer_column(c) for c in res.printer_columns],
     }
+    names: dict[str, Any] = {
+        "kind": res.kind,
+        "listKind": f"{res.kind}List",
+        "plural": res.plural,
+        "singular": res.singular,
+    }
+    if res.short_names:
+        names["shortNames"] = list(res.short_names)
+    if res.categories:
+        names["categories"] = list(res.categories)
     crd = {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {"name": f"{res.plural}.{res.group}"},
         "spec": {
             "group": res.group,
-            "names": {
-                "kind": res.kind,
-                "listKind": f"{res.kind}List",
-                "plural": res.plural,
-                "singular": res.singular,
-                "shortNames": list(res.short_names),
-                "categories": list(res.categories),
-            },
+            "names": names,
             "scope": "Namespaced",
             "versions": [version],
         },
@@ -96,6 +99,13 @@ def _object_schema(schema: Schema, message: Message) -> dict[str, Any]:
 
 def _field_schema(schema: Schema, field: Field) -> dict[str, Any]:
     value = _value_schema(schema, field)
+    if field.map:
+        value.pop("description", None)
+        return {
+            "type": "object",
+            "description": describe(schema, field),
+            "additionalProperties": value,
+        }
     if not field.repeated:
         value["description"] = describe(schema, field)
         _move_first(value, "description")

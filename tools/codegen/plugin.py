@@ -9,9 +9,10 @@ from google.protobuf.compiler import plugin_pb2
 
 from codegen import crd, docs, python_model, schema
 
-PYTHON_MODEL = "services/torchjob/api/types.py"
+# The outputs of a resource that names none (schema_options.Resource's python_module, docs_path).
+PYTHON_MODULE = "torchjob.api.types"
 API_DOCS = "docs/api.md"
-DOCS_APPENDIX_DIR = Path("proto/docs")
+DOCS_APPENDIX_DIR = "proto/docs"
 
 
 def generate(request: plugin_pb2.CodeGeneratorRequest) -> plugin_pb2.CodeGeneratorResponse:
@@ -22,18 +23,30 @@ def generate(request: plugin_pb2.CodeGeneratorRequest) -> plugin_pb2.CodeGenerat
     for name in request.file_to_generate:
         api = schema.read(files[name])
         res = api.resource
+        module = res.python_module or PYTHON_MODULE
+        appendix_dir = res.docs_appendix_dir if res.docs_path else DOCS_APPENDIX_DIR
         outputs = {
             f"crds/{res.group}_{res.plural}.yaml": crd.render(api),
-            PYTHON_MODEL: python_model.render(api),
-            API_DOCS: docs.render(api, _appendix()),
+            python_path(module): python_model.render(api),
+            res.docs_path or API_DOCS: docs.render(api, _appendix(appendix_dir), appendix_dir),
         }
         for path, content in outputs.items():
             response.file.add(name=path, content=content)
     return response
 
 
-def _appendix() -> str:
-    parts = sorted(DOCS_APPENDIX_DIR.glob("*.md")) if DOCS_APPENDIX_DIR.is_dir() else []
+def python_path(module: str) -> str:
+    """The file of a module of the torchjob package, from the repository root."""
+    if module.split(".")[0] != "torchjob":
+        raise ValueError(f"python_module {module!r} is not in the torchjob package")
+    return "services/" + module.replace(".", "/") + ".py"
+
+
+def _appendix(directory: str) -> str:
+    if not directory:
+        return ""
+    path = Path(directory)
+    parts = sorted(path.glob("*.md")) if path.is_dir() else []
     return "\n\n".join(p.read_text() for p in parts)
 
 

@@ -75,6 +75,12 @@ def _json_annotation(schema: Schema, f: Field) -> str:
         base = f.ref or ""
     else:
         base = SCALAR_TYPES[f.kind]
+    return _container(f, base)
+
+
+def _container(f: Field, base: str) -> str:
+    if f.map:
+        return f"dict[str, {base}]"
     return f"list[{base}]" if f.repeated else base
 
 
@@ -98,7 +104,7 @@ def _annotation(schema: Schema, f: Field) -> str:
         base = f.ref or ""
     else:
         base = SCALAR_TYPES[f.kind]
-    return f"list[{base}]" if f.repeated else base
+    return _container(f, base)
 
 
 def _field_info(schema: Schema, f: Field) -> str:
@@ -109,6 +115,8 @@ def _field_info(schema: Schema, f: Field) -> str:
     args.append(repr(kind))
     if f.repeated:
         args.append("repeated=True")
+    if f.map:
+        args.append("map=True")
     if kind == "message":
         args.append(f"ref={f.ref!r}")
     if kind == "enum":

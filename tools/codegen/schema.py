@@ -34,6 +34,8 @@ class Field:
     ref: str | None  # enum or message name
     repeated: bool
     options: Any  # schema_options_pb2.FieldSchema
+    # A protobuf map (`map<string, V>`): a JSON object whose values are V (kind and ref are V's).
+    map: bool = False
 
     @property
     def default(self) -> Any:
@@ -113,7 +115,15 @@ def read(fd: descriptor_pb2.FileDescriptorProto) -> Schema:
         ]
         schema.enums[enum.name] = EnumType(enum.name, comments.get((5, index), ""), values)
     for index, msg in enumerate(fd.message_type):
-        fields = [_field(f, comments.get((4, index, 2, fi), "")) for fi, f in enumerate(msg.field)]
+        entries = {
+            f".{fd.package}.{msg.name}.{nested.name}": nested
+            for nested in msg.nested_type
+            if nested.options.map_entry
+        }
+        fields = [
+            _field(f, comments.get((4, index, 2, fi), ""), entries)
+            for fi, f in enumerate(msg.field)
+        ]
         resource = (
             msg.options.Extensions[opts.resource]
             if msg.options.HasExtension(opts.resource)
@@ -129,15 +139,28 @@ def read(fd: descriptor_pb2.FileDescriptorProto) -> Schema:
     return schema
 
 
-def _field(f: descriptor_pb2.FieldDescriptorProto, doc: str) -> Field:
-    if f.type in SCALARS:
-        kind, ref = SCALARS[f.type], None
-    elif f.type == descriptor_pb2.FieldDescriptorProto.TYPE_ENUM:
-        kind, ref = "enum", _short(f.type_name)
-    elif f.type == descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE:
-        kind, ref = "message", _short(f.type_name)
-    else:
-        raise ValueError(f"field {f.name}: protobuf type {f.type} has no Kubernetes form")
+def _field(
+    f: descriptor_pb2.FieldDescriptorProto,
+    doc: str,
+    entries: dict[str, descriptor_pb2.DescriptorProto],
+) -> Field:
+    entry = entries.get(f.type_name) if f.type_name else None
+    if entry is not None:
+        key, value = entry.field
+        if key.type != descriptor_pb2.FieldDescriptorProto.TYPE_STRING:
+            raise ValueError(f"field {f.name}: a map's keys must be strings")
+        kind, ref = _kind(value)
+        return Field(
+            name=f.name,
+            json_name=f.json_name,
+            doc=doc,
+            kind=kind,
+            ref=ref,
+            repeated=False,
+            options=f.options.Extensions[opts.field],
+            map=True,
+        )
+    kind, ref = _kind(f)
     return Field(
         name=f.name,
         json_name=f.json_name,
@@ -147,3 +170,15 @@ def _field(f: descriptor_pb2.FieldDescriptorProto, doc: str) -> Field:
         repeated=f.label == descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
         options=f.options.Extensions[opts.field],
     )
+
+
+def _kind(f: descriptor_pb2.FieldDescriptorProto) -> tuple[str, str | None]:
+    if f.type in SCALARS:
+        kind, ref = SCALARS[f.type], None
+    elif f.type == descriptor_pb2.FieldDescriptorProto.TYPE_ENUM:
+        kind, ref = "enum", _short(f.type_name)
+    elif f.type == descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE:
+        kind, ref = "message", _short(f.type_name)
+    else:
+        raise ValueError(f"field {f.name}: protobuf type {f.type} has no Kubernetes form")
+    return kind, ref

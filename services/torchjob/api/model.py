@@ -51,13 +51,23 @@ class FieldInfo:
     key: str
     kind: Kind
     repeated: bool = False
-    ref: str = ""  # the message class name for kind "message"
+    ref: str = ""  # the message class name for kind "message", in the declaring class's module
     values: tuple[str, ...] = ()  # allowed strings for kind "enum"
     default: Any = None  # JSON value the webhook fills in when the field is absent
     limits: Limits | None = None
+    # A JSON object of string keys whose values are of `kind` (a protobuf map); `repeated` is
+    # then False.
+    map: bool = False
 
 
-_MODELS: dict[str, type[Model]] = {}
+# Every generated message class by (module, class name): two generated modules (two APIs) may
+# each declare a message of the same name, and a field's `ref` names one in its own module.
+_MODELS: dict[tuple[str, str], type[Model]] = {}
+
+
+def model_of(owner: type[Model], ref: str) -> type[Model]:
+    """The message class a field of `owner` names by `ref`: the one declared in owner's module."""
+    return _MODELS[(owner.__module__, ref)]
 
 
 def json_type(value: object) -> str:
@@ -105,7 +115,7 @@ class Model:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        _MODELS[cls.__name__] = cls
+        _MODELS[(cls.__module__, cls.__name__)] = cls
 
     @classmethod
     def from_dict(cls, data: object, path: str = "") -> Self:
@@ -124,7 +134,7 @@ class Model:
             elif info.kind == "string" and not info.repeated and isinstance(raw, str):
                 values[info.attr] = raw  # the common case, with no path to build
             else:
-                values[info.attr] = _decode_field(info, raw, child(path, key))
+                values[info.attr] = _decode_field(cls, info, raw, child(path, key))
         values["extra"] = extra
         return cls(**values)
 
@@ -133,8 +143,14 @@ class Model:
         out: dict[str, Any] = {}
         for info in self.FIELDS:
             value = getattr(self, info.attr)
-            if value is not None:
-                out[info.key] = [_encode(v) for v in value] if info.repeated else _encode(value)
+            if value is None:
+                continue
+            if info.repeated:
+                out[info.key] = [_encode(v) for v in value]
+            elif info.map:
+                out[info.key] = {k: _encode(v) for k, v in value.items()}
+            else:
+                out[info.key] = _encode(value)
         out.update(self.extra)
         return out
 
@@ -149,18 +165,21 @@ def _fields_by_key(model: type[Model]) -> dict[str, FieldInfo]:
     return by_key
 
 
-def _decode_field(info: FieldInfo, raw: object, path: str) -> Any:
+def _decode_field(owner: type[Model], info: FieldInfo, raw: object, path: str) -> Any:
+    if info.map:
+        obj = expect_object(raw, path)
+        return {key: _decode(owner, info, value, child(path, key)) for key, value in obj.items()}
     if not info.repeated:
-        return _decode(info, raw, path)
+        return _decode(owner, info, raw, path)
     if not isinstance(raw, list):
         raise ModelError(path, f"must be an array, not {json_type(raw)}")
-    return [_decode(info, item, child(path, index)) for index, item in enumerate(raw)]
+    return [_decode(owner, info, item, child(path, index)) for index, item in enumerate(raw)]
 
 
-def _decode(info: FieldInfo, raw: object, path: str) -> Any:
+def _decode(owner: type[Model], info: FieldInfo, raw: object, path: str) -> Any:
     kind = info.kind
     if kind == "message":
-        return _MODELS[info.ref].from_dict(raw, path)
+        return model_of(owner, info.ref).from_dict(raw, path)
     if kind == "object":
         return expect_object(raw, path)
     if kind == "boolean":
