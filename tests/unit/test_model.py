@@ -175,6 +175,8 @@ def valid_value(owner: type[Model], info: FieldInfo, depth: int) -> st.SearchStr
         item = st.booleans()
     elif info.kind == "string":
         item = st.text(max_size=12)
+    elif info.kind == "intOrString":
+        item = st.text(max_size=6) | st.integers(min_value=0, max_value=2**40)
     else:
         item = st.integers(min_value=-(2**31), max_value=2**31 - 1)
     if info.map:
@@ -255,6 +257,14 @@ KUBEFLOW_JOB: dict[str, Any] = {
 }
 
 
+def test_kubeflow_values_only_its_webhook_refuses_are_decoded() -> None:
+    """Kubeflow's CRD has no enums: a value its webhook refuses is still an object of the API."""
+    manifest = kubeflow_with({"restartPolicy": "Sometimes"})
+    manifest["spec"]["runPolicy"] = {"cleanPodPolicy": "Unfinished"}
+    manifest["spec"]["runPolicy"]["schedulingPolicy"] = {"minResources": {"cpu": 4, "mem": "1Gi"}}
+    assert kubeflow_types.PyTorchJob.from_dict(manifest).to_dict() == manifest
+
+
 def test_kubeflow_job_decodes_maps_into_typed_messages_and_round_trips() -> None:
     job = kubeflow_types.PyTorchJob.from_dict(KUBEFLOW_JOB)
     assert job.spec and job.spec.pytorch_replica_specs
@@ -287,9 +297,9 @@ def kubeflow_with(replica: Any) -> dict[str, Any]:
     [
         (kubeflow_with({"replicas": "one"}), "spec.pytorchReplicaSpecs.Master.replicas", "integer"),
         (
-            kubeflow_with({"restartPolicy": "Sometimes"}),
+            kubeflow_with({"restartPolicy": 1}),
             "spec.pytorchReplicaSpecs.Master.restartPolicy",
-            "must be one of Always, OnFailure, Never, ExitCode",
+            "must be a string, not integer",
         ),
         (kubeflow_with([]), "spec.pytorchReplicaSpecs.Master", "must be an object, not array"),
         (
@@ -298,9 +308,9 @@ def kubeflow_with(replica: Any) -> dict[str, Any]:
             "must be an object, not array",
         ),
         (
-            {"spec": {"runPolicy": {"cleanPodPolicy": "Unfinished"}}},
-            "spec.runPolicy.cleanPodPolicy",
-            "must be one of All, Running, None",
+            {"spec": {"runPolicy": {"schedulingPolicy": {"minResources": {"cpu": True}}}}},
+            "spec.runPolicy.schedulingPolicy.minResources.cpu",
+            "must be an integer or a string, not boolean",
         ),
         (
             {"status": {"replicaStatuses": {"Worker": {"active": "2"}}}},

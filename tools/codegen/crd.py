@@ -125,7 +125,13 @@ def _field_schema(schema: Schema, field: Field) -> dict[str, Any]:
 
 def _value_schema(schema: Schema, field: Field) -> dict[str, Any]:
     opts = field.options
-    if field.kind == "message":
+    out: dict[str, Any]
+    if field.kind == "message" and schema.messages[field.ref or ""].int_or_string:
+        out = {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "x-kubernetes-int-or-string": True,
+        }
+    elif field.kind == "message":
         out = _object_schema(schema, schema.messages[field.ref or ""])
     elif field.kind == "enum":
         out = {"type": "string", "enum": [v for v, _ in schema.enums[field.ref or ""].values]}
@@ -145,6 +151,8 @@ def _value_schema(schema: Schema, field: Field) -> dict[str, Any]:
         out["pattern"] = opts.pattern
     if opts.format:
         out["format"] = opts.format
+    if opts.default_in_schema:
+        out["default"] = field.default
     rules = [_rule(r) for r in opts.rules]
     if rules:
         out.setdefault("x-kubernetes-validations", []).extend(rules)

@@ -46,7 +46,11 @@ def _reachable(schema: Schema) -> list[Message]:
         if message in order:
             continue
         order.append(message)
-        pending += [schema.messages[f.ref or ""] for f in message.fields if f.kind == "message"]
+        pending += [
+            schema.messages[f.ref or ""]
+            for f in message.fields
+            if f.kind == "message" and not schema.messages[f.ref or ""].int_or_string
+        ]
     return order
 
 
@@ -61,6 +65,8 @@ def _section(schema: Schema, message: Message) -> list[str]:
 
 def _row(schema: Schema, f: Field) -> str:
     kind = f"[{f.ref}](#{(f.ref or '').lower()})" if f.kind == "message" else f.kind
+    if f.kind == "message" and schema.messages[f.ref or ""].int_or_string:
+        kind = "integer or string"
     if f.kind == "enum":
         kind = "string"
     if f.repeated:

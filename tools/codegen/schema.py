@@ -58,6 +58,11 @@ class Message:
     def opaque(self) -> bool:
         return bool(self.options.preserve_unknown_fields)
 
+    @property
+    def int_or_string(self) -> bool:
+        """Stored as an integer or a string (a Kubernetes quantity or IntOrString)."""
+        return bool(self.options.int_or_string)
+
 
 @dataclass
 class Schema:

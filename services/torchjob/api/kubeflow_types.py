@@ -5,7 +5,7 @@ Do not edit."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypedDict
+from typing import Any, ClassVar, TypedDict
 
 from torchjob.api.model import FieldInfo, Limits, Model
 
@@ -14,23 +14,7 @@ VERSION = "v1"
 API_VERSION = "kubeflow.org/v1"
 KIND = "PyTorchJob"
 PLURAL = "pytorchjobs"
-SHORT_NAMES = ()
-
-
-CleanPodPolicy = Literal["All", "Running", "None"]
-CLEAN_POD_POLICY_VALUES: tuple[CleanPodPolicy, ...] = (
-    "All",
-    "Running",
-    "None",
-)
-
-RestartPolicy = Literal["Always", "OnFailure", "Never", "ExitCode"]
-RESTART_POLICY_VALUES: tuple[RestartPolicy, ...] = (
-    "Always",
-    "OnFailure",
-    "Never",
-    "ExitCode",
-)
+SHORT_NAMES: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -48,7 +32,7 @@ class PyTorchJob(Model):
         FieldInfo("api_version", "apiVersion", "string"),
         FieldInfo("kind", "kind", "string"),
         FieldInfo("metadata", "metadata", "object"),
-        FieldInfo("spec", "spec", "message", ref="PyTorchJobSpec", limits=Limits(required=True)),
+        FieldInfo("spec", "spec", "message", ref="PyTorchJobSpec"),
         FieldInfo("status", "status", "message", ref="JobStatus"),
     )
 
@@ -83,7 +67,7 @@ class RunPolicy(Model):
     """RunPolicy bounds the job's restarts and running time, says what is cleaned up after it and
     how its replicas are scheduled."""
 
-    clean_pod_policy: CleanPodPolicy | None = None
+    clean_pod_policy: str | None = None
     ttl_seconds_after_finished: int | None = None
     active_deadline_seconds: int | None = None
     backoff_limit: int | None = None
@@ -93,7 +77,7 @@ class RunPolicy(Model):
     extra: dict[str, Any] = field(default_factory=dict)
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-        FieldInfo("clean_pod_policy", "cleanPodPolicy", "enum", values=CLEAN_POD_POLICY_VALUES),
+        FieldInfo("clean_pod_policy", "cleanPodPolicy", "string"),
         FieldInfo("ttl_seconds_after_finished", "ttlSecondsAfterFinished", "int32"),
         FieldInfo("active_deadline_seconds", "activeDeadlineSeconds", "int64"),
         FieldInfo("backoff_limit", "backoffLimit", "int32"),
@@ -110,7 +94,7 @@ class SchedulingPolicy(Model):
 
     min_available: int | None = None
     queue: str | None = None
-    min_resources: dict[str, Any] | None = None
+    min_resources: dict[str, int | str] | None = None
     priority_class: str | None = None
     schedule_timeout_seconds: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -118,7 +102,15 @@ class SchedulingPolicy(Model):
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
         FieldInfo("min_available", "minAvailable", "int32"),
         FieldInfo("queue", "queue", "string"),
-        FieldInfo("min_resources", "minResources", "object"),
+        FieldInfo(
+            "min_resources",
+            "minResources",
+            "intOrString",
+            map=True,
+            limits=Limits(
+                pattern="^(\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$"
+            ),
+        ),
         FieldInfo("priority_class", "priorityClass", "string"),
         FieldInfo("schedule_timeout_seconds", "scheduleTimeoutSeconds", "int32"),
     )
@@ -177,13 +169,13 @@ class ReplicaSpec(Model):
 
     replicas: int | None = None
     template: PodTemplateSpec | None = None
-    restart_policy: RestartPolicy | None = None
+    restart_policy: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
         FieldInfo("replicas", "replicas", "int32"),
         FieldInfo("template", "template", "message", ref="PodTemplateSpec"),
-        FieldInfo("restart_policy", "restartPolicy", "enum", values=RESTART_POLICY_VALUES),
+        FieldInfo("restart_policy", "restartPolicy", "string"),
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
-Kind = Literal["string", "boolean", "int32", "int64", "enum", "message", "object"]
+Kind = Literal["string", "boolean", "int32", "int64", "enum", "message", "object", "intOrString"]
 
 INT_BOUNDS: dict[str, tuple[int, int]] = {
     "int32": (-(2**31), 2**31 - 1),
@@ -188,6 +188,10 @@ def _decode(owner: type[Model], info: FieldInfo, raw: object, path: str) -> Any:
         return raw
     if kind in INT_BOUNDS:
         return _decode_int(kind, raw, path)
+    if kind == "intOrString":
+        if isinstance(raw, str) or (isinstance(raw, int) and not isinstance(raw, bool)):
+            return raw
+        raise ModelError(path, f"must be an integer or a string, not {json_type(raw)}")
     if not isinstance(raw, str):
         raise ModelError(path, f"must be a string, not {json_type(raw)}")
     if kind == "enum" and raw not in info.values:
