@@ -156,11 +156,16 @@ def test_webhook_configurations(rendered: tuple[str, list[Manifest]]) -> None:
         for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
         for hook in one(manifests, kind)["webhooks"]
     }
+    kubeflow = values_of(name).get("kubeflow", {}).get("enabled", False)
     assert set(hooks) == {
         "jobs.mutate.torchjob.dev",
         "pods.mutate.torchjob.dev",
         "jobs.validate.torchjob.dev",
-    }
+    } | (
+        {"kubeflowjobs.mutate.torchjob.dev", "kubeflowjobs.validate.torchjob.dev"}
+        if kubeflow
+        else set()
+    )
     for hook_name, hook in hooks.items():
         assert hook["sideEffects"] == "None"
         assert hook["failurePolicy"] == "Fail"
@@ -175,12 +180,8 @@ def test_webhook_configurations(rendered: tuple[str, list[Manifest]]) -> None:
         assert {"kube-system", NAMESPACE} <= set(excluded["values"])
         client_config = hook["clientConfig"]
         assert "caBundle" not in client_config, "the webhook or cert-manager fills it in"
-        path = (
-            "/"
-            + hook_name.split(".")[1]
-            + "/"
-            + hook_name.split(".")[0].replace("jobs", "pytorchtrainingjobs")
-        )
+        objects, action = hook_name.split(".")[:2]
+        path = f"/{action}/{PATHS[objects]}"
         if values.get("externalURL"):
             assert client_config == {"url": values["externalURL"] + path}
         else:
@@ -199,6 +200,10 @@ def test_webhook_configurations(rendered: tuple[str, list[Manifest]]) -> None:
     }
     for job_hook in ("jobs.mutate.torchjob.dev", "jobs.validate.torchjob.dev"):
         assert hooks[job_hook]["rules"][0]["resources"] == ["pytorchtrainingjobs"]
+
+
+# The path of each webhook, by the first part of its name.
+PATHS = {"jobs": "pytorchtrainingjobs", "kubeflowjobs": "pytorchjobs", "pods": "pods"}
 
 
 def test_rendered_arguments_are_what_the_services_accept(

@@ -53,6 +53,16 @@ annotations:
 {{- end }}
 {{- end }}
 
+{{/* The rules of Kubeflow's PyTorchJobs' webhooks (kubeflow.enabled). */}}
+{{- define "torchjob.kubeflowJobRules" -}}
+rules:
+  - apiGroups: ["kubeflow.org"]
+    apiVersions: ["v1"]
+    resources: ["pytorchjobs"]
+    operations: ["CREATE", "UPDATE"]
+    scope: Namespaced
+{{- end }}
+
 {{- define "torchjob.jobRules" -}}
 rules:
   - apiGroups: ["batch.tensorstack.dev"]
