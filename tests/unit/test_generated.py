@@ -198,4 +198,5 @@ def test_kubeflow_schema_constrains_no_more_than_kubeflows(
         ".spec": ["pytorchReplicaSpecs"],
         ".spec.pytorchReplicaSpecs{}.template.spec": ["containers"],
         ".status.conditions[]": ["type", "status"],
+        ".status.replicaStatuses{}.labelSelector.matchExpressions[]": ["key", "operator"],
     }

@@ -86,6 +86,8 @@ def _object_schema(schema: Schema, message: Message) -> dict[str, Any]:
         out["description"] = message.doc
     if message.opaque:
         out["x-kubernetes-preserve-unknown-fields"] = True
+    if message.options.map_type:
+        out["x-kubernetes-map-type"] = message.options.map_type
     if message.fields:
         out["properties"] = {f.json_name: _field_schema(schema, f) for f in message.fields}
         required = [f.json_name for f in message.fields if f.options.required]
@@ -120,6 +122,8 @@ def _field_schema(schema: Schema, field: Field) -> dict[str, Any]:
     if opts.list_map_keys:
         out["x-kubernetes-list-type"] = "map"
         out["x-kubernetes-list-map-keys"] = list(opts.list_map_keys)
+    elif opts.list_type:
+        out["x-kubernetes-list-type"] = opts.list_type
     return out
 
 

@@ -244,7 +244,7 @@ class ReplicaStatus(Model):
     active: int | None = None
     succeeded: int | None = None
     failed: int | None = None
-    label_selector: dict[str, Any] | None = None
+    label_selector: LabelSelector | None = None
     selector: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -252,8 +252,45 @@ class ReplicaStatus(Model):
         FieldInfo("active", "active", "int32"),
         FieldInfo("succeeded", "succeeded", "int32"),
         FieldInfo("failed", "failed", "int32"),
-        FieldInfo("label_selector", "labelSelector", "object"),
+        FieldInfo("label_selector", "labelSelector", "message", ref="LabelSelector"),
         FieldInfo("selector", "selector", "string"),
+    )
+
+
+@dataclass(slots=True)
+class LabelSelector(Model):
+    """A Kubernetes LabelSelector: the pods it selects have every label of matchLabels and meet
+    every requirement of matchExpressions."""
+
+    match_expressions: list[LabelSelectorRequirement] | None = None
+    match_labels: dict[str, str] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
+        FieldInfo(
+            "match_expressions",
+            "matchExpressions",
+            "message",
+            repeated=True,
+            ref="LabelSelectorRequirement",
+        ),
+        FieldInfo("match_labels", "matchLabels", "string", map=True),
+    )
+
+
+@dataclass(slots=True)
+class LabelSelectorRequirement(Model):
+    """LabelSelectorRequirement is one requirement on a label."""
+
+    key: str | None = None
+    operator: str | None = None
+    values: list[str] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
+        FieldInfo("key", "key", "string", limits=Limits(required=True)),
+        FieldInfo("operator", "operator", "string", limits=Limits(required=True)),
+        FieldInfo("values", "values", "string", repeated=True),
     )
 
 
@@ -285,5 +322,20 @@ class ReplicaStatusDict(TypedDict, total=False):
     active: int
     succeeded: int
     failed: int
-    labelSelector: dict[str, Any]
+    labelSelector: LabelSelectorDict
     selector: str
+
+
+class LabelSelectorDict(TypedDict, total=False):
+    """LabelSelector as stored: JSON field names, every field optional."""
+
+    matchExpressions: list[LabelSelectorRequirementDict]
+    matchLabels: dict[str, str]
+
+
+class LabelSelectorRequirementDict(TypedDict, total=False):
+    """LabelSelectorRequirement as stored: JSON field names, every field optional."""
+
+    key: str
+    operator: str
+    values: list[str]
