@@ -29,11 +29,11 @@ release of the same name and namespace is this release's and is taken back.
 {{- $release := get $annotations "meta.helm.sh/release-name" }}
 {{- $namespace := get $annotations "meta.helm.sh/release-namespace" }}
 {{- if not (and (eq $release $root.Release.Name) (eq $namespace $root.Release.Namespace)) }}
-{{- $owner := "not by Helm (e.g. Kubeflow's training-operator manifests)" }}
+{{- $owner := "it carries no Helm release annotations (installed by Kubeflow's training-operator manifests, or by hand)" }}
 {{- if or $release $namespace }}
-{{- $owner = printf "by Helm release %q in namespace %q" $release $namespace }}
+{{- $owner = printf "it belongs to Helm release %q in namespace %q" $release $namespace }}
 {{- end }}
-{{- fail (printf "kubeflow.enabled: the cluster already has the CRD %s, installed %s, not by this release (%s in %s). torchjob will not take over another operator's PyTorchJobs: uninstall Kubeflow's training-operator (or the release that owns the CRD) first, or leave kubeflow.enabled false." (include "torchjob.kubeflowCRDName" $root) $owner $root.Release.Name $root.Release.Namespace) }}
+{{- fail (printf "kubeflow.enabled: the cluster already has the CRD %s, which this release (%s in namespace %s) did not install: %s. torchjob will not take over another operator's PyTorchJobs: uninstall Kubeflow's training-operator (or the release that owns the CRD) first, or leave kubeflow.enabled false." (include "torchjob.kubeflowCRDName" $root) $root.Release.Name $root.Release.Namespace $owner) }}
 {{- end }}
 {{- end }}
 {{- end }}
