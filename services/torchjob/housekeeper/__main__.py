@@ -11,7 +11,10 @@ from torchjob.runtime.service import run_controller_service
 def main(argv: list[str] | None = None) -> None:
     settings = parse(argv)
     run_controller_service(
-        "housekeeper", "housekeeper", settings, lambda api: Housekeeper(api, settings.identity)
+        "housekeeper",
+        "housekeeper",
+        settings,
+        lambda api: Housekeeper(api, settings.identity, kubeflow=settings.kubeflow),
     )
 
 

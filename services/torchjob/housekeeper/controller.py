@@ -12,6 +12,8 @@ import structlog
 from kubernetes_asyncio import client
 
 from torchjob.api import constants
+from torchjob.api.job_api import api_of
+from torchjob.api.kubeflow import as_training_job
 from torchjob.api.model import ModelError
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.housekeeper.executor import HousekeeperExecutor
@@ -21,6 +23,7 @@ from torchjob.kube.reconcile import JobKey, Result, TerminalError
 from torchjob.kube.resources import (
     DEPLOYMENTS,
     JOBS,
+    KUBEFLOW_JOBS,
     OWNER_INDEX,
     PODS,
     SERVICES,
@@ -51,6 +54,7 @@ def tensorboard_job_key(obj: dict[str, Any]) -> list[str]:
 def _relevant(job: dict[str, Any]) -> tuple[Any, ...]:
     """What the housekeeper's decisions read of a job; the reconciler's status writes about
     running pods change none of it."""
+    job = _as_run(job)
     meta, status = job.get("metadata") or {}, job.get("status") or {}
     return (
         job.get("spec"),
@@ -61,12 +65,23 @@ def _relevant(job: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
+def _as_run(job: dict[str, Any]) -> dict[str, Any]:
+    """The job as the lifecycle runs it: a Kubeflow job as its PyTorchTrainingJob."""
+    return as_training_job(job) if api_of(job).kubeflow else job
+
+
 class Housekeeper:
-    def __init__(self, api: client.ApiClient, identity: str) -> None:
+    def __init__(self, api: client.ApiClient, identity: str, *, kubeflow: bool = False) -> None:
         self.queue: WorkQueue[JobKey] = WorkQueue()
         self.events = EventRecorder(api, "torchjob-housekeeper", identity)
         self.executor = HousekeeperExecutor(api, self.events)
         self.jobs = Informer(api, JOBS, on_add=self._job_added, on_update=self._job_updated)
+        # Kubeflow's PyTorchJobs, when served: their clean-up and TTL (docs/kubeflow.md).
+        self.kubeflow_jobs = (
+            Informer(api, KUBEFLOW_JOBS, on_add=self._job_added, on_update=self._job_updated)
+            if kubeflow
+            else None
+        )
         owner = {OWNER_INDEX: controller_uid}
         replicas = constants.LABEL_JOB_NAME
         self.pods = Informer(
@@ -94,8 +109,10 @@ class Housekeeper:
 
     @property
     def informers(self) -> list[Informer]:
+        kubeflow = [self.kubeflow_jobs] if self.kubeflow_jobs is not None else []
         return [
             self.jobs,
+            *kubeflow,
             self.pods,
             self.services,
             self.tensorboard_deployments,
@@ -125,7 +142,7 @@ class Housekeeper:
         key = owner_job_key(obj)
         if key is None:
             return  # a labelled object someone else made
-        job = self.jobs.get(key.namespace, key.name)
+        job = self._job(key)
         if job is not None and is_terminal(job.get("status") or {}):
             self.queue.add(key)
 
@@ -135,9 +152,15 @@ class Housekeeper:
 
     # -- reconcile -------------------------------------------------------------------------------
 
+    def _job(self, key: JobKey) -> dict[str, Any] | None:
+        """The cached job of `key`; a Kubeflow job as the PyTorchTrainingJob that runs it."""
+        jobs = self.kubeflow_jobs if key.api.kubeflow else self.jobs
+        found = jobs.get(key.namespace, key.name) if jobs is not None else None
+        return _as_run(found) if found is not None else None
+
     async def reconcile(self, key: JobKey) -> Result:
         namespace, name = key.namespace, key.name
-        job = self.jobs.get(namespace, name)
+        job = self._job(key)
         if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
             return Result()  # the garbage collector removes what the job owned
         try:

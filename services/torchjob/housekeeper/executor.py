@@ -12,7 +12,8 @@ import structlog
 from kubernetes_asyncio import client
 from prometheus_client import Counter
 
-from torchjob.api import constants, types
+from torchjob.api import constants
+from torchjob.api.job_api import api_of
 from torchjob.kube.errors import Conflict, Invalid, KubeError, NotFound, translated
 from torchjob.kube.events import EventRecorder
 from torchjob.kube.jobs import patch_status
@@ -45,7 +46,7 @@ class HousekeeperExecutor:
             ):
                 ACTIONS.labels("event").inc()
         if plan.delete_job:
-            await self._delete_job(job["metadata"])
+            await self._delete_job(job)
             return
         # Clean-up first: a TensorBoard that cannot be made must not keep a job's pods alive.
         namespace = job["metadata"]["namespace"]
@@ -185,7 +186,8 @@ class HousekeeperExecutor:
         ACTIONS.labels(f"{what}_deleted").inc()
         log.info("deleted", kind=what, name=name)
 
-    async def _delete_job(self, meta: dict[str, Any]) -> None:
+    async def _delete_job(self, job: dict[str, Any]) -> None:
+        meta, api = job["metadata"], api_of(job)
         # Background: the job goes at once and the garbage collector removes what it owned.
         body = client.V1DeleteOptions(
             preconditions=client.V1Preconditions(uid=meta["uid"]),
@@ -194,10 +196,10 @@ class HousekeeperExecutor:
         try:
             async with translated():
                 await self.objects.delete_namespaced_custom_object(
-                    types.GROUP,
-                    types.VERSION,
+                    api.group,
+                    api.version,
                     meta["namespace"],
-                    types.PLURAL,
+                    api.plural,
                     meta["name"],
                     body=body,
                 )

@@ -6,13 +6,17 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from torchjob.api import constants, types
+from torchjob.api import constants
+from torchjob.api.job_api import TRAINING_JOB, JobApi
 from torchjob.kube.client import unread
 from torchjob.kube.errors import translated
 
 
 async def patch_status(
-    objects: client.CustomObjectsApi, meta: dict[str, Any], status: dict[str, Any]
+    objects: client.CustomObjectsApi,
+    meta: dict[str, Any],
+    status: dict[str, Any],
+    api: JobApi = TRAINING_JOB,
 ) -> None:
     """A JSON merge patch of the job's status subresource: each key given replaces the stored one
     (a list as a whole), None removes it, and the keys not given are left alone, so the
@@ -23,10 +27,10 @@ async def patch_status(
         # The reply (the whole job) is read, not decoded: nothing uses it.
         await unread(
             patch(
-                types.GROUP,
-                types.VERSION,
+                api.group,
+                api.version,
                 meta["namespace"],
-                types.PLURAL,
+                api.plural,
                 meta["name"],
                 {"status": status},
                 field_manager=constants.FIELD_MANAGER,

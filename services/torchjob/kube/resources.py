@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from torchjob.api import constants, types
-from torchjob.kube.informer import ResourceKind, controller_uid
+from torchjob.api.job_api import KUBEFLOW_JOB, api_of
+from torchjob.kube.informer import ResourceKind
 from torchjob.kube.reconcile import JobKey
 
 JOBS = ResourceKind(types.GROUP, types.VERSION, types.PLURAL)
+KUBEFLOW_JOBS = ResourceKind(KUBEFLOW_JOB.group, KUBEFLOW_JOB.version, KUBEFLOW_JOB.plural)
 PODS = ResourceKind("", "v1", "pods")
 SERVICES = ResourceKind("", "v1", "services")
 DEPLOYMENTS = ResourceKind("apps", "v1", "deployments")
@@ -20,8 +22,12 @@ OWNER_INDEX = "owner"
 def owner_job_key(obj: dict[str, Any]) -> JobKey | None:
     """The key of the job controlling a labelled pod or Service; None for one that no job
     controls (someone else made it: ignored, never adopted)."""
-    if not controller_uid(obj):
-        return None
     meta = obj.get("metadata") or {}
+    owner = next((r for r in meta.get("ownerReferences") or [] if r.get("controller")), None)
+    if owner is None:
+        return None
+    api = api_of(owner)
+    if api.kubeflow:
+        return JobKey(str(meta.get("namespace")), str(owner.get("name")), api.kind)
     labels = meta.get("labels") or {}
     return JobKey(str(meta.get("namespace")), str(labels.get(constants.LABEL_JOB_NAME)))

@@ -12,6 +12,7 @@ import structlog
 from kubernetes_asyncio import client
 
 from torchjob.api import constants
+from torchjob.api.kubeflow import as_training_job
 from torchjob.api.model import ModelError
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.kube.events import EventRecorder
@@ -20,6 +21,7 @@ from torchjob.kube.informer import Informer, ResourceKind, controller_uid
 from torchjob.kube.reconcile import JobKey, Result, TerminalError
 from torchjob.kube.resources import (
     JOBS,
+    KUBEFLOW_JOBS,
     OWNER_INDEX,
     PODS,
     SERVICES,
@@ -60,6 +62,18 @@ class Reconciler:
             on_add=self._job_changed,
             on_update=self._job_updated,
             on_delete=self._job_deleted,
+        )
+        # Kubeflow's PyTorchJobs, when served (docs/kubeflow.md): run as the same jobs.
+        self.kubeflow_jobs = (
+            Informer(
+                api,
+                KUBEFLOW_JOBS,
+                on_add=self._job_changed,
+                on_update=self._job_updated,
+                on_delete=self._job_deleted,
+            )
+            if settings.kubeflow
+            else None
         )
         selector = constants.LABEL_JOB_NAME
         indexers = {OWNER_INDEX: controller_uid}
@@ -107,7 +121,8 @@ class Reconciler:
 
     @property
     def informers(self) -> list[Informer]:
-        return [self.jobs, self.pods, self.services, *self.groups.values()]
+        kubeflow = [self.kubeflow_jobs] if self.kubeflow_jobs is not None else []
+        return [self.jobs, *kubeflow, self.pods, self.services, *self.groups.values()]
 
     # -- event handlers: map every change to its job's key --------------------------------------
 
@@ -157,8 +172,15 @@ class Reconciler:
 
     # -- reconcile -------------------------------------------------------------------------------
 
+    def _job(self, key: JobKey) -> dict[str, Any] | None:
+        """The cached job of `key`; a Kubeflow job as the PyTorchTrainingJob that runs it."""
+        if not key.api.kubeflow:
+            return self.jobs.get(key.namespace, key.name)
+        found = self.kubeflow_jobs.get(key.namespace, key.name) if self.kubeflow_jobs else None
+        return as_training_job(found) if found is not None else None
+
     async def reconcile(self, key: JobKey) -> Result:
-        job = self.jobs.get(key.namespace, key.name)
+        job = self._job(key)
         if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
             self.expectations.forget(key)
             self.refusals.pop(key, None)

@@ -19,6 +19,8 @@ import structlog
 from kubernetes_asyncio import client
 
 from torchjob.api import constants
+from torchjob.api.job_api import api_of
+from torchjob.api.kubeflow import KUBEFLOW_STATUS
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.kube.client import unread
 from torchjob.kube.errors import Conflict, KubeError, NotFound, translated
@@ -29,7 +31,9 @@ from torchjob.kube.reconcile import JobKey
 from torchjob.lifecycle.observe import Refusal
 from torchjob.lifecycle.plan import Plan
 from torchjob.lifecycle.status import ours
+from torchjob.lifecycle.times import format_time
 from torchjob.reconciler.metrics import JobMetrics
+from torchjob.render.kubeflow import kubeflow_status
 from torchjob.render.replica_objects import owner_reference, render_pod, render_service
 from torchjob.render.scheduling import (
     Gang,
@@ -103,7 +107,7 @@ class ReconcilerExecutor:
         """The plan's status, unless the job already shows it, and its Events."""
         if plan.status == ours(job.get("status") or {}):
             return
-        await self.write_status(job["metadata"], plan.status, job.get("status") or {})
+        await self.write_status(job, plan.status, job.get("status") or {})
         for event in plan.status_events:
             log.info("job event", job=str(key), reason=event.reason, event_message=event.message)
             await self.events.record(job, event.type, event.reason, event.message)
@@ -118,7 +122,7 @@ class ReconcilerExecutor:
         if refused.status == (carried.status if written else stored):
             return
         before = carried.status if written else stored
-        await self.write_status(job["metadata"], refused.status, before)
+        await self.write_status(job, refused.status, before)
         for event in refused.status_events:
             if written and event in carried.status_events:
                 continue
@@ -126,13 +130,19 @@ class ReconcilerExecutor:
             await self.events.record(job, event.type, event.reason, event.message)
 
     async def write_status(
-        self, meta: dict[str, Any], status: dict[str, Any], before: dict[str, Any]
+        self, job: dict[str, Any], status: dict[str, Any], before: dict[str, Any]
     ) -> None:
-        """Write `status` over `before` (what the job showed) and count what it records."""
+        """Write `status` over `before` (what the job showed) and count what it records. A
+        Kubeflow job's status is Kubeflow's, rendered from `status`, which it keeps too."""
         # Lists (conditions, tasks) are replaced as a whole; status.tensorboard, which the
         # housekeeper writes, is never in `status` (lifecycle.status.ours), so it is left alone.
-        await patch_status(self.objects, meta, status)
-        self.metrics.written(meta, before, status, datetime.now(UTC))
+        meta, api, now = job["metadata"], api_of(job), datetime.now(UTC)
+        written = status
+        if api.kubeflow:
+            stored = job.get(KUBEFLOW_STATUS) or {}
+            written = kubeflow_status(meta["name"], stored, status, format_time(now))
+        await patch_status(self.objects, meta, written, api)
+        self.metrics.written(meta, before, status, now)
 
     async def _delete_pods(self, key: JobKey, job: dict[str, Any], plan: Plan) -> None:
         if not plan.delete_pods:
@@ -208,7 +218,7 @@ class ReconcilerExecutor:
         meta = job["metadata"]
         create = _creator(self.core.create_namespaced_service, meta["namespace"])
         services = [
-            (replica_name(meta["name"], r.type, r.index), render_service(meta, r))
+            (replica_name(meta["name"], r.type, r.index), render_service(meta, r, api_of(job)))
             for r in plan.create_services
         ]
         return await self._create_each(key, job, "service", services, create)
@@ -225,7 +235,7 @@ class ReconcilerExecutor:
         create = _creator(self.core.create_namespaced_pod, meta["namespace"])
         pods = []
         for p in plan.create_pods:
-            pod = render_pod(meta, spec, p.replica, p.annotations, self.t9k_scheduler)
+            pod = render_pod(meta, spec, p.replica, p.annotations, self.t9k_scheduler, api_of(job))
             if gang is not None:
                 decorate_pod(pod, gang, self.scheduling)
             pods.append((replica_name(meta["name"], p.replica.type, p.replica.index), pod))
@@ -269,7 +279,8 @@ class ReconcilerExecutor:
                 )
         if not plan.create_group:
             return None
-        body = render_pod_group(meta, gang, owner_reference(meta), shared_priority_class(spec))
+        owner = owner_reference(meta, api_of(job))
+        body = render_pod_group(meta, gang, owner, shared_priority_class(spec))
         if body is None:
             return None
 

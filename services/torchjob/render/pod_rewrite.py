@@ -10,13 +10,16 @@ init container waits until the master's name resolves (render/wait.py).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from torchjob.api import constants, queries
 from torchjob.api.jsoncopy import json_copy
+from torchjob.api.kubeflow import MASTER
 from torchjob.api.types import PyTorchTrainingJob, PyTorchTrainingJobSpec, ReplicaSpec
 from torchjob.render.environment import replica_env, torchrun_argv
+from torchjob.render.kubeflow import DEFAULT_CONTAINER, kubeflow_env
 from torchjob.render.topology import DEFAULT_MASTER_PORT, MASTER_PORT_NAME, Replica, replica_at
 from torchjob.render.wait import add_wait_for_master, python_of, wants_wait
 
@@ -64,6 +67,35 @@ def rewrite_pod(job: PyTorchTrainingJob, pod: dict[str, Any]) -> Rewrite:
     _apply_command(spec, replica_spec, container, env, resuming=_resuming(pod), pod_spec=pod_spec)
     if wants_wait(spec):
         add_wait_for_master(pod_spec, container, python)
+    pod_spec["restartPolicy"] = "Never"
+    return Rewrite(out, _patch(pod.get("spec") or {}, pod_spec))
+
+
+def rewrite_kubeflow_pod(
+    job: PyTorchTrainingJob, kubeflow_spec: Mapping[str, Any], pod: dict[str, Any]
+) -> Rewrite:
+    """`rewrite_pod` for a Kubeflow PyTorchJob (`job` is the PyTorchTrainingJob that runs it,
+    api/kubeflow.py): every container gets Kubeflow's environment (render/kubeflow.py; the
+    user's own variables win), the `pytorch` container its port, and with a Master every pod
+    waits until the master's name resolves."""
+    spec = job.spec or PyTorchTrainingJobSpec()
+    meta = job.metadata or {}
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    replica, _ = _locate(spec, labels)
+    pod_spec = dict(pod.get("spec") or {})
+    out = {**pod, "spec": pod_spec}
+    containers = [json_copy(c) for c in pod_spec.get("containers") or []]
+    if not containers:
+        raise PodRewriteError("the pod has no container")
+    pod_spec["containers"] = containers
+    env = kubeflow_env(kubeflow_spec, str(meta.get("name", "")), replica)
+    for container in containers:
+        _merge_env(container, env)
+    names = [c.get("name") for c in containers]
+    training = containers[names.index(DEFAULT_CONTAINER) if DEFAULT_CONTAINER in names else 0]
+    _ensure_master_port(training)
+    if MASTER in (kubeflow_spec.get("pytorchReplicaSpecs") or {}):
+        add_wait_for_master(pod_spec, training, python_of(training))
     pod_spec["restartPolicy"] = "Never"
     return Rewrite(out, _patch(pod.get("spec") or {}, pod_spec))
 

@@ -10,16 +10,18 @@ from __future__ import annotations
 from typing import Any
 
 from torchjob.api import constants, queries
+from torchjob.api.job_api import TRAINING_JOB, JobApi
 from torchjob.api.jsoncopy import json_copy
 from torchjob.api.objects import OwnerReference
-from torchjob.api.types import API_VERSION, KIND, PyTorchTrainingJobSpec
+from torchjob.api.types import PyTorchTrainingJobSpec
+from torchjob.render.kubeflow import kubeflow_labels
 from torchjob.render.topology import DEFAULT_MASTER_PORT, MASTER_PORT_NAME, Replica, replica_name
 
 
-def owner_reference(job_meta: dict[str, Any]) -> OwnerReference:
+def owner_reference(job_meta: dict[str, Any], api: JobApi = TRAINING_JOB) -> OwnerReference:
     return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
+        "apiVersion": api.api_version,
+        "kind": api.kind,
         "name": job_meta["name"],
         "uid": job_meta["uid"],
         "controller": True,
@@ -27,15 +29,19 @@ def owner_reference(job_meta: dict[str, Any]) -> OwnerReference:
     }
 
 
-def replica_labels(job_name: str, replica: Replica) -> dict[str, str]:
+def replica_labels(job_name: str, replica: Replica, api: JobApi = TRAINING_JOB) -> dict[str, str]:
+    """Our labels, which the caches select on, and T9k's owner label or Kubeflow's labels."""
     labels = {
         constants.LABEL_JOB_NAME: job_name,
         constants.LABEL_REPLICA_TYPE: replica.type,
         constants.LABEL_REPLICA_INDEX: str(replica.index),
-        constants.LABEL_T9K_OWNER: job_name,
     }
     if replica.is_master:
         labels[constants.LABEL_JOB_ROLE] = constants.JOB_ROLE_MASTER
+    if api.kubeflow:
+        labels.update(kubeflow_labels(job_name, replica))
+    else:
+        labels[constants.LABEL_T9K_OWNER] = job_name
     return labels
 
 
@@ -45,6 +51,7 @@ def render_pod(
     replica: Replica,
     annotations: dict[str, str],
     scheduler_name: str | None = constants.T9K_SCHEDULER_NAME,
+    api: JobApi = TRAINING_JOB,
 ) -> dict[str, Any]:
     """The replica's pod as the reconciler creates it; `scheduler_name` places the pods of jobs
     that ask for the T9k scheduler (None: the T9k queue means something else, such as a Kueue
@@ -54,7 +61,7 @@ def render_pod(
     metadata = json_copy(template.metadata or {}) if template else {}
     pod_spec = json_copy(template.spec or {}) if template else {}
     name = replica_name(job_meta["name"], replica.type, replica.index)
-    labels = {**(metadata.get("labels") or {}), **replica_labels(job_meta["name"], replica)}
+    labels = {**(metadata.get("labels") or {}), **replica_labels(job_meta["name"], replica, api)}
     t9k = spec.scheduler.t9k_scheduler if spec.scheduler else None
     if t9k is not None:
         if scheduler_name:
@@ -71,17 +78,19 @@ def render_pod(
             "namespace": job_meta["namespace"],
             "labels": labels,
             "annotations": {**(metadata.get("annotations") or {}), **annotations},
-            "ownerReferences": [owner_reference(job_meta)],
+            "ownerReferences": [owner_reference(job_meta, api)],
         },
         "spec": pod_spec,
     }
 
 
-def render_service(job_meta: dict[str, Any], replica: Replica) -> dict[str, Any]:
+def render_service(
+    job_meta: dict[str, Any], replica: Replica, api: JobApi = TRAINING_JOB
+) -> dict[str, Any]:
     """A headless Service publishing not-ready addresses, so a replica's name resolves as soon
     as its pod has an IP, before it is ready: workers starting before the master can resolve it."""
     name = replica_name(job_meta["name"], replica.type, replica.index)
-    labels = replica_labels(job_meta["name"], replica)
+    labels = replica_labels(job_meta["name"], replica, api)
     selector = {
         k: labels[k]
         for k in (
@@ -97,7 +106,7 @@ def render_service(job_meta: dict[str, Any], replica: Replica) -> dict[str, Any]
             "name": name,
             "namespace": job_meta["namespace"],
             "labels": labels,
-            "ownerReferences": [owner_reference(job_meta)],
+            "ownerReferences": [owner_reference(job_meta, api)],
         },
         "spec": {
             "clusterIP": "None",

@@ -74,6 +74,8 @@ class Settings:
     probe_port: int
     kubeconfig: str | None
     log_level: str
+    # Kubeflow's PyTorchJob (kubeflow.org/v1) is served too (docs/kubeflow.md).
+    kubeflow: bool = False
 
 
 def env(name: str, default: str = "") -> str:
@@ -140,7 +142,18 @@ def settings_parser(prog: str, service: str, default_workers: int) -> argparse.A
     p.add_argument("--probe-port", type=int, default=int(env("PROBE_PORT", "8080")))
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None)
     p.add_argument("--log-level", default=env("LOG_LEVEL", "INFO"))
+    kubeflow_flag(p)
     return p
+
+
+def kubeflow_flag(p: argparse.ArgumentParser) -> None:
+    """`--kubeflow`: run Kubeflow's PyTorchJobs too (default TORCHJOB_KUBEFLOW=true|false)."""
+    p.add_argument(
+        "--kubeflow",
+        action=argparse.BooleanOptionalAction,
+        default=env("KUBEFLOW", "false").lower() == "true",
+        help="also run Kubeflow's PyTorchJobs (kubeflow.org/v1), whose CRD must be installed",
+    )
 
 
 def common_settings(parsed: argparse.Namespace) -> dict[str, Any]:
@@ -160,6 +173,7 @@ def common_settings(parsed: argparse.Namespace) -> dict[str, Any]:
         "probe_port": parsed.probe_port,
         "kubeconfig": parsed.kubeconfig,
         "log_level": parsed.log_level,
+        "kubeflow": parsed.kubeflow,
     }
 
 

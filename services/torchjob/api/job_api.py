@@ -1,0 +1,46 @@
+"""The two APIs a job may be written in: torchjob's own PyTorchTrainingJob and, opt-in, Kubeflow's
+PyTorchJob (docs/kubeflow.md). Both run through the same lifecycle; what differs is named here,
+so the rest of the code asks a job's `JobApi` instead of testing its kind."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from torchjob.api import kubeflow_types, types
+
+
+@dataclass(frozen=True, slots=True)
+class JobApi:
+    """A job resource: where it is served and what its objects are called."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    @property
+    def kubeflow(self) -> bool:
+        return self is KUBEFLOW_JOB
+
+
+TRAINING_JOB: Final = JobApi(types.GROUP, types.VERSION, types.KIND, types.PLURAL)
+KUBEFLOW_JOB: Final = JobApi(
+    kubeflow_types.GROUP, kubeflow_types.VERSION, kubeflow_types.KIND, kubeflow_types.PLURAL
+)
+JOB_APIS: Final = (TRAINING_JOB, KUBEFLOW_JOB)
+
+
+def api_named(kind: str) -> JobApi:
+    """The API of a job `kind` (PyTorchTrainingJob when the kind is not Kubeflow's)."""
+    return KUBEFLOW_JOB if kind == KUBEFLOW_JOB.kind else TRAINING_JOB
+
+
+def api_of(obj: Mapping[str, Any]) -> JobApi:
+    """The API an object (a job, or an owner reference) is written in, by its apiVersion."""
+    return KUBEFLOW_JOB if obj.get("apiVersion") == KUBEFLOW_JOB.api_version else TRAINING_JOB

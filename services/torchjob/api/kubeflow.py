@@ -1,0 +1,122 @@
+"""Kubeflow's PyTorchJob (`kubeflow.org/v1`) as a PyTorchTrainingJob: the one translation every
+part of the system uses to run a Kubeflow job through the same lifecycle. Pure.
+
+A PyTorchJob's `pytorchReplicaSpecs` map (`Master`, `Worker`) becomes the replica specs
+`master`, `worker` (so pods and Services are named `<job>-master-0`, `<job>-worker-N`, as
+Kubeflow names them); `runPolicy` becomes the run policy and `suspend` a pause; `elasticPolicy`
+bounds an elastic job. The job's status keeps the lifecycle's own record under
+`status.torchjob`; the Kubeflow status around it is rendered from that record
+(render/kubeflow.py). docs/kubeflow.md lists every field and what becomes of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from torchjob.api.job_api import KUBEFLOW_JOB
+
+MASTER: Final = "Master"
+WORKER: Final = "Worker"
+# The replica types Kubeflow's PyTorchJob knows, in rank order (the master is rank 0).
+REPLICA_TYPES: Final = (MASTER, WORKER)
+# Where the lifecycle's own record of a Kubeflow job lives in its status.
+STATUS_RECORD: Final = "torchjob"
+# The key of the PyTorchJob's own status in the job `as_training_job` makes (a key no job has).
+KUBEFLOW_STATUS: Final = "kubeflowStatus"
+# backoffLimit absent: Kubeflow restarts without limit.
+UNLIMITED_BACKOFF: Final = 2**31 - 1
+# Kubeflow's cleanPodPolicy values and the clean-up policy each one is.
+CLEAN_POD_POLICIES: Final = {"All": "All", "Running": "Unfinished", "None": "None"}
+
+
+def replica_type_of(kubeflow_type: str) -> str:
+    """The replica type a `pytorchReplicaSpecs` key runs as (`Master` -> `master`)."""
+    return kubeflow_type.lower()
+
+
+def kubeflow_type_of(replica_type: str) -> str:
+    """The `pytorchReplicaSpecs` key of a replica type (`worker` -> `Worker`)."""
+    return next((t for t in REPLICA_TYPES if t.lower() == replica_type), replica_type.title())
+
+
+def ordered_replica_specs(specs: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The replica specs in rank order: Master, Worker, then any other key (which validation
+    refuses) as written."""
+    known = [(t, specs[t]) for t in REPLICA_TYPES if t in specs]
+    return known + [(t, s) for t, s in specs.items() if t not in REPLICA_TYPES]
+
+
+def as_training_job(job: Mapping[str, Any]) -> dict[str, Any]:
+    """The PyTorchTrainingJob that runs a (defaulted) PyTorchJob. It keeps the PyTorchJob's
+    apiVersion, kind and metadata, so what is made for it is owned by the PyTorchJob; its status
+    is the lifecycle's record kept in the PyTorchJob's status."""
+    spec = job.get("spec") or {}
+    status = job.get("status") or {}
+    return {
+        "apiVersion": KUBEFLOW_JOB.api_version,
+        "kind": KUBEFLOW_JOB.kind,
+        "metadata": job.get("metadata") or {},
+        "spec": training_spec(spec),
+        "status": dict(status.get(STATUS_RECORD) or {}),
+        KUBEFLOW_STATUS: status,
+    }
+
+
+def training_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A PyTorchJob's spec as a PyTorchTrainingJob's."""
+    replica_specs = [
+        _replica_spec(kind, replica or {})
+        for kind, replica in ordered_replica_specs(spec.get("pytorchReplicaSpecs") or {})
+    ]
+    out: dict[str, Any] = {"replicaSpecs": replica_specs}
+    run_policy = spec.get("runPolicy") or {}
+    out["runPolicy"] = _run_policy(run_policy)
+    if run_policy.get("suspend"):
+        out["runMode"] = {"pause": {"enabled": True}}
+    elastic = spec.get("elasticPolicy")
+    if isinstance(elastic, dict):
+        bounds = {
+            key: elastic[key]
+            for key in ("minReplicas", "maxReplicas")
+            if isinstance(elastic.get(key), int)
+        }
+        out["elastic"] = {"enabled": True, **bounds}
+    return out
+
+
+def _replica_spec(kind: str, replica: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": replica_type_of(kind)}
+    for key in ("replicas", "restartPolicy", "template"):
+        if replica.get(key) is not None:
+            out[key] = replica[key]
+    out.setdefault("replicas", 1)
+    out.setdefault("restartPolicy", "OnFailure")
+    return out
+
+
+def _run_policy(run_policy: Mapping[str, Any]) -> dict[str, Any]:
+    backoff = run_policy.get("backoffLimit")
+    out: dict[str, Any] = {
+        "backoffLimit": backoff if isinstance(backoff, int) else UNLIMITED_BACKOFF,
+        "cleanUpPolicy": CLEAN_POD_POLICIES.get(str(run_policy.get("cleanPodPolicy")), "None"),
+    }
+    for key in ("activeDeadlineSeconds", "ttlSecondsAfterFinished"):
+        if isinstance(run_policy.get(key), int):
+            out[key] = run_policy[key]
+    return out
+
+
+def kubeflow_path(path: str, spec: Mapping[str, Any]) -> str:
+    """The PyTorchJob field a PyTorchTrainingJob field path (of `training_spec(spec)`) came from,
+    for messages: the replica specs by their Kubeflow key, the run policy's own names."""
+    out = path
+    kinds = [kind for kind, _ in ordered_replica_specs(spec.get("pytorchReplicaSpecs") or {})]
+    for index, kind in enumerate(kinds):
+        out = out.replace(f"spec.replicaSpecs[{index}]", f"spec.pytorchReplicaSpecs.{kind}")
+    return (
+        out.replace("spec.replicaSpecs", "spec.pytorchReplicaSpecs")
+        .replace("spec.runPolicy.cleanUpPolicy", "spec.runPolicy.cleanPodPolicy")
+        .replace("spec.runMode.pause.enabled", "spec.runPolicy.suspend")
+        .replace("spec.elastic", "spec.elasticPolicy")
+    )

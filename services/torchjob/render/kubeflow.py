@@ -1,0 +1,266 @@
+"""What a Kubeflow PyTorchJob's users see of it, as Kubeflow's training-operator shows it: the
+labels of its pods and Services, and its status (conditions Created, Running, Restarting,
+Suspended, Succeeded, Failed and `replicaStatuses`), rendered from the lifecycle's own record of
+the job (api/kubeflow.py). Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from torchjob.api import constants
+from torchjob.api.kubeflow import MASTER, STATUS_RECORD, WORKER, kubeflow_type_of
+from torchjob.render.topology import Replica
+
+LABEL_PREFIX: Final = "training.kubeflow.org"
+LABEL_JOB_NAME: Final = f"{LABEL_PREFIX}/job-name"
+LABEL_OPERATOR_NAME: Final = f"{LABEL_PREFIX}/operator-name"
+LABEL_REPLICA_TYPE: Final = f"{LABEL_PREFIX}/replica-type"
+LABEL_REPLICA_INDEX: Final = f"{LABEL_PREFIX}/replica-index"
+LABEL_JOB_ROLE: Final = f"{LABEL_PREFIX}/job-role"
+OPERATOR_NAME: Final = "pytorchjob-controller"
+
+Condition = dict[str, Any]
+EnvVar = dict[str, Any]
+
+
+def kubeflow_labels(job_name: str, replica: Replica) -> dict[str, str]:
+    """Kubeflow's labels of a replica's pod and Service; `job-role: master` on the master."""
+    labels = {
+        LABEL_JOB_NAME: job_name,
+        LABEL_OPERATOR_NAME: OPERATOR_NAME,
+        LABEL_REPLICA_TYPE: replica.type,
+        LABEL_REPLICA_INDEX: str(replica.index),
+    }
+    if replica.is_master:
+        labels[LABEL_JOB_ROLE] = "master"
+    return labels
+
+
+def replica_type_labels(job_name: str, replica_type: str) -> dict[str, str]:
+    """The labels every pod of one replica type carries (the scale subresource's selector)."""
+    return {
+        LABEL_JOB_NAME: job_name,
+        LABEL_OPERATOR_NAME: OPERATOR_NAME,
+        LABEL_REPLICA_TYPE: replica_type,
+    }
+
+
+def kubeflow_status(
+    job_name: str, before: Mapping[str, Any], record: Mapping[str, Any], now: str
+) -> dict[str, Any]:
+    """The PyTorchJob's status: Kubeflow's conditions, moved on from `before` (the job's status
+    as stored) to what the lifecycle's `record` says, its replica counts and times, and the
+    record itself."""
+    conditions = [dict(c) for c in before.get("conditions") or [] if isinstance(c, dict)]
+    for wanted in wanted_conditions(job_name, record, before):
+        conditions = set_condition(conditions, wanted, now)
+    status: dict[str, Any] = {
+        "conditions": conditions,
+        "replicaStatuses": replica_statuses(job_name, record),
+        STATUS_RECORD: dict(record),
+    }
+    for key in ("startTime", "completionTime"):
+        if record.get(key):
+            status[key] = record[key]
+    scheduled = _condition_of(record, "Scheduled")
+    if scheduled and scheduled.get("status") != "True":
+        status["lastReconcileTime"] = now  # as Kubeflow: pods wait for their group
+    return status
+
+
+def wanted_conditions(
+    job_name: str, record: Mapping[str, Any], before: Mapping[str, Any]
+) -> list[Condition]:
+    """The conditions the record calls for, in the order Kubeflow sets them."""
+    job = f"PyTorchJob {job_name}"
+    phase = record.get("phase")
+    wanted = [_condition("Created", "True", "PyTorchJobCreated", f"{job} is created.")]
+    if phase == "Paused":
+        if _condition_of(before, "Running").get("status") == "True":
+            wanted.append(_condition("Running", "False", SUSPENDED, f"{job} is suspended."))
+        wanted.append(_condition("Suspended", "True", SUSPENDED, f"{job} is suspended."))
+        return wanted
+    if _condition_of(before, "Suspended").get("status") == "True":
+        wanted.append(_condition("Suspended", "False", "PyTorchJobResumed", f"{job} is resumed."))
+    failure = _condition_of(record, "ReplicaFailure")
+    if phase == "Succeeded":
+        message = f"{job} is successfully completed."
+        wanted.append(_condition("Succeeded", "True", "PyTorchJobSucceeded", message))
+    elif phase == "Failed":
+        wanted.append(_condition("Failed", "True", "PyTorchJobFailed", _failed(job_name, record)))
+    elif failure.get("status") == "True":
+        message = f"{job} is restarting because {_failed_replicas(record)} replica(s) failed."
+        wanted.append(_condition("Restarting", "True", "PyTorchJobRestarting", message))
+    elif phase == "Running":
+        wanted.append(_condition("Running", "True", "PyTorchJobRunning", f"{job} is running."))
+    return wanted
+
+
+SUSPENDED: Final = "PyTorchJobSuspended"
+
+
+def _failed(job_name: str, record: Mapping[str, Any]) -> str:
+    """Kubeflow's message for how the job failed; our own for a failure Kubeflow has none for."""
+    failed = _condition_of(record, "Failed")
+    reason = failed.get("reason")
+    if reason == constants.REASON_BACKOFF_LIMIT_EXCEEDED:
+        return f"Job {job_name} has failed because it has reached the specified backoff limit"
+    if reason == constants.REASON_DEADLINE_EXCEEDED:
+        return f"Job {job_name} has failed because it was active longer than specified deadline"
+    if reason in (constants.REASON_MASTER_FAILED, constants.REASON_REPLICA_FAILED):
+        return (
+            f"PyTorchJob {job_name} is failed because {_failed_replicas(record)} replica(s) failed."
+        )
+    return f"PyTorchJob {job_name} has failed: {failed.get('message', '')}"
+
+
+def _failed_replicas(record: Mapping[str, Any]) -> str:
+    """`1 Worker`: how many replicas of the first type with failed pods failed."""
+    for task in record.get("tasks") or []:
+        count = sum(1 for r in task.get("replicas") or [] if r.get("phase") == "Failed")
+        if count:
+            return f"{count} {kubeflow_type_of(str(task.get('type', '')))}"
+    return "1"
+
+
+def set_condition(conditions: list[Condition], new: Condition, now: str) -> list[Condition]:
+    """Kubeflow's way to set a condition: nothing changes once the job has failed, and one of
+    the same type, status and reason is kept as it is; otherwise the old one of its type goes
+    and the new one is appended (so the last condition is the job's state). Running and
+    Restarting replace each other, and a finished job's Running condition turns False."""
+    if any(c.get("type") == "Failed" and c.get("status") == "True" for c in conditions):
+        return conditions
+    current = next((c for c in conditions if c.get("type") == new["type"]), None)
+    if current and (current.get("status"), current.get("reason")) == (new["status"], new["reason"]):
+        return conditions
+    stamped = {**new, "lastUpdateTime": now, "lastTransitionTime": now}
+    if current and current.get("status") == new["status"]:
+        stamped["lastTransitionTime"] = current.get("lastTransitionTime", now)
+    kept = []
+    for condition in conditions:
+        kind = condition.get("type")
+        if kind == new["type"] or {kind, new["type"]} == {"Running", "Restarting"}:
+            continue
+        if new["type"] in ("Succeeded", "Failed") and kind == "Running":
+            condition = {**condition, "status": "False"}
+        kept.append(condition)
+    return [*kept, stamped]
+
+
+def replica_statuses(job_name: str, record: Mapping[str, Any]) -> dict[str, Any]:
+    """Per replica type (Kubeflow's key): its pods running (`active`), succeeded and failed,
+    and the selector of its pods. As Kubeflow counts them, a suspended job has none active and
+    a succeeded job's running pods count as succeeded."""
+    out: dict[str, Any] = {}
+    phase = record.get("phase")
+    for task in record.get("tasks") or []:
+        replica_type = str(task.get("type", ""))
+        phases = [r.get("phase") for r in task.get("replicas") or []]
+        labels = replica_type_labels(job_name, replica_type)
+        counts = {
+            "active": phases.count("Running"),
+            "succeeded": phases.count("Succeeded"),
+            "failed": phases.count("Failed"),
+        }
+        if phase == "Succeeded":
+            counts["succeeded"] += counts["active"]
+        if phase in ("Succeeded", "Paused"):
+            counts["active"] = 0
+        entry: dict[str, Any] = {k: v for k, v in counts.items() if v}
+        entry["selector"] = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        out[kubeflow_type_of(replica_type)] = entry
+    return out
+
+
+def _condition(kind: str, status: str, reason: str, message: str) -> Condition:
+    return {"type": kind, "status": status, "reason": reason, "message": message}
+
+
+def _condition_of(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    for condition in status.get("conditions") or []:
+        if isinstance(condition, dict) and condition.get("type") == kind:
+            return condition
+    return {}
+
+
+# -- the environment -----------------------------------------------------------------------------
+
+DEFAULT_CONTAINER: Final = "pytorch"
+DEFAULT_PORT_NAME: Final = "pytorchjob-port"
+DEFAULT_PORT: Final = 23456
+
+
+def kubeflow_env(spec: Mapping[str, Any], job_name: str, replica: Replica) -> list[EnvVar]:
+    """The variables Kubeflow's training-operator gives every container of a replica, in its
+    order: with a Master, the master's address and port, WORLD_SIZE, RANK and torchrun's node
+    rank; `PET_NNODES`, or with an elasticPolicy the rendezvous settings."""
+    replica_specs = spec.get("pytorchReplicaSpecs") or {}
+    total = sum(_replicas(s) for s in replica_specs.values())
+    nproc = str(spec.get("nprocPerNode") or "auto")
+    values: list[tuple[str, str]] = [("PYTHONUNBUFFERED", "0")]
+    if MASTER in replica_specs:
+        port = str(_port(replica_specs[MASTER]))
+        address = f"{job_name}-master-0"
+        rank = replica.index + (1 if replica.type == WORKER.lower() else 0)
+        values += [
+            ("MASTER_PORT", port),
+            ("PET_MASTER_PORT", port),
+            ("MASTER_ADDR", address),
+            ("PET_MASTER_ADDR", address),
+            ("WORLD_SIZE", str(total * (int(nproc) if nproc.isdigit() else 1))),
+            ("RANK", str(rank)),
+            ("PET_NPROC_PER_NODE", nproc),
+            ("PET_NODE_RANK", str(rank)),
+        ]
+    elastic = spec.get("elasticPolicy")
+    if isinstance(elastic, Mapping):
+        values += _elastic_env(elastic, replica_specs, job_name)
+    else:
+        values.append(("PET_NNODES", str(total)))
+    return [{"name": name, "value": value} for name, value in values]
+
+
+def _elastic_env(
+    elastic: Mapping[str, Any], replica_specs: Mapping[str, Any], job_name: str
+) -> list[tuple[str, str]]:
+    worker = replica_specs.get(WORKER) or {}
+    host = elastic.get("rdzvHost") or f"{job_name}-worker-0"
+    port = elastic.get("rdzvPort") or _port(worker)
+    low, high = elastic.get("minReplicas"), elastic.get("maxReplicas")
+    nnodes = f"{low or high}:{high or low}" if low or high else str(_replicas(worker))
+    values = [
+        ("PET_RDZV_ENDPOINT", f"{host}:{port}"),
+        ("PET_RDZV_BACKEND", str(elastic.get("rdzvBackend") or "c10d")),
+        ("PET_NNODES", nnodes),
+    ]
+    optional = [
+        ("PET_MAX_RESTARTS", elastic.get("maxRestarts")),
+        ("PET_NPROC_PER_NODE", elastic.get("nProcPerNode")),
+        ("PET_RDZV_ID", elastic.get("rdzvId")),
+    ]
+    values += [(name, str(value)) for name, value in optional if value is not None]
+    conf = elastic.get("rdzvConf")
+    if conf:
+        pairs = [f"{c.get('key', '')}={c.get('value', '')}" for c in conf if isinstance(c, dict)]
+        values.append(("PET_RDZV_CONF", ",".join(pairs)))
+    if elastic.get("standalone"):
+        values.append(("PET_STANDALONE", ""))
+    return values
+
+
+def _replicas(replica_spec: Any) -> int:
+    replicas = replica_spec.get("replicas") if isinstance(replica_spec, Mapping) else None
+    return replicas if isinstance(replicas, int) else 1
+
+
+def _port(replica_spec: Any) -> int:
+    """The `pytorchjob-port` of the replica's `pytorch` container; 23456 when it has none."""
+    template = replica_spec.get("template") if isinstance(replica_spec, Mapping) else None
+    pod_spec = (template or {}).get("spec") or {}
+    for container in pod_spec.get("containers") or []:
+        if isinstance(container, dict) and container.get("name") == DEFAULT_CONTAINER:
+            for port in container.get("ports") or []:
+                if isinstance(port, dict) and port.get("name") == DEFAULT_PORT_NAME:
+                    return int(port.get("containerPort") or DEFAULT_PORT)
+    return DEFAULT_PORT
