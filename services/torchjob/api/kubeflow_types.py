@@ -119,7 +119,7 @@ class SchedulingPolicy(Model):
 @dataclass(slots=True)
 class ElasticPolicy(Model):
     """ElasticPolicy lets the job run with any number of Worker replicas between minReplicas and
-    maxReplicas; every replica then runs the training with torchrun's elastic rendezvous."""
+    maxReplicas, the replicas meeting through torchrun's rendezvous."""
 
     min_replicas: int | None = None
     max_replicas: int | None = None
