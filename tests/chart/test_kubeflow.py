@@ -9,6 +9,7 @@ import copy
 import json
 import shutil
 import tarfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +40,13 @@ CHART_COPY = CHART / "files" / KUBEFLOW_CRD.name
 CRD_NAME = "pytorchjobs.kubeflow.org"
 RELEASE, NAMESPACE = "torchjob", "ml-system"
 COMPONENTS = ("webhook", "reconciler", "housekeeper")
-PARSERS = {
+# Each service's own command-line parser.
+PARSERS: dict[str, Callable[[list[str]], Any]] = {
     "webhook": webhook_settings.parse,
     "reconciler": reconciler_settings.parse,
     "housekeeper": housekeeper_settings.parse,
 }
-ON = {"kubeflow.enabled": True}
+ON: Mapping[str, object] = {"kubeflow.enabled": True}
 OURS = ("batch.tensorstack.dev", "pytorchtrainingjobs")
 KUBEFLOW = ("kubeflow.org", "pytorchjobs")
 
@@ -274,7 +276,7 @@ def test_schema_rejects_a_wrong_kubeflow_value(key: str, value: object, message:
 # -- the CRD of someone else ----------------------------------------------------------------------
 
 
-def render_with(tmp_path: Path, name: str, text: str, settings: dict[str, object]) -> Any:
+def render_with(tmp_path: Path, name: str, text: str, settings: Mapping[str, object]) -> Any:
     """`helm template` of a copy of the chart with one more template."""
     chart = tmp_path / "chart"
     shutil.copytree(CHART, chart, symlinks=False)
@@ -375,7 +377,7 @@ def test_the_crd_template_checks_what_the_cluster_has() -> None:
 # -- NOTES ----------------------------------------------------------------------------------------
 
 
-def notes(tmp_path: Path, settings: dict[str, object]) -> str:
+def notes(tmp_path: Path, settings: Mapping[str, object]) -> str:
     """NOTES.txt as `helm install` prints it (rendered here as a template of a chart copy)."""
     body = (CHART / "templates" / "NOTES.txt").read_text()
     text = '{{- define "test.notes" }}' + body + "{{- end }}\n"
