@@ -24,6 +24,11 @@ REPLICA_TYPES: Final = (MASTER, WORKER)
 STATUS_RECORD: Final = "torchjob"
 # The key of the PyTorchJob's own status in the job `as_training_job` makes (a key no job has).
 KUBEFLOW_STATUS: Final = "kubeflowStatus"
+# The key of the PyTorchJob's own spec in that job: what only Kubeflow's API says (the
+# environment's settings, the scheduling policy).
+KUBEFLOW_SPEC: Final = "kubeflowSpec"
+# The controller a job's runPolicy.managedBy names when torchjob runs it (absent: the same).
+KUBEFLOW_MANAGER: Final = "kubeflow.org/training-operator"
 # backoffLimit absent: Kubeflow restarts without limit.
 UNLIMITED_BACKOFF: Final = 2**31 - 1
 # Kubeflow's cleanPodPolicy values and the clean-up policy each one is.
@@ -60,7 +65,23 @@ def as_training_job(job: Mapping[str, Any]) -> dict[str, Any]:
         "spec": training_spec(spec),
         "status": dict(status.get(STATUS_RECORD) or {}),
         KUBEFLOW_STATUS: status,
+        KUBEFLOW_SPEC: spec,
     }
+
+
+def managed_elsewhere(job: Mapping[str, Any]) -> bool:
+    """The PyTorchJob's runPolicy.managedBy names another controller (such as Kueue's
+    MultiKueue, which runs it on another cluster): torchjob leaves it alone, as Kubeflow does."""
+    run_policy = (job.get("spec") or {}).get("runPolicy") or {}
+    manager = run_policy.get("managedBy")
+    return bool(manager) and manager != KUBEFLOW_MANAGER
+
+
+def scheduling_policy(job: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The spec.runPolicy.schedulingPolicy of the PyTorchJob `as_training_job` made `job` of."""
+    spec = job.get(KUBEFLOW_SPEC) or {}
+    policy = (spec.get("runPolicy") or {}).get("schedulingPolicy")
+    return policy if isinstance(policy, Mapping) else None
 
 
 def training_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -76,8 +97,10 @@ def training_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
         out["runMode"] = {"pause": {"enabled": True}}
     elastic = spec.get("elasticPolicy")
     if isinstance(elastic, dict):
+        # Kubeflow's bounds count Workers; a PyTorchTrainingJob's count every replica.
+        masters = 1 if MASTER in (spec.get("pytorchReplicaSpecs") or {}) else 0
         bounds = {
-            key: elastic[key]
+            key: elastic[key] + masters
             for key in ("minReplicas", "maxReplicas")
             if isinstance(elastic.get(key), int)
         }

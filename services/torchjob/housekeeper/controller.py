@@ -13,7 +13,7 @@ from kubernetes_asyncio import client
 
 from torchjob.api import constants
 from torchjob.api.job_api import api_of
-from torchjob.api.kubeflow import as_training_job
+from torchjob.api.kubeflow import as_training_job, managed_elsewhere
 from torchjob.api.model import ModelError
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.housekeeper.executor import HousekeeperExecutor
@@ -156,7 +156,9 @@ class Housekeeper:
         """The cached job of `key`; a Kubeflow job as the PyTorchTrainingJob that runs it."""
         jobs = self.kubeflow_jobs if key.api.kubeflow else self.jobs
         found = jobs.get(key.namespace, key.name) if jobs is not None else None
-        return _as_run(found) if found is not None else None
+        if found is None or managed_elsewhere(found):
+            return None
+        return _as_run(found)
 
     async def reconcile(self, key: JobKey) -> Result:
         namespace, name = key.namespace, key.name

@@ -12,7 +12,7 @@ import structlog
 from kubernetes_asyncio import client
 
 from torchjob.api import constants
-from torchjob.api.kubeflow import as_training_job
+from torchjob.api.kubeflow import as_training_job, managed_elsewhere, scheduling_policy
 from torchjob.api.model import ModelError
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.kube.events import EventRecorder
@@ -37,7 +37,13 @@ from torchjob.lifecycle.round import Observed
 from torchjob.reconciler import metrics
 from torchjob.reconciler.executor import ReconcilerExecutor
 from torchjob.reconciler.settings import Settings
-from torchjob.render.scheduling import GROUP_KINDS, Gang, GangUnavailable, gang_of
+from torchjob.render.scheduling import (
+    GROUP_KINDS,
+    Gang,
+    GangUnavailable,
+    gang_of,
+    with_scheduling_policy,
+)
 
 log = structlog.get_logger("torchjob.reconciler")
 
@@ -177,7 +183,9 @@ class Reconciler:
         if not key.api.kubeflow:
             return self.jobs.get(key.namespace, key.name)
         found = self.kubeflow_jobs.get(key.namespace, key.name) if self.kubeflow_jobs else None
-        return as_training_job(found) if found is not None else None
+        if found is None or managed_elsewhere(found):
+            return None
+        return as_training_job(found)
 
     async def reconcile(self, key: JobKey) -> Result:
         job = self._job(key)
@@ -224,6 +232,9 @@ class Reconciler:
             s["metadata"]["name"] for s in self.services.by_index(OWNER_INDEX, uid)
         )
         gang = gang_of(meta, spec, self.scheduling)
+        policy = scheduling_policy(job)
+        if policy is not None and isinstance(gang, Gang):
+            gang = with_scheduling_policy(gang, policy)
         return Observed.of_json(
             meta,
             spec,

@@ -93,9 +93,13 @@ class Gang:
     name: str
     min_count: int
     total: int
-    queue: str = ""  # Kueue's or T9k's queue
+    queue: str = ""  # Kueue's, T9k's or (a Kubeflow job's) Volcano's queue
     priority_class: str = ""
     priority: int | None = None  # T9k's, 0-100
+    # A Kubeflow job's schedulingPolicy: the group's minimum resources (Volcano and
+    # coscheduling) and how long coscheduling waits for the whole group.
+    min_resources: Mapping[str, Any] | None = None
+    schedule_timeout: int | None = None
 
     @property
     def kind(self) -> GroupKind | None:
@@ -132,6 +136,28 @@ def gang_of(
             "which this cluster does not serve"
         )
     return gang
+
+
+def with_scheduling_policy(gang: Gang, policy: Mapping[str, Any]) -> Gang:
+    """The gang of a Kubeflow job as its spec.runPolicy.schedulingPolicy adjusts it: its
+    minimum (minAvailable; Kueue admits a group only whole), queue, priority class, minimum
+    resources and timeout, each where the group's kind has a place for it."""
+    minimum = policy.get("minAvailable")
+    if isinstance(minimum, int) and gang.mode != "kueue":
+        gang = replace(gang, min_count=max(1, min(gang.total, minimum)))
+    queue = policy.get("queue")
+    if isinstance(queue, str) and queue and gang.mode == "volcano":
+        gang = replace(gang, queue=queue)
+    priority_class = policy.get("priorityClass")
+    if isinstance(priority_class, str) and priority_class:
+        gang = replace(gang, priority_class=priority_class)
+    resources = policy.get("minResources")
+    timeout = policy.get("scheduleTimeoutSeconds")
+    return replace(
+        gang,
+        min_resources=resources if isinstance(resources, Mapping) and resources else None,
+        schedule_timeout=timeout if isinstance(timeout, int) else None,
+    )
 
 
 def _mode_and_queue(
@@ -223,10 +249,14 @@ def render_pod_group(
         spec = {"schedulingPolicy": {"gang": {"minCount": gang.min_count}}}
     else:
         spec = {"minMember": gang.min_count}
-    if gang.mode == "t9k":
+    if gang.mode in ("t9k", "volcano") and gang.queue:
         spec["queue"] = gang.queue
-        if gang.priority is not None:
-            spec["priority"] = gang.priority
+    if gang.mode == "t9k" and gang.priority is not None:
+        spec["priority"] = gang.priority
+    if gang.min_resources and gang.mode in ("volcano", "coscheduling"):
+        spec["minResources"] = dict(gang.min_resources)
+    if gang.schedule_timeout is not None and gang.mode == "coscheduling":
+        spec["scheduleTimeoutSeconds"] = gang.schedule_timeout
     chosen = gang.priority_class or priority_class
     if chosen and gang.mode != "t9k":
         spec["priorityClassName"] = chosen
