@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from torchjob.api.defaults import default_job
-from torchjob.api.validation import FieldError, validate
+from torchjob.api.validation import FieldError, Result, validate
 
 API_VERSION = "admission.k8s.io/v1"
 MAX_WARNINGS = 32  # kubectl prints each one; a flood helps nobody
@@ -142,10 +142,15 @@ def validate_job(request: Request) -> Response:
     old = None
     if request.operation == "UPDATE" and isinstance(request.old_object, dict):
         old, _ = default_job(request.old_object, in_place=True)
-    result = validate(new, old)
+    return invalid(request, "PyTorchTrainingJob", validate(new, old))
+
+
+def invalid(request: Request, kind: str, result: Result) -> Response:
+    """The answer to a validation: allowed with its warnings, or refused (422) with every error
+    in the message and as a cause, naming the object (`<kind> ns/name is invalid: ...`)."""
     if result.allowed:
         return Response(request.uid, True, warnings=result.warnings)
-    kind_name = f"PyTorchTrainingJob {request.namespace}/{request.name or '<generated>'}"
+    kind_name = f"{kind} {request.namespace}/{request.name or '<generated>'}"
     message = f"{kind_name} is invalid: " + "; ".join(str(e) for e in result.errors)
     return Response(
         request.uid,
