@@ -1,5 +1,9 @@
 """The pod admission handler: only torchjob's reconciler may create a pod carrying the job label,
-and such a pod is rewritten into its replica. Pure: the webhook looks the job up and passes it."""
+and such a pod is rewritten into its replica. Pure: the webhook looks the job up and passes it.
+
+The job is a PyTorchTrainingJob, or a Kubeflow PyTorchJob (the pod's controller says which,
+`job_api_of_pod`): a PyTorchJob's pod is rewritten as Kubeflow's training-operator makes it, from
+the PyTorchTrainingJob that runs it (api/kubeflow.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +12,11 @@ from typing import Any
 
 from torchjob.api import constants
 from torchjob.api.admission import Request, Response, refuse
+from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB, JobApi, api_of
+from torchjob.api.kubeflow import as_training_job
 from torchjob.api.model import ModelError
 from torchjob.api.types import PyTorchTrainingJob
-from torchjob.render.pod_rewrite import PodRewriteError, rewrite_pod
+from torchjob.render.pod_rewrite import PodRewriteError, rewrite_kubeflow_pod, rewrite_pod
 
 
 def job_name_of(pod: Any) -> str | None:
@@ -21,6 +27,21 @@ def job_name_of(pod: Any) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
+def job_api_of_pod(pod: Any) -> JobApi:
+    """The API of the job a pod belongs to, from its controlling owner reference: Kubeflow's
+    PyTorchJob when the controller is one, else a PyTorchTrainingJob."""
+    ref = _controller_ref(pod)
+    if ref is not None and ref.get("kind") == KUBEFLOW_JOB.kind and api_of(ref).kubeflow:
+        return KUBEFLOW_JOB
+    return TRAINING_JOB
+
+
+def decode_job(job: dict[str, Any]) -> PyTorchTrainingJob:
+    """The typed job a pod is rendered from: the job itself, or for a Kubeflow PyTorchJob the
+    PyTorchTrainingJob that runs it."""
+    return PyTorchTrainingJob.from_dict(as_training_job(job) if api_of(job).kubeflow else job)
+
+
 JobDecoder = Callable[[dict[str, Any]], PyTorchTrainingJob]
 
 
@@ -28,12 +49,14 @@ def mutate_pod(
     request: Request,
     job: dict[str, Any] | None,
     creators: Collection[str],
-    decode: JobDecoder = PyTorchTrainingJob.from_dict,
+    decode: JobDecoder = decode_job,
 ) -> Response:
     """Rewrite a replica's pod; refuse a job-labelled pod from anyone but `creators`.
 
-    `decode` turns the job into its typed model; the webhook passes one that remembers the
-    result, since every replica of a job is admitted against the same stored object."""
+    `job` is the job the pod's controller names (`job_api_of_pod`), looked up by the job label.
+    `decode` turns the job into its typed model (`decode_job`); the webhook passes one that
+    remembers the result, since every replica of a job is admitted against the same stored
+    object."""
     if request.operation != "CREATE" or job_name_of(request.object) is None:
         return Response(request.uid, True)
     if request.username not in creators:
@@ -46,9 +69,8 @@ def mutate_pod(
         )
     if job is None:
         name = job_name_of(request.object)
-        return refuse(
-            request.uid, f"PyTorchTrainingJob {request.namespace}/{name} not found", 404, "NotFound"
-        )
+        kind = job_api_of_pod(request.object).kind
+        return refuse(request.uid, f"{kind} {request.namespace}/{name} not found", 404, "NotFound")
     return _rewrite(request, job, decode)
 
 
@@ -59,15 +81,25 @@ def _rewrite(request: Request, job_obj: dict[str, Any], decode: JobDecoder) -> R
         return refuse(request.uid, "the pod is not controlled by its job", 403, "Forbidden")
     try:
         job = decode(job_obj)
-        rewrite = rewrite_pod(job, pod)
+        if api_of(job_obj).kubeflow:
+            rewrite = rewrite_kubeflow_pod(job, job_obj.get("spec") or {}, pod)
+        else:
+            rewrite = rewrite_pod(job, pod)
     except (ModelError, PodRewriteError) as error:
         return refuse(request.uid, f"cannot render the replica: {error}", 422, "Invalid")
     return Response(request.uid, True, patch=rewrite.patch)
 
 
 def _controller_uid(pod: dict[str, Any]) -> str | None:
-    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+    ref = _controller_ref(pod)
+    uid = ref.get("uid") if ref is not None else None
+    return uid if isinstance(uid, str) else None
+
+
+def _controller_ref(pod: Any) -> dict[str, Any] | None:
+    metadata = pod.get("metadata") if isinstance(pod, dict) else None
+    refs = metadata.get("ownerReferences") if isinstance(metadata, dict) else None
+    for ref in refs if isinstance(refs, list) else []:
         if isinstance(ref, dict) and ref.get("controller"):
-            uid = ref.get("uid")
-            return uid if isinstance(uid, str) else None
+            return ref
     return None

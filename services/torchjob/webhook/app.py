@@ -33,12 +33,19 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from torchjob.api import types
 from torchjob.api.admission import Request, Response, handle, mutate_job, refuse, validate_job
+from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB, JobApi
+from torchjob.api.kubeflow_admission import mutate_pytorchjob, validate_pytorchjob_request
 from torchjob.kube import resources
 from torchjob.kube.client import new_api_client
 from torchjob.kube.errors import NotFound, translated
 from torchjob.kube.informer import Informer
 from torchjob.kube.slim import job_without_status
-from torchjob.render.pod_admission_handler import job_name_of, mutate_pod
+from torchjob.render.pod_admission_handler import (
+    decode_job,
+    job_api_of_pod,
+    job_name_of,
+    mutate_pod,
+)
 from torchjob.runtime import metrics as runtime_metrics
 from torchjob.runtime.probes import Heartbeat, serve_threaded_probes
 from torchjob.webhook.certificates import CertBundle, not_after
@@ -79,6 +86,8 @@ FAMILIES = runtime_metrics.Families(
 SETTINGS = web.AppKey("settings", Settings)
 API = web.AppKey("api", client.ApiClient)
 JOBS = web.AppKey("jobs", Informer)
+# Kubeflow's PyTorchJobs, cached when the webhook serves them (--kubeflow).
+KUBEFLOW_JOBS = web.AppKey("kubeflow_jobs", Informer)
 
 
 class ServingCertificate:
@@ -122,7 +131,8 @@ TLS = web.AppKey("tls", ServingCertificate)
 
 class DecodedJobs:
     """The typed model of each cached job, decoded once per stored version rather than once per
-    replica pod. Keyed by the cached object itself: the informer replaces it on every change."""
+    replica pod. Keyed by the cached object itself: the informer replaces it on every change. A
+    Kubeflow PyTorchJob's model is the PyTorchTrainingJob that runs it."""
 
     def __init__(self, capacity: int = 1024) -> None:
         self._capacity = capacity
@@ -132,7 +142,7 @@ class DecodedJobs:
         entry = self._decoded.get(id(job))
         if entry is not None and entry[0] is job:
             return entry[1]
-        decoded = types.PyTorchTrainingJob.from_dict(job)
+        decoded = decode_job(job)
         if len(self._decoded) >= self._capacity:
             self._decoded.clear()  # simplest bound; refilling costs one decode per job
         self._decoded[id(job)] = (job, decoded)
@@ -466,13 +476,18 @@ def _answer(
 
 
 async def _job_of(app: web.Application, body: Any) -> dict[str, Any] | None:
-    """The job a pod under admission claims, read from the apiserver (None when absent)."""
+    """The job a pod under admission claims (a PyTorchTrainingJob, or a Kubeflow PyTorchJob when
+    the pod's controller is one), from the cache of its kind, else read from the apiserver (None
+    when absent)."""
     request = body.get("request") if isinstance(body, dict) else None
     namespace = request.get("namespace") if isinstance(request, dict) else None
-    name = job_name_of(request.get("object")) if isinstance(request, dict) else None
+    pod = request.get("object") if isinstance(request, dict) else None
+    name = job_name_of(pod)
     if not isinstance(namespace, str) or name is None:
         return None
-    cached = app[JOBS].get(namespace, name)
+    api = job_api_of_pod(pod)
+    cache = _cache_of(app, api)
+    cached = cache.get(namespace, name) if cache is not None else None
     if cached is not None:
         return cached
     # Not cached yet (created a moment ago): ask the apiserver.
@@ -484,13 +499,20 @@ async def _job_of(app: web.Application, body: Any) -> dict[str, Any] | None:
     try:
         async with translated():
             job = await objects.get_namespaced_custom_object(
-                types.GROUP, types.VERSION, namespace, types.PLURAL, name
+                api.group, api.version, namespace, api.plural, name
             )
     except NotFound:
         return None
     finally:
         admissions.lookups -= 1
     return job if isinstance(job, dict) else None
+
+
+def _cache_of(app: web.Application, api: JobApi) -> Informer | None:
+    """The cache of jobs of `api`: PyTorchJobs are cached only when the webhook serves them."""
+    if api is TRAINING_JOB:
+        return app[JOBS]
+    return app.get(KUBEFLOW_JOBS)
 
 
 async def _resolve_logger(app: web.Application) -> None:
@@ -506,10 +528,16 @@ async def _api_client(app: web.Application) -> AsyncIterator[None]:
 async def _job_cache(app: web.Application) -> AsyncIterator[None]:
     """Jobs from a watch, so a pod admission reads its job from memory instead of a GET."""
     app[JOBS] = Informer(app[API], resources.JOBS, transform=job_without_status)
-    task = asyncio.create_task(app[JOBS].run(), name="job-informer")
+    tasks = [asyncio.create_task(app[JOBS].run(), name="job-informer")]
+    if app[SETTINGS].kubeflow:
+        app[KUBEFLOW_JOBS] = Informer(
+            app[API], resources.KUBEFLOW_JOBS, transform=job_without_status
+        )
+        tasks.append(asyncio.create_task(app[KUBEFLOW_JOBS].run(), name="kubeflow-job-informer"))
     yield
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _keep_certificate(app: web.Application) -> AsyncIterator[None]:
@@ -610,10 +638,16 @@ def init_app(settings: Settings) -> web.Application:
 
 def add_admission_routes(app: web.Application) -> None:
     """The admission routes, bounded by `app[ADMISSIONS_BOUND]`. The pod route reads
-    `app[SETTINGS]`, `app[DECODED_JOBS]` and `app[JOBS]`, and `app[API]` for a job not cached."""
+    `app[SETTINGS]`, `app[DECODED_JOBS]`, `app[JOBS]` and `app[KUBEFLOW_JOBS]` when there is
+    one, and `app[API]` for a job not cached. Kubeflow's PyTorchJobs have routes of their own,
+    which the webhook configurations name only when Kubeflow's API is served."""
     routes = {
         f"/mutate/{types.PLURAL}": _route("mutate-jobs", _pure(mutate_job)),
         f"/validate/{types.PLURAL}": _route("validate-jobs", _pure(validate_job)),
+        f"/mutate/{KUBEFLOW_JOB.plural}": _route("mutate-kubeflow-jobs", _pure(mutate_pytorchjob)),
+        f"/validate/{KUBEFLOW_JOB.plural}": _route(
+            "validate-kubeflow-jobs", _pure(validate_pytorchjob_request)
+        ),
         "/mutate/pods": _route("mutate-pods", _mutate_pod),
     }
     for path, serve in routes.items():

@@ -6,7 +6,7 @@ import argparse
 import os
 from dataclasses import dataclass, field
 
-from torchjob.runtime.service import env, number
+from torchjob.runtime.service import env, kubeflow_flag, number
 
 MiB = 1024 * 1024
 
@@ -71,6 +71,8 @@ class Settings:
     kubeconfig: str | None
     log_level: str
     limits: Limits = field(default_factory=Limits)
+    # Kubeflow's PyTorchJobs are admitted too, and their pods read from a cache of them.
+    kubeflow: bool = False
 
     @property
     def dns_names(self) -> list[str]:
@@ -160,6 +162,7 @@ def parse(argv: list[str] | None = None) -> Settings:
         defaults.handler_timeout_seconds,
         "how long a request may take to be answered; keep it below the webhook's timeoutSeconds",
     )
+    kubeflow_flag(p)
     a = p.parse_args(argv)
     limits = Limits(
         max_body_bytes=a.max_body_bytes,
@@ -187,4 +190,5 @@ def parse(argv: list[str] | None = None) -> Settings:
         kubeconfig=a.kubeconfig,
         log_level=a.log_level,
         limits=limits,
+        kubeflow=a.kubeflow,
     )
