@@ -171,8 +171,12 @@ def test_each_service_has_on_pytorchjobs_what_it_has_on_ours(
     ours = job_rules(rules, OURS[0])
     assert ours, part
     assert job_rules(rules, KUBEFLOW[0]) == [as_kubeflow(rule) for rule in ours]
-    # Nothing else changes.
-    without = [rule for rule in rules if KUBEFLOW[0] not in rule["apiGroups"]]
+    # Nothing else changes, but for the reconciler's autoscalers of elastic PyTorchJobs.
+    without = [
+        rule
+        for rule in rules
+        if KUBEFLOW[0] not in rule["apiGroups"] and rule["apiGroups"] != ["autoscaling"]
+    ]
     assert without == rules_of(component(disabled, "ClusterRole", part))
     # Kubeflow's pytorchjobs only in the cluster-wide role; the namespaced one is the leader's.
     role = find([m for m in enabled if m["kind"] == "Role"], "Role")
@@ -186,6 +190,10 @@ def test_what_each_service_may_do_with_pytorchjobs(enabled: list[Manifest]) -> N
     assert grants(reconciler, group, f"{plural}/status", "patch")
     assert grants(reconciler, group, f"{plural}/finalizers", "update")
     assert not grants(reconciler, group, plural, "delete")
+    autoscalers = ("autoscaling", "horizontalpodautoscalers")
+    assert all(grants(reconciler, *autoscalers, verb) for verb in ("list", "watch", "create"))
+    assert grants(reconciler, *autoscalers, "patch")
+    assert not grants(reconciler, *autoscalers, "delete")
     housekeeper = rules_of(component(enabled, "ClusterRole", "housekeeper"))
     assert all(
         grants(housekeeper, group, plural, verb) for verb in ("get", "list", "watch", "delete")

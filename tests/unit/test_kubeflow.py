@@ -24,8 +24,10 @@ from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.kube.reconcile import JobKey
 from torchjob.kube.resources import owner_job_key
 from torchjob.render.kubeflow import (
+    autoscaler_differs,
     kubeflow_env,
     kubeflow_status,
+    render_autoscaler,
     replica_statuses,
     set_condition,
 )
@@ -463,3 +465,35 @@ def test_the_scheduling_policy_is_read_from_the_job() -> None:
     assert scheduling_policy(job) == {"minAvailable": 1}
     assert scheduling_policy(as_training_job(pytorchjob())) is None
     assert scheduling_policy(copy.deepcopy(job)) == {"minAvailable": 1}
+
+
+# -- autoscaling ---------------------------------------------------------------------------------
+
+
+def test_metrics_make_an_autoscaler_of_the_workers() -> None:
+    metric = {
+        "type": "Resource",
+        "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}},
+    }
+    spec = {
+        "pytorchReplicaSpecs": {"Worker": replica(1)},
+        "elasticPolicy": {"minReplicas": 1, "maxReplicas": 3, "metrics": [metric]},
+    }
+    owner = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "simple", "uid": "u1"}
+    hpa = render_autoscaler({"name": "simple", "namespace": "ns"}, spec, owner)
+    assert hpa is not None
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    assert hpa["metadata"]["ownerReferences"] == [owner]
+    assert hpa["spec"] == {
+        "scaleTargetRef": {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "simple"},
+        "minReplicas": 1,
+        "maxReplicas": 3,
+        "metrics": [metric],
+    }
+    stored = copy.deepcopy(hpa)
+    stored["spec"]["behavior"] = {"scaleUp": {}}  # what the apiserver adds is not compared
+    assert not autoscaler_differs(hpa, stored)
+    stored["spec"]["maxReplicas"] = 5
+    assert autoscaler_differs(hpa, stored)
+    spec["elasticPolicy"] = {"minReplicas": 1, "maxReplicas": 3}
+    assert render_autoscaler({"name": "simple", "namespace": "ns"}, spec, owner) is None

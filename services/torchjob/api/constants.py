@@ -88,6 +88,7 @@ REASON_REPLICA_RESTARTING: Final = "ReplicaRestarting"
 # Event reasons of the reconciler's actions, as the built-in controllers name them.
 REASON_SUCCESSFUL_CREATE: Final = "SuccessfulCreate"
 REASON_SUCCESSFUL_DELETE: Final = "SuccessfulDelete"
+REASON_SUCCESSFUL_UPDATE: Final = "SuccessfulUpdate"
 # Event reason: an elastic job's replica count changed.
 REASON_SCALED: Final = "ReplicasScaled"
 REASON_NO_FAILURE: Final = "NoReplicaFailure"

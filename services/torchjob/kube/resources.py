@@ -15,6 +15,7 @@ KUBEFLOW_JOBS = ResourceKind(KUBEFLOW_JOB.group, KUBEFLOW_JOB.version, KUBEFLOW_
 PODS = ResourceKind("", "v1", "pods")
 SERVICES = ResourceKind("", "v1", "services")
 DEPLOYMENTS = ResourceKind("apps", "v1", "deployments")
+AUTOSCALERS = ResourceKind("autoscaling", "v2", "horizontalpodautoscalers")
 # The index (over `informer.controller_uid`) of the objects a job controls, by the job's uid.
 OWNER_INDEX = "owner"
 

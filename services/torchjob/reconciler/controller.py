@@ -12,7 +12,13 @@ import structlog
 from kubernetes_asyncio import client
 
 from torchjob.api import constants
-from torchjob.api.kubeflow import as_training_job, managed_elsewhere, scheduling_policy
+from torchjob.api.job_api import KUBEFLOW_JOB
+from torchjob.api.kubeflow import (
+    KUBEFLOW_SPEC,
+    as_training_job,
+    managed_elsewhere,
+    scheduling_policy,
+)
 from torchjob.api.model import ModelError
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.kube.events import EventRecorder
@@ -20,6 +26,7 @@ from torchjob.kube.expectations import Expectations, ObjectRef
 from torchjob.kube.informer import Informer, ResourceKind, controller_uid
 from torchjob.kube.reconcile import JobKey, Result, TerminalError
 from torchjob.kube.resources import (
+    AUTOSCALERS,
     JOBS,
     KUBEFLOW_JOBS,
     OWNER_INDEX,
@@ -34,9 +41,12 @@ from torchjob.lifecycle.failures import retry_delay
 from torchjob.lifecycle.observe import GroupView, Refusal, view_group, view_pod
 from torchjob.lifecycle.plan import plan
 from torchjob.lifecycle.round import Observed
+from torchjob.lifecycle.status import is_terminal
 from torchjob.reconciler import metrics
 from torchjob.reconciler.executor import ReconcilerExecutor
 from torchjob.reconciler.settings import Settings
+from torchjob.render.kubeflow import autoscaler_differs, render_autoscaler
+from torchjob.render.replica_objects import owner_reference
 from torchjob.render.scheduling import (
     GROUP_KINDS,
     Gang,
@@ -77,6 +87,20 @@ class Reconciler:
                 on_add=self._job_changed,
                 on_update=self._job_updated,
                 on_delete=self._job_deleted,
+            )
+            if settings.kubeflow
+            else None
+        )
+        # Their HorizontalPodAutoscalers (elasticPolicy.metrics).
+        self.autoscalers = (
+            Informer(
+                api,
+                AUTOSCALERS,
+                label_selector=constants.LABEL_JOB_NAME,
+                indexers={OWNER_INDEX: controller_uid},
+                on_add=self._owned_changed,
+                on_update=self._owned_updated,
+                on_delete=self._owned_changed,
             )
             if settings.kubeflow
             else None
@@ -127,7 +151,7 @@ class Reconciler:
 
     @property
     def informers(self) -> list[Informer]:
-        kubeflow = [self.kubeflow_jobs] if self.kubeflow_jobs is not None else []
+        kubeflow = [i for i in (self.kubeflow_jobs, self.autoscalers) if i is not None]
         return [self.jobs, *kubeflow, self.pods, self.services, *self.groups.values()]
 
     # -- event handlers: map every change to its job's key --------------------------------------
@@ -204,6 +228,8 @@ class Reconciler:
         observed = self._observe(job, spec, () if last is None else (last,))
         decision = plan(observed, self.backoff)
         refusal = await self.executor.execute(key, job, spec, decision, observed.gang)
+        if key.api.kubeflow and not is_terminal(decision.status):
+            await self._autoscaler(key, job)
         if refusal is None:
             if decision.create_pods or decision.create_services:
                 self.refusals.pop(key, None)  # what it creates now was not refused
@@ -221,6 +247,17 @@ class Reconciler:
         if decision.requeue_after is not None:
             retry = min(retry, decision.requeue_after)
         return Result(requeue_after=retry)
+
+    async def _autoscaler(self, key: JobKey, job: dict[str, Any]) -> None:
+        """The HorizontalPodAutoscaler a running Kubeflow job's elasticPolicy.metrics asks for."""
+        meta = job["metadata"]
+        owner = owner_reference(meta, KUBEFLOW_JOB)
+        desired = render_autoscaler(meta, job.get(KUBEFLOW_SPEC) or {}, owner)
+        if desired is None or self.autoscalers is None:
+            return
+        current = next((a for a in self.autoscalers.by_index(OWNER_INDEX, meta["uid"])), None)
+        if current is None or autoscaler_differs(desired, current):
+            await self.executor.ensure_autoscaler(key, job, desired, current)
 
     def _observe(
         self, job: dict[str, Any], spec: PyTorchTrainingJobSpec, refusals: tuple[Refusal, ...]

@@ -28,6 +28,7 @@ from torchjob.kube.events import EventRecorder
 from torchjob.kube.expectations import Expectations, ObjectRef
 from torchjob.kube.jobs import patch_status
 from torchjob.kube.reconcile import JobKey
+from torchjob.kube.resources import AUTOSCALERS
 from torchjob.lifecycle.observe import Refusal
 from torchjob.lifecycle.plan import Plan
 from torchjob.lifecycle.status import ours
@@ -143,6 +144,54 @@ class ReconcilerExecutor:
             written = kubeflow_status(meta["name"], stored, status, format_time(now))
         await patch_status(self.objects, meta, written, api)
         self.metrics.written(meta, before, status, now)
+
+    async def ensure_autoscaler(
+        self,
+        key: JobKey,
+        job: dict[str, Any],
+        desired: dict[str, Any],
+        current: dict[str, Any] | None,
+    ) -> None:
+        """A Kubeflow job's HorizontalPodAutoscaler: created, or its settings brought back to
+        what the job asks for (render/kubeflow.py)."""
+        meta = desired["metadata"]
+        coordinates = (
+            AUTOSCALERS.group,
+            AUTOSCALERS.version,
+            meta["namespace"],
+            AUTOSCALERS.plural,
+        )
+        try:
+            async with translated():
+                if current is None:
+                    await unread(
+                        self.objects.create_namespaced_custom_object(
+                            *coordinates,
+                            desired,
+                            field_manager=constants.FIELD_MANAGER,
+                            _preload_content=False,
+                        )
+                    )
+                else:
+                    patch: Any = self.objects.patch_namespaced_custom_object
+                    await unread(
+                        patch(
+                            *coordinates,
+                            meta["name"],
+                            {"spec": desired["spec"]},
+                            field_manager=constants.FIELD_MANAGER,
+                            _content_type="application/merge-patch+json",
+                            _preload_content=False,
+                        )
+                    )
+        except Conflict:
+            return  # created a moment ago; the cache shows it soon
+        created = current is None
+        reason = (
+            constants.REASON_SUCCESSFUL_CREATE if created else constants.REASON_SUCCESSFUL_UPDATE
+        )
+        what = "Created" if created else "Updated"
+        await self._done(key, job, reason, f"{what} horizontalpodautoscaler: {meta['name']}")
 
     async def _delete_pods(self, key: JobKey, job: dict[str, Any], plan: Plan) -> None:
         if not plan.delete_pods:

@@ -264,3 +264,46 @@ def _port(replica_spec: Any) -> int:
                 if isinstance(port, dict) and port.get("name") == DEFAULT_PORT_NAME:
                     return int(port.get("containerPort") or DEFAULT_PORT)
     return DEFAULT_PORT
+
+
+# -- autoscaling ---------------------------------------------------------------------------------
+
+AUTOSCALER_FIELDS: Final = ("scaleTargetRef", "minReplicas", "maxReplicas", "metrics")
+
+
+def render_autoscaler(
+    job_meta: Mapping[str, Any], spec: Mapping[str, Any], owner: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The HorizontalPodAutoscaler of a PyTorchJob whose elasticPolicy has metrics, as Kubeflow
+    makes it: named after the job, scaling the job's Workers (through the scale subresource)
+    between the policy's bounds; None for a job without metrics."""
+    elastic = spec.get("elasticPolicy")
+    metrics = elastic.get("metrics") if isinstance(elastic, Mapping) else None
+    if not isinstance(elastic, Mapping) or not metrics:
+        return None
+    name = str(job_meta["name"])
+    hpa_spec: dict[str, Any] = {
+        "scaleTargetRef": {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": name},
+        "maxReplicas": elastic.get("maxReplicas") or elastic.get("minReplicas") or 1,
+        "metrics": list(metrics),
+    }
+    if elastic.get("minReplicas"):
+        hpa_spec["minReplicas"] = elastic["minReplicas"]
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {
+            "name": name,
+            "namespace": job_meta["namespace"],
+            "labels": {constants.LABEL_JOB_NAME: name, LABEL_JOB_NAME: name},
+            "ownerReferences": [dict(owner)],
+        },
+        "spec": hpa_spec,
+    }
+
+
+def autoscaler_differs(desired: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
+    """Whether the stored autoscaler's settings are not what the job asks for (the fields the
+    apiserver adds are not compared)."""
+    wanted, stored = desired.get("spec") or {}, current.get("spec") or {}
+    return any(wanted.get(key) != stored.get(key) for key in AUTOSCALER_FIELDS)
