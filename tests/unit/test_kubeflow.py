@@ -497,3 +497,14 @@ def test_metrics_make_an_autoscaler_of_the_workers() -> None:
     assert autoscaler_differs(hpa, stored)
     spec["elasticPolicy"] = {"minReplicas": 1, "maxReplicas": 3}
     assert render_autoscaler({"name": "simple", "namespace": "ns"}, spec, owner) is None
+
+
+def test_a_refused_creation_is_no_restart() -> None:
+    running = kubeflow_status("simple", {}, record("Running"), NOW)
+    refused = record(
+        "Running",
+        conditions=[condition("ReplicaFailure", reason=constants.REASON_POD_CREATION_FAILED)],
+    )
+    status = kubeflow_status("simple", running, refused, LATER)
+    assert status["conditions"] == running["conditions"]
+    assert status["torchjob"]["conditions"][0]["reason"] == constants.REASON_POD_CREATION_FAILED

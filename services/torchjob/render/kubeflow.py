@@ -89,7 +89,7 @@ def wanted_conditions(
         wanted.append(_condition("Succeeded", "True", "PyTorchJobSucceeded", message))
     elif phase == "Failed":
         wanted.append(_condition("Failed", "True", "PyTorchJobFailed", _failed(job_name, record)))
-    elif failure.get("status") == "True":
+    elif failure.get("status") == "True" and failure.get("reason") in RESTARTING_REASONS:
         message = f"{job} is restarting because {_failed_replicas(record)} replica(s) failed."
         wanted.append(_condition("Restarting", "True", "PyTorchJobRestarting", message))
     elif phase == "Running":
@@ -98,6 +98,12 @@ def wanted_conditions(
 
 
 SUSPENDED: Final = "PyTorchJobSuspended"
+# Our ReplicaFailure reasons that are Kubeflow's Restarting: a replica failed and is restarted.
+# (A creation the apiserver refused has no Kubeflow condition: it shows in status.torchjob and
+# in a Warning Event.)
+RESTARTING_REASONS: Final = frozenset(
+    {constants.REASON_RESTART_BACKOFF, constants.REASON_REPLICA_FAILED}
+)
 
 
 def _failed(job_name: str, record: Mapping[str, Any]) -> str:
