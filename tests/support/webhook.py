@@ -31,6 +31,7 @@ from torchjob.webhook.app import (
     ADMISSIONS_BOUND,
     DECODED_JOBS,
     JOBS,
+    KUBEFLOW_JOBS,
     SETTINGS,
     Admissions,
     DecodedJobs,
@@ -39,7 +40,13 @@ from torchjob.webhook.app import (
 from torchjob.webhook.settings import Limits
 
 RECONCILER = "system:serviceaccount:torchjob:torchjob-reconciler"
-ROUTES = ("/mutate/pytorchtrainingjobs", "/validate/pytorchtrainingjobs", "/mutate/pods")
+ROUTES = (
+    "/mutate/pytorchtrainingjobs",
+    "/validate/pytorchtrainingjobs",
+    "/mutate/pytorchjobs",
+    "/validate/pytorchjobs",
+    "/mutate/pods",
+)
 JOB: dict[str, Any] = {
     "apiVersion": "batch.tensorstack.dev/v1beta1",
     "kind": "PyTorchTrainingJob",
@@ -58,6 +65,33 @@ JOB: dict[str, Any] = {
 }
 
 
+# A Kubeflow PyTorchJob as stored (defaulted): a Master and two Workers.
+KUBEFLOW_JOB: dict[str, Any] = {
+    "apiVersion": "kubeflow.org/v1",
+    "kind": "PyTorchJob",
+    "metadata": {"name": "j", "namespace": "ns", "uid": "kubeflow-uid"},
+    "spec": {
+        "nprocPerNode": "auto",
+        "runPolicy": {"cleanPodPolicy": "None", "suspend": False},
+        "pytorchReplicaSpecs": {
+            kind: {
+                "replicas": replicas,
+                "restartPolicy": "OnFailure",
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {"name": "pytorch", "image": "i", "command": ["python3", "t.py"]},
+                            {"name": "sidecar", "image": "s"},
+                        ]
+                    }
+                },
+            }
+            for kind, replicas in (("Master", 1), ("Worker", 2))
+        },
+    },
+}
+
+
 class FixedJobs(Informer):
     """A job cache that holds `job` under every name."""
 
@@ -68,7 +102,11 @@ class FixedJobs(Informer):
         return self._job
 
 
-def admission_app(limits: Limits | None = None, job: KubeObject | None = JOB) -> web.Application:
+def admission_app(
+    limits: Limits | None = None,
+    job: KubeObject | None = JOB,
+    kubeflow_job: KubeObject | None = KUBEFLOW_JOB,
+) -> web.Application:
     limits = limits or Limits()
     settings = dataclasses.replace(
         webhook_settings.parse(["--pod-creators", RECONCILER]), limits=limits
@@ -77,6 +115,7 @@ def admission_app(limits: Limits | None = None, job: KubeObject | None = JOB) ->
     app[SETTINGS] = settings
     app[DECODED_JOBS] = DecodedJobs()
     app[JOBS] = FixedJobs(job)
+    app[KUBEFLOW_JOBS] = FixedJobs(kubeflow_job)
     app[ADMISSIONS_BOUND] = Admissions(limits)
     app[ADMISSION_LOG] = structlog.get_logger("test").bind()
     add_admission_routes(app)
@@ -129,6 +168,29 @@ def replica_pod(owner_uid: str = "job-uid") -> dict[str, Any]:
     return {
         "metadata": {"name": "j-worker-1", "labels": labels, "ownerReferences": [owner]},
         "spec": copy.deepcopy(JOB["spec"]["replicaSpecs"][0]["template"]["spec"]),
+    }
+
+
+def kubeflow_replica_pod(
+    kind: str = "worker", index: int = 0, owner_uid: str = "kubeflow-uid"
+) -> dict[str, Any]:
+    """The pod the reconciler makes for replica `index` of type `kind` of KUBEFLOW_JOB."""
+    labels = {
+        constants.LABEL_JOB_NAME: "j",
+        constants.LABEL_REPLICA_TYPE: kind,
+        constants.LABEL_REPLICA_INDEX: str(index),
+    }
+    owner = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "name": "j",
+        "uid": owner_uid,
+        "controller": True,
+    }
+    template = KUBEFLOW_JOB["spec"]["pytorchReplicaSpecs"][kind.title()]["template"]
+    return {
+        "metadata": {"name": f"j-{kind}-{index}", "labels": labels, "ownerReferences": [owner]},
+        "spec": copy.deepcopy(template["spec"]),
     }
 
 
