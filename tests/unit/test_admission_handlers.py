@@ -11,10 +11,11 @@ from typing import Any
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.webhook import JOB, RECONCILER, replica_pod, review
+from support.webhook import JOB, KUBEFLOW_JOB, RECONCILER, replica_pod, review
 
 from torchjob.api import constants
 from torchjob.api.admission import handle, mutate_job, validate_job
+from torchjob.api.kubeflow_admission import mutate_pytorchjob, validate_pytorchjob_request
 from torchjob.render.pod_admission_handler import mutate_pod
 
 
@@ -139,6 +140,13 @@ KEYS = st.sampled_from(
         "args",
         "env",
         "resources",
+        "pytorchReplicaSpecs",
+        "Master",
+        "Worker",
+        "elasticPolicy",
+        "nprocPerNode",
+        "schedulingPolicy",
+        "ownerReferences",
     ]
 )
 SHAPED = st.recursive(
@@ -149,7 +157,10 @@ SHAPED = st.recursive(
 HANDLERS = [
     mutate_job,
     validate_job,
+    mutate_pytorchjob,
+    validate_pytorchjob_request,
     lambda r: mutate_pod(r, JOB, {RECONCILER}),
+    lambda r: mutate_pod(r, KUBEFLOW_JOB, {RECONCILER}),
     lambda r: mutate_pod(r, None, {RECONCILER}),
 ]
 

@@ -5,7 +5,9 @@ stays bound once it is answered."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import copy
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from unittest import mock
@@ -16,8 +18,10 @@ import structlog
 from aiohttp import web
 from aiohttp.streams import StreamReader
 from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
+from support.webhook import KUBEFLOW_JOB, RECONCILER, admission_app, kubeflow_replica_pod, review
+from support.webhook import serving as serving_app
 
-from torchjob.webhook.app import ADMISSION_LOG, Answer, _route
+from torchjob.webhook.app import ADMISSION_LOG, ADMISSIONS, API, Answer, _route
 
 REVIEW = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}
 
@@ -86,3 +90,72 @@ def posted(app: web.Application, review: dict[str, Any]) -> web.Request:
     payload.feed_data(orjson.dumps(review))
     payload.feed_eof()
     return make_mocked_request("POST", "/x", app=app, payload=payload)
+
+
+# --- Kubeflow's PyTorchJob ------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_kubeflow_routes_default_and_validate_pytorchjobs() -> None:
+    job = copy.deepcopy(KUBEFLOW_JOB)
+    del job["spec"]["nprocPerNode"]
+    bad = copy.deepcopy(KUBEFLOW_JOB)
+    bad["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 2
+    async with serving_app(admission_app()) as client:
+        mutated = await _posted(client, "/mutate/pytorchjobs", review(job))
+        valid = await _posted(client, "/validate/pytorchjobs", review(KUBEFLOW_JOB))
+        invalid = await _posted(client, "/validate/pytorchjobs", review(bad))
+    patch = orjson.loads(base64.b64decode(mutated["patch"]))
+    assert patch == [{"op": "add", "path": "/spec/nprocPerNode", "value": "auto"}]
+    assert valid["allowed"] is True
+    assert invalid["allowed"] is False
+    assert invalid["status"]["message"].startswith("PyTorchJob ns/j is invalid: ")
+    assert "spec.pytorchReplicaSpecs.Master.replicas: must be 1" in invalid["status"]["message"]
+    counted = {
+        (sample.labels["endpoint"], sample.labels["outcome"])
+        for metric in ADMISSIONS.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total") and sample.value
+    }
+    assert {
+        ("mutate-kubeflow-jobs", "patched"),
+        ("validate-kubeflow-jobs", "allowed"),
+        ("validate-kubeflow-jobs", "denied"),
+    } <= counted
+
+
+@pytest.mark.asyncio
+async def test_the_pod_route_rewrites_a_pytorchjobs_pod_from_its_cache() -> None:
+    async with serving_app(admission_app(job=None)) as client:
+        answer = await _posted(
+            client, "/mutate/pods", review(kubeflow_replica_pod("master", 0), user=RECONCILER)
+        )
+    assert answer["allowed"] is True
+    ops = {op["path"]: op["value"] for op in orjson.loads(base64.b64decode(answer["patch"]))}
+    env = {e["name"]: e["value"] for e in ops["/spec/containers"][0]["env"]}
+    assert env["RANK"] == "0"
+    assert env["MASTER_ADDR"] == "j-master-0"
+
+
+@pytest.mark.asyncio
+async def test_a_pytorchjob_not_cached_is_read_from_the_apiserver() -> None:
+    app = admission_app(kubeflow_job=None)
+    app[API] = mock.Mock()
+    objects = mock.Mock()
+    objects.get_namespaced_custom_object = mock.AsyncMock(return_value=KUBEFLOW_JOB)
+    with mock.patch("torchjob.webhook.app.client.CustomObjectsApi", return_value=objects):
+        async with serving_app(app) as client:
+            answer = await _posted(
+                client, "/mutate/pods", review(kubeflow_replica_pod(), user=RECONCILER)
+            )
+    objects.get_namespaced_custom_object.assert_awaited_once_with(
+        "kubeflow.org", "v1", "ns", "pytorchjobs", "j"
+    )
+    assert answer["allowed"] is True
+
+
+async def _posted(client: Any, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    response = await client.post(path, data=orjson.dumps(body))
+    assert response.status == 200
+    answer: dict[str, Any] = orjson.loads(await response.read())["response"]
+    return answer
