@@ -17,6 +17,10 @@ from torchjob.api import constants, types
 class Job:
     """One job under test: create it, read it, wait for it, and its pods."""
 
+    # The job's API (a subclass names another one) and the label its pods and Services carry.
+    group, version, plural = types.GROUP, types.VERSION, types.PLURAL
+    job_name_label = constants.LABEL_JOB_NAME
+
     def __init__(self, api: client.ApiClient, namespace: str, manifest: dict[str, Any]) -> None:
         self.objects = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
@@ -27,13 +31,13 @@ class Job:
 
     async def create(self) -> Job:
         await self.objects.create_namespaced_custom_object(
-            types.GROUP, types.VERSION, self.namespace, types.PLURAL, self.manifest
+            self.group, self.version, self.namespace, self.plural, self.manifest
         )
         return self
 
     async def get(self) -> dict[str, Any]:
         job = await self.objects.get_namespaced_custom_object(
-            types.GROUP, types.VERSION, self.namespace, types.PLURAL, self.name
+            self.group, self.version, self.namespace, self.plural, self.name
         )
         assert isinstance(job, dict)
         return job
@@ -44,22 +48,22 @@ class Job:
     async def patch_spec(self, spec: dict[str, Any]) -> None:
         patch: Any = self.objects.patch_namespaced_custom_object  # stubs omit _content_type
         await patch(
-            types.GROUP,
-            types.VERSION,
+            self.group,
+            self.version,
             self.namespace,
-            types.PLURAL,
+            self.plural,
             self.name,
             {"spec": spec},
             _content_type="application/merge-patch+json",
         )
 
     async def pods(self) -> dict[str, Any]:
-        selector = f"{constants.LABEL_JOB_NAME}={self.name}"
+        selector = f"{self.job_name_label}={self.name}"
         listed = await self.core.list_namespaced_pod(self.namespace, label_selector=selector)
         return {p.metadata.name: p for p in listed.items if not p.metadata.deletion_timestamp}
 
     async def services(self) -> set[str]:
-        selector = f"{constants.LABEL_JOB_NAME}={self.name}"
+        selector = f"{self.job_name_label}={self.name}"
         listed = await self.core.list_namespaced_service(self.namespace, label_selector=selector)
         return {s.metadata.name for s in listed.items}
 

@@ -38,9 +38,12 @@ Rules = list[dict[str, Any]]
 
 
 def rendered(**settings: object) -> list[Manifest]:
-    """The chart as the e2e suite sets it (only opted-in namespaces go through the webhook),
-    with `settings` (`--set-json` keys) on top."""
-    base: dict[str, object] = {"webhook.namespaceSelector": {"matchLabels": {OPT_IN_LABEL: "on"}}}
+    """The chart as the e2e suite sets it (only opted-in namespaces go through the webhook, and
+    Kubeflow's PyTorchJobs are served), with `settings` (`--set-json` keys) on top."""
+    base: dict[str, object] = {
+        "webhook.namespaceSelector": {"matchLabels": {OPT_IN_LABEL: "on"}},
+        "kubeflow.enabled": True,
+    }
     return copy.deepcopy(_render(json.dumps({**base, **settings}, sort_keys=True)))
 
 
@@ -192,11 +195,11 @@ def start_reconciler(
     args = (*TEST_RESTART_BACKOFF, *extra_args)
     leases = [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "--lease-name"]
     if leases:
-        _grant_lease(control_plane, "reconciler", leases[-1])
+        grant_lease(control_plane, "reconciler", leases[-1])
     return _start_controller("torchjob.reconciler", kubeconfig, identity, args, leading)
 
 
-def _grant_lease(control_plane: ControlPlane, part: str, lease: str) -> None:
+def grant_lease(control_plane: ControlPlane, part: str, lease: str) -> None:
     """The chart's Role of `part` rendered for the Lease `lease`, applied beside the chart's."""
     objects = _rbac(rendered(**{f"{part}.leaseName": lease}), part)
     roles = [m for m in objects if m["kind"] in ("Role", "RoleBinding")]
