@@ -345,12 +345,21 @@ def _our_rules(new: Mapping[str, Any], old: Any) -> Result:
     spec = new.get("spec") or {}
     result = validate(_training_job(new), _training_job(old) if isinstance(old, dict) else None)
     errors = [
-        FieldError(kubeflow_path(e.path, spec), e.message, e.cause)
+        FieldError(_replica_key_path(kubeflow_path(e.path, spec)), e.message, e.cause)
         for e in result.errors
         if not _not_applicable(e)
     ]
     warnings = [kubeflow_path(w, spec) for w in result.warnings]
     return Result(errors, warnings)
+
+
+def _replica_key_path(path: str) -> str:
+    """A replica spec's `type` is its key in `pytorchReplicaSpecs`: a PyTorchJob has no field
+    `spec.pytorchReplicaSpecs.Worker.type`, its error is of `spec.pytorchReplicaSpecs.Worker`."""
+    parts = path.split(".")
+    if len(parts) == 4 and parts[:2] == ["spec", "pytorchReplicaSpecs"] and parts[3] == "type":
+        return ".".join(parts[:3])
+    return path
 
 
 def _training_job(job: Mapping[str, Any]) -> dict[str, Any]:
