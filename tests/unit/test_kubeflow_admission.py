@@ -584,12 +584,22 @@ def test_the_status_the_operator_writes_is_accepted() -> None:
     assert admitted(job, old={**pytorchjob(), "status": copy.deepcopy(STATUS)}).allowed
 
 
-def test_an_emptied_unsupported_table_accepts_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "path", ["spec.elasticPolicy.metrics", "spec.pytorchReplicaSpecs.*.restartPolicy"]
+)
+def test_a_field_in_the_unsupported_table_is_refused_by_its_path(
+    monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
     job = pytorchjob()
-    job["spec"] = merged(job["spec"], EXAMPLES["spec.elasticPolicy.metrics"])
-    assert not admitted(job).allowed
-    monkeypatch.setattr("torchjob.api.kubeflow_admission.UNSUPPORTED", {})
+    job["spec"] = merged(job["spec"], EXAMPLES[path])
     assert admitted(job).allowed
+    reason = "is not supported yet: torchjob does not honour it"
+    monkeypatch.setattr("torchjob.api.kubeflow_admission.UNSUPPORTED", {path: reason})
+    result = admitted(job)
+    # Defaulting sets restartPolicy on every replica type: each is refused by its own path.
+    expected = {path.replace("*", kind) for kind in ("Master", "Worker")}
+    assert paths(result) == expected
+    assert {(e.message, e.cause) for e in result.errors} == {(reason, Cause.NOT_SUPPORTED)}
 
 
 # --- the pods of a PyTorchJob ----------------------------------------------------------------

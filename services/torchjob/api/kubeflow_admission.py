@@ -42,14 +42,12 @@ MANAGERS: Final = ("kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue"
 DNS_1035_LABEL: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 # Fields of Kubeflow's schema that torchjob does not honour, each with why: a job setting one is
-# refused rather than run without it. A field leaves the table when it becomes supported.
-UNSUPPORTED: dict[str, str] = {
-    "spec.elasticPolicy.metrics": (
-        "is not supported yet: torchjob does not create a HorizontalPodAutoscaler; scale the job "
-        "with `kubectl scale pytorchjob/<name> --replicas=N` or an HPA you create, through the "
-        "scale subresource"
-    ),
-}
+# refused rather than run without it (`*` stands for any key of a map). A field leaves the table
+# when it becomes supported. Empty: every field of Kubeflow v1.9's schema is honoured
+# (elasticPolicy.metrics, the last to be, since the reconciler makes the HorizontalPodAutoscaler).
+# An entry reads: "spec.elasticPolicy.metrics": "is not supported yet: torchjob does not create
+# a HorizontalPodAutoscaler; scale the job with `kubectl scale pytorchjob/<name> --replicas=N`".
+UNSUPPORTED: dict[str, str] = {}
 
 # Messages of torchjob's own rules that do not apply to a PyTorchJob, by path: its elastic jobs
 # rendezvous through the PET_* variables Kubeflow sets, without torchjob's torchrunConfig.
