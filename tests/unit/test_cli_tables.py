@@ -308,6 +308,7 @@ def test_the_bash_completion_knows_every_command_and_flag() -> None:
         "wait",
         "tensorboard",
         "completion",
+        "convert",
     ):
         assert f'"{command}' in script or f" {command} " in script, command
     assert "--nproc-per-node" in script and "--all-namespaces" in script
@@ -342,7 +343,8 @@ def test_completion_completes_job_names_from_the_cluster(tmp_path: Any) -> None:
 @pytest.mark.parametrize(
     ("words", "expected"),
     [
-        ([""], ["completion", "delete", "get", "list", "logs", "pause", "resume", "run"]),
+        ([""], ["completion", "convert", "delete", "get", "list", "logs", "pause", "resume"]),
+        (["convert", "job.yaml", "--to", ""], ["kubeflow", "torchjob"]),
         (["top", ""], ["job", "node"]),
         (["submit", "--cleanup-policy", ""], ["None", "All", "Unfinished"]),
         (["logs", "-n", "team", "tr"], ["train", "trial"]),

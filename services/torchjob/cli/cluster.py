@@ -1,5 +1,6 @@
 """What a cluster would make of an admitted job: the reconciler's first plan, and each replica's
-Pod as the reconciler renders it and the webhook rewrites it at admission."""
+Pod as the reconciler renders it and the webhook rewrites it at admission (a Kubeflow
+PyTorchJob's pod with Kubeflow's labels and environment)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from torchjob.api import constants
 from torchjob.cli.manifest import AdmittedJob
 from torchjob.lifecycle.plan import Plan, plan
 from torchjob.lifecycle.round import Observed
-from torchjob.render.pod_rewrite import rewrite_pod
+from torchjob.render.pod_rewrite import rewrite_kubeflow_pod, rewrite_pod
 from torchjob.render.replica_objects import render_pod, render_service
 from torchjob.render.topology import Replica
 
@@ -27,7 +28,9 @@ def admitted_pod(
     scheduler_name: str = constants.T9K_SCHEDULER_NAME,
 ) -> dict[str, Any]:
     """The replica's pod as created by the reconciler and rewritten by the webhook."""
-    pod = render_pod(job.meta, job.spec, replica, annotations, scheduler_name)
+    pod = render_pod(job.meta, job.spec, replica, annotations, scheduler_name, job.api)
+    if job.kubeflow_spec is not None:
+        return rewrite_kubeflow_pod(job.typed, job.kubeflow_spec, pod).pod
     return rewrite_pod(job.typed, pod).pod
 
 
@@ -38,7 +41,7 @@ def dry_run_documents(job: AdmittedJob) -> list[dict[str, Any]]:
         item.replica: admitted_pod(job, item.replica, item.annotations)
         for item in decision.create_pods
     }
-    services = {r: render_service(job.meta, r) for r in decision.create_services}
+    services = {r: render_service(job.meta, r, job.api) for r in decision.create_services}
     documents: list[dict[str, Any]] = [job.manifest]
     for replica in sorted(set(pods) | set(services), key=lambda r: r.rank):
         documents += [d for d in (pods.get(replica), services.get(replica)) if d is not None]

@@ -16,6 +16,8 @@ from torchjob.cli.connection import CliError, connect
 COMPLETION_TIMEOUT = 5.0
 # The commands whose first positional argument is a job's name.
 TAKES_JOB = ("get", "logs", "delete", "pause", "resume", "wait", "tensorboard", "top job")
+# The commands whose arguments are files (a manifest; `convert -o` the file it writes).
+TAKES_FILE = ("run", "convert")
 
 
 def _options(parser: argparse.ArgumentParser) -> list[str]:
@@ -55,6 +57,7 @@ def bash_script(parser: argparse.ArgumentParser, prog: str = "torchjob") -> str:
             cases.append(_case(name, sub))
     function = "_" + prog.replace("-", "_").replace(" ", "_")
     takes_job = " ".join(c.replace(" ", "_") for c in TAKES_JOB)
+    takes_file = "|".join(TAKES_FILE)
     return f"""# bash completion for {prog}; load it with: source <({prog} completion bash)
 {function}_jobs() {{
     local args=() i
@@ -91,7 +94,7 @@ def bash_script(parser: argparse.ArgumentParser, prog: str = "torchjob") -> str:
         COMPREPLY=($(compgen -W "$choices" -- "$cur"))
     elif [[ "$cur" == -* ]]; then
         COMPREPLY=($(compgen -W "$words" -- "$cur"))
-    elif [[ "$prev" =~ ^(-f|--filename|--kubeconfig)$ || "$command" == run ]]; then
+    elif [[ "$prev" =~ ^(-f|--filename|--kubeconfig)$ || "$command" =~ ^({takes_file})$ ]]; then
         COMPREPLY=($(compgen -f -- "$cur"))
     elif [[ " {takes_job} " == *" ${{command// /_}} "* ]]; then
         COMPREPLY=($(compgen -W "$({function}_jobs)" -- "$cur"))

@@ -1,8 +1,10 @@
 """The `torchjob` command (also the kubectl plugin `kubectl torchjob`).
 
-`torchjob run JOB.yaml` runs a PyTorchTrainingJob on this machine, each replica's training
-container as a local process, with the defaulting, validation, pod rendering and restart
-decisions of the cluster; `torchjob run --dry-run JOB.yaml` prints what a cluster would create.
+`torchjob run JOB.yaml` runs a PyTorchTrainingJob, or a Kubeflow PyTorchJob, on this machine,
+each replica's training container as a local process, with the defaulting, validation, pod
+rendering and restart decisions of the cluster; `torchjob run --dry-run JOB.yaml` prints what a
+cluster would create. `torchjob convert JOB.yaml` turns a manifest of one API into the other's
+(cli/convert.py).
 `submit`, `list`, `get`, `logs`, `top`, `delete`, `pause`, `resume`, `wait` and `tensorboard`
 work on the cluster of the current kubeconfig context (cli/parsers.py).
 
@@ -28,9 +30,17 @@ from torchjob.api import queries
 from torchjob.cli.cluster import admitted_pod, dry_run_documents, first_plan
 from torchjob.cli.completion import candidates, job_names
 from torchjob.cli.console import Console
+from torchjob.cli.convert import add_convert_command, run_convert
 from torchjob.cli.manifest import AdmittedJob, InvalidManifest, admit, read_manifest
 from torchjob.cli.parsers import add_cluster_commands, run_cluster_command
-from torchjob.cli.runner import LocalRunner, RunResult, write_status
+from torchjob.cli.runner import (
+    LocalRunner,
+    RunResult,
+    backoff_limit_text,
+    shown_state,
+    training_container_name,
+    write_status,
+)
 from torchjob.lifecycle.backoff import BASE_DELAY, MAX_DELAY, RestartBackoff
 from torchjob.render.local import LocalRenderError, gpu_shares, local_command
 from torchjob.render.topology import replicas_of, service_host, world_size
@@ -39,14 +49,19 @@ EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def parser(prog: str = "torchjob") -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog=prog, description="PyTorchTrainingJob tools")
+    top = argparse.ArgumentParser(
+        prog=prog, description="PyTorchTrainingJob (and Kubeflow PyTorchJob) tools"
+    )
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = commands.add_parser(
         "run",
         help="run a job locally, each replica as a process",
-        description="Run a PyTorchTrainingJob on this machine: every replica's training "
-        "container becomes a local process, with the cluster's defaulting, validation, pod "
-        "rendering, restarts, backoffLimit and activeDeadlineSeconds.",
+        description="Run a PyTorchTrainingJob, or a Kubeflow PyTorchJob (kubeflow.org/v1), on "
+        "this machine: every replica's training container becomes a local process, with the "
+        "cluster's defaulting, validation, pod rendering, restarts, backoffLimit and "
+        "activeDeadlineSeconds. A PyTorchJob is admitted with Kubeflow's defaults and "
+        "validation, its pods get Kubeflow's environment, and its status is shown as "
+        "Kubeflow shows it.",
     )
     run.add_argument("manifest", metavar="JOB.yaml", help="the job's manifest ('-' for stdin)")
     run.add_argument(
@@ -76,6 +91,7 @@ def parser(prog: str = "torchjob") -> argparse.ArgumentParser:
         help="delay before a replica's first restart in a row, doubling with each further one "
         f"up to {MAX_DELAY:.0f}s, as the reconciler's (default: {BASE_DELAY:.0f}; 0: at once)",
     )
+    add_convert_command(commands)
     add_cluster_commands(commands)
     return top
 
@@ -91,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     prog = "kubectl torchjob" if Path(sys.argv[0]).name.startswith("kubectl-") else "torchjob"
     top = parser(prog)
     args = top.parse_args(argv)
+    if args.command == "convert":
+        return run_convert(args)
     if args.command != "run":
         args.parser = top
         return run_cluster_command(args)
@@ -130,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     _announce(job, console)
     result = asyncio.run(runner.run())
     if args.logs is not None:
-        write_status(args.logs / "status.yaml", result.status)
+        write_status(args.logs / "status.yaml", result.shown or result.status)
     _summary(job, result, console)
     if result.interrupted:
         return EXIT_INTERRUPTED
@@ -140,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
 def _announce(job: AdmittedJob, console: Console) -> None:
     count = world_size(job.spec)
     console.say(
-        f"running PyTorchTrainingJob {job.key} here: {count} replica(s) as local processes; "
+        f"running {job.api.kind} {job.meta['namespace']}/{job.meta['name']} here: {count} "
+        "replica(s) as local processes; "
         "container images and resource requests/limits are not used"
     )
 
@@ -154,7 +173,14 @@ def _preflight(job: AdmittedJob, shares: dict[int, list[str]] | None) -> None:
     for item in first_plan(job).create_pods:
         pod = admitted_pod(job, item.replica, item.annotations)
         gpus = None if shares is None else shares.get(item.replica.rank, [])
-        local_command(job.spec, pod, ports, is_master=item.replica.is_master, gpus=gpus)
+        local_command(
+            job.spec,
+            pod,
+            ports,
+            is_master=item.replica.is_master,
+            gpus=gpus,
+            container_name=training_container_name(job),
+        )
 
 
 def _gpu_shares(job: AdmittedJob, console: Console) -> dict[int, list[str]] | None:
@@ -209,14 +235,35 @@ def _summary(job: AdmittedJob, result: RunResult, console: Console) -> None:
     else:
         reason, message = "NotFinished", "nothing could make progress here"
     limit = queries.backoff_limit(job.spec)
-    console.say(f"job {job.key}: {status.get('phase', 'Pending')} ({reason}: {message})")
+    if job.kubeflow and not result.interrupted:
+        _kubeflow_summary(job, result, console)
+    else:
+        console.say(f"job {job.key}: {status.get('phase', 'Pending')} ({reason}: {message})")
     console.say(
-        f"restarts {status.get('backoffCount', 0)} (backoffLimit {limit}), "
+        f"restarts {status.get('backoffCount', 0)} ({backoff_limit_text(limit)}), "
         f"duration {result.duration:.1f}s"
     )
     for task in status.get("tasks") or []:
         for replica in task.get("replicas") or []:
             console.say(f"  {replica.get('name')}: {_replica_outcome(replica)}")
+
+
+def _kubeflow_summary(job: AdmittedJob, result: RunResult, console: Console) -> None:
+    """The PyTorchJob's state as Kubeflow shows it: its last condition, and each replica
+    type's counts (replicaStatuses)."""
+    shown = result.shown
+    conditions = shown.get("conditions") or []
+    last = conditions[-1] if conditions else {}
+    state = shown_state(job, shown)
+    console.say(
+        f"job {job.key}: {state} ({last.get('reason', 'NotFinished')}: "
+        f"{last.get('message', 'nothing could make progress here')})"
+    )
+    for kind, counts in (shown.get("replicaStatuses") or {}).items():
+        numbers = ", ".join(
+            f"{key} {counts[key]}" for key in ("active", "succeeded", "failed") if key in counts
+        )
+        console.say(f"  replicaStatuses.{kind}: {numbers or 'none'}")
 
 
 def _replica_outcome(replica: dict[str, Any]) -> str:

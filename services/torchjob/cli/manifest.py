@@ -1,5 +1,8 @@
-"""A PyTorchTrainingJob manifest read from a file and admitted as the webhook admits it: defaulted,
-then validated, every violation with its field path."""
+"""A job manifest read from a file and admitted as the webhook admits it: defaulted, then
+validated, every violation with its field path. A PyTorchTrainingJob is admitted by torchjob's own
+rules; a Kubeflow PyTorchJob (`kubeflow.org/v1`) by Kubeflow's defaults and validation, its
+violations naming the PyTorchJob's own fields, and then runs as the PyTorchTrainingJob
+`as_training_job` makes of it, as on a cluster."""
 
 from __future__ import annotations
 
@@ -13,9 +16,12 @@ from typing import Any
 
 import yaml
 
-from torchjob.api import constants, types
+from torchjob.api import constants, kubeflow_types, types
 from torchjob.api.defaults import default_job
+from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB, JobApi
 from torchjob.api.jsoncopy import json_copy
+from torchjob.api.kubeflow import KUBEFLOW_SPEC, KUBEFLOW_STATUS, as_training_job
+from torchjob.api.kubeflow_admission import default_pytorchjob, validate_pytorchjob
 from torchjob.api.types import PyTorchTrainingJob, PyTorchTrainingJobSpec
 from torchjob.api.validation import validate
 from torchjob.kube.reconcile import JobKey
@@ -23,6 +29,7 @@ from torchjob.lifecycle.times import format_time
 
 DEFAULT_NAMESPACE = "default"
 API_VERSION = f"{types.GROUP}/{types.VERSION}"
+KUBEFLOW_API_VERSION = f"{kubeflow_types.GROUP}/{kubeflow_types.VERSION}"
 
 
 class InvalidManifest(Exception):
@@ -36,13 +43,22 @@ class InvalidManifest(Exception):
 @dataclass(frozen=True, slots=True)
 class AdmittedJob:
     """The defaulted job as stored (`manifest`), and the same job as the reconciler sees it once
-    the apiserver has given it a namespace, a uid and a generation (`job`)."""
+    the apiserver has given it a namespace, a uid and a generation (`job`). For a Kubeflow
+    PyTorchJob, `manifest` is the defaulted PyTorchJob, `job` the PyTorchTrainingJob that runs it
+    (still named by the PyTorchJob's apiVersion and kind, which own what is made for it) and
+    `kubeflow_spec` the PyTorchJob's own spec, from which its pods' environment is rendered."""
 
     manifest: dict[str, Any]
     job: dict[str, Any]
     spec: PyTorchTrainingJobSpec
     typed: PyTorchTrainingJob
     warnings: list[str]
+    api: JobApi = TRAINING_JOB
+    kubeflow_spec: dict[str, Any] | None = None
+
+    @property
+    def kubeflow(self) -> bool:
+        return self.api.kubeflow
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -77,7 +93,10 @@ def read_manifest(path: str) -> dict[str, Any]:
         raise InvalidManifest([f"{path}: not valid YAML: {error}"]) from error
     if len(documents) != 1:
         raise InvalidManifest(
-            [f"{path}: holds {len(documents)} documents; give exactly one PyTorchTrainingJob"]
+            [
+                f"{path}: holds {len(documents)} documents; give exactly one PyTorchTrainingJob "
+                "or PyTorchJob"
+            ]
         )
     document = documents[0]
     if not isinstance(document, dict):
@@ -89,7 +108,10 @@ def admit(
     document: dict[str, Any], *, namespace: str | None = None, uid: str | None = None
 ) -> AdmittedJob:
     """Default and validate `document` as the webhook does; give it the identity the apiserver
-    would (the namespace, a uid: `uid`, or a stable stand-in derived from the name)."""
+    would (the namespace, a uid: `uid`, or a stable stand-in derived from the name). A Kubeflow
+    PyTorchJob (by its apiVersion or kind) is admitted as Kubeflow's (`admit_kubeflow`)."""
+    if is_kubeflow(document):
+        return admit_kubeflow(document, namespace=namespace, uid=uid)
     errors = _identity_errors(document, namespace)
     if errors:
         raise InvalidManifest(errors)
@@ -100,7 +122,55 @@ def admit(
     if not result.allowed:
         raise InvalidManifest([str(e) for e in result.errors])
     job = json_copy(manifest)
-    job_meta = job["metadata"]
+    _identify(job["metadata"], uid)
+    typed = PyTorchTrainingJob.from_dict(job)
+    assert typed.spec is not None  # validation refuses a job without one
+    return AdmittedJob(manifest, job, typed.spec, typed, result.warnings)
+
+
+def is_kubeflow(document: dict[str, Any]) -> bool:
+    """A manifest written as Kubeflow's PyTorchJob (its apiVersion, or its kind)."""
+    return (
+        document.get("apiVersion") == KUBEFLOW_API_VERSION
+        or document.get("kind") == KUBEFLOW_JOB.kind
+    )
+
+
+def admit_kubeflow(
+    document: dict[str, Any], *, namespace: str | None = None, uid: str | None = None
+) -> AdmittedJob:
+    """A Kubeflow PyTorchJob admitted as torchjob's webhooks admit it: Kubeflow's defaults, then
+    Kubeflow's validation and torchjob's rules on the job that runs it (paths are the
+    PyTorchJob's); the job that runs it is `as_training_job` of the stored PyTorchJob."""
+    errors = _identity_errors(document, namespace, KUBEFLOW_API_VERSION, KUBEFLOW_JOB.kind)
+    if errors:
+        raise InvalidManifest(errors)
+    manifest, _ = default_pytorchjob(document)
+    meta = manifest.setdefault("metadata", {})
+    meta["namespace"] = meta.get("namespace") or namespace or DEFAULT_NAMESPACE
+    result = validate_pytorchjob(manifest)
+    if not result.allowed:
+        raise InvalidManifest([str(e) for e in result.errors])
+    stored = json_copy(manifest)
+    _identify(stored["metadata"], uid)
+    job = training_job_of(stored)
+    typed = PyTorchTrainingJob.from_dict(job)
+    assert typed.spec is not None  # as_training_job always makes one
+    spec = stored.get("spec") or {}
+    return AdmittedJob(manifest, job, typed.spec, typed, result.warnings, KUBEFLOW_JOB, spec)
+
+
+def training_job_of(pytorchjob: dict[str, Any]) -> dict[str, Any]:
+    """The PyTorchTrainingJob that runs a defaulted PyTorchJob, without the PyTorchJob's own spec
+    and status that `as_training_job` carries along for the operator."""
+    job = as_training_job(pytorchjob)
+    job.pop(KUBEFLOW_STATUS, None)
+    job.pop(KUBEFLOW_SPEC, None)
+    return job
+
+
+def _identify(job_meta: dict[str, Any], uid: str | None) -> None:
+    """The name, uid, generation and creation time the apiserver gives a new object."""
     if not job_meta.get("name"):
         job_meta["name"] = job_meta["generateName"] + _suffix(uid)
     job_meta["uid"] = uid or str(
@@ -108,17 +178,19 @@ def admit(
     )
     job_meta.setdefault("generation", 1)
     job_meta.setdefault("creationTimestamp", format_time(datetime.now(UTC)))
-    typed = PyTorchTrainingJob.from_dict(job)
-    assert typed.spec is not None  # validation refuses a job without one
-    return AdmittedJob(manifest, job, typed.spec, typed, result.warnings)
 
 
-def _identity_errors(document: dict[str, Any], namespace: str | None) -> list[str]:
+def _identity_errors(
+    document: dict[str, Any],
+    namespace: str | None,
+    api_version: str = API_VERSION,
+    kind: str = types.KIND,
+) -> list[str]:
     errors = []
-    if document.get("apiVersion") != API_VERSION:
-        errors.append(f"apiVersion: must be {API_VERSION}, not {document.get('apiVersion')!r}")
-    if document.get("kind") != types.KIND:
-        errors.append(f"kind: must be {types.KIND}, not {document.get('kind')!r}")
+    if document.get("apiVersion") != api_version:
+        errors.append(f"apiVersion: must be {api_version}, not {document.get('apiVersion')!r}")
+    if document.get("kind") != kind:
+        errors.append(f"kind: must be {kind}, not {document.get('kind')!r}")
     meta = document.get("metadata")
     if not isinstance(meta, dict):
         return [*errors, "metadata: must be an object with a name"]

@@ -12,6 +12,10 @@ replica's session (torchrun starts each worker in a session of its own): when a 
 process exits, whatever it left running is killed, as a container runtime tears down a container
 whose main process has exited. The deadline is enforced by waking at the plan's `requeue_after`,
 as the reconciler's timed requeue does.
+
+A Kubeflow PyTorchJob's status is shown as Kubeflow shows it (its conditions, moved on round by
+round as the operator writes them, and its replicaStatuses), rendered from the lifecycle's record
+as the reconciler renders it.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import yaml
 
 from torchjob.api import constants, queries
 from torchjob.api.constants import REASON_RESTART_BACKOFF
+from torchjob.api.kubeflow import UNLIMITED_BACKOFF
 from torchjob.cli.cluster import admitted_pod
 from torchjob.cli.console import Console
 from torchjob.cli.manifest import AdmittedJob
@@ -44,6 +49,7 @@ from torchjob.lifecycle.plan import Plan, PodToCreate, plan
 from torchjob.lifecycle.round import Observed
 from torchjob.lifecycle.status import is_terminal
 from torchjob.lifecycle.times import format_time
+from torchjob.render.kubeflow import DEFAULT_CONTAINER, kubeflow_status
 from torchjob.render.local import LocalCommand, local_command
 from torchjob.render.topology import Replica, replica_name, replicas_of, service_host
 
@@ -90,10 +96,11 @@ class LocalPod:
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
-    status: dict[str, Any]
+    status: dict[str, Any]  # the lifecycle's record of the job
     interrupted: bool
     stalled: bool
     duration: float
+    shown: dict[str, Any] = field(default_factory=dict)  # the status as the job's API shows it
 
     @property
     def succeeded(self) -> bool:
@@ -124,6 +131,7 @@ class LocalRunner:
         self.grace_period = grace_period
         self.backoff = backoff
         self.status: dict[str, Any] = {}
+        self.shown: dict[str, Any] = {}  # the status as the job's API shows it
         self.ports: dict[str, int] = {}  # Service host -> local port
         self.pods: dict[tuple[str, int], LocalPod] = {}
         self.wake = asyncio.Event()
@@ -157,7 +165,9 @@ class LocalRunner:
             self.console.close()
             for handle in self._logs.values():
                 handle.close()
-        return RunResult(self.status, self.interrupted, stalled, time.monotonic() - self._began)
+        return RunResult(
+            self.status, self.interrupted, stalled, time.monotonic() - self._began, self.shown
+        )
 
     def interrupt(self) -> None:
         """Ctrl-C: stop every replica; a second Ctrl-C kills them at once."""
@@ -221,6 +231,8 @@ class LocalRunner:
         return acted
 
     def _record_status(self, status: dict[str, Any]) -> None:
+        if status != self.status or not self.shown:
+            self.shown = shown_status(self.job, self.shown, status)
         self.status = status
         self.console.status(self._status_line())
 
@@ -241,7 +253,12 @@ class LocalRunner:
         pod["metadata"]["uid"] = str(uuid.uuid4())
         gpus = None if self.gpu_shares is None else self.gpu_shares.get(replica.rank, [])
         command = local_command(
-            self.job.spec, pod, self.ports, is_master=replica.is_master, gpus=gpus
+            self.job.spec,
+            pod,
+            self.ports,
+            is_master=replica.is_master,
+            gpus=gpus,
+            container_name=training_container_name(self.job),
         )
         name = str(pod["metadata"]["name"])
         self._note_once(name, command)
@@ -431,9 +448,10 @@ class LocalRunner:
         )
         limit = queries.backoff_limit(self.job.spec)
         return (
-            f"{self.job.meta['name']} {self.status.get('phase', 'Pending')} "
+            f"{self.job.meta['name']} {shown_state(self.job, self.shown)} "
             f"{elapsed // 60}:{elapsed % 60:02d} | {replicas} | "
-            f"restarts {self.status.get('backoffCount', 0)}/{limit}"
+            f"restarts {self.status.get('backoffCount', 0)}"
+            + ("" if limit == UNLIMITED_BACKOFF else f"/{limit}")
         )
 
     def _phase(self, replica: Replica) -> str:
@@ -443,6 +461,36 @@ class LocalRunner:
         if pod.deleting and pod.running:
             return "Stopping"
         return str(local_pod_status(pod.pod, pod.started, pod.exit_code, pod.finished)["phase"])
+
+
+def backoff_limit_text(limit: int) -> str:
+    """`backoffLimit 3`, or that there is none (a PyTorchJob without one)."""
+    return "no backoffLimit" if limit == UNLIMITED_BACKOFF else f"backoffLimit {limit}"
+
+
+def training_container_name(job: AdmittedJob) -> str | None:
+    """The name of a replica's training container: Kubeflow's `pytorch` for a PyTorchJob
+    (None: torchjob's own choice, `python` else the first)."""
+    return DEFAULT_CONTAINER if job.kubeflow else None
+
+
+def shown_status(
+    job: AdmittedJob, before: dict[str, Any], record: dict[str, Any]
+) -> dict[str, Any]:
+    """The job's status as its API shows it: the lifecycle's record itself, or for a Kubeflow
+    PyTorchJob Kubeflow's status moved on from `before` to what the record says."""
+    if not job.kubeflow:
+        return record
+    return kubeflow_status(job.meta["name"], before, record, format_time(datetime.now(UTC)))
+
+
+def shown_state(job: AdmittedJob, shown: dict[str, Any]) -> str:
+    """The job's state in one word: its phase, or as Kubeflow's printer column shows it, the type
+    of its last condition."""
+    if not job.kubeflow:
+        return str(shown.get("phase", "Pending"))
+    conditions = shown.get("conditions") or []
+    return str(conditions[-1].get("type")) if conditions else "Pending"
 
 
 async def _all_exited(pods: list[LocalPod]) -> None:

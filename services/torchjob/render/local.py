@@ -5,15 +5,20 @@ The pod is the one a cluster would run (rendered for the reconciler, rewritten a
 does); only what a machine without Kubernetes cannot provide is changed:
 
 - `<replica>.<namespace>.svc` (and `.svc.cluster.local`) becomes 127.0.0.1, and the replica's
-  Service port (23456) becomes a free local port of that replica's own, in every env value and
-  argument, including `MASTER_PORT`-style variables paired with a mapped `MASTER_ADDR`;
+  Service port (23456) becomes a free local port of that replica's own, in every env value (but
+  those read off the pod, such as its name) and argument, including `MASTER_PORT`-style
+  variables paired with a mapped `MASTER_ADDR`; an env value that is wholly one of the shorter
+  names a pod in the job's namespace resolves to the same Service (`<replica>.<namespace>`, or
+  `<replica>` as in Kubeflow's `MASTER_ADDR` and rendezvous endpoint) is that Service's host;
 - `$(VAR)` references are expanded as the kubelet expands them; `fieldRef` values are read off the
   pod (`status.podIP` is 127.0.0.1); secrets, config maps and resource fields cannot be read here
   and are reported;
 - with torchrun, every replica runs on the same address, so each one's c10d rendezvous would take
   itself for the store's host: replicas other than the master are told they are not
   (`PET_RDZV_CONF=is_host=false`, as their pods conclude from their own address on a cluster), and
-  each node's address is 127.0.0.1 (`PET_LOCAL_ADDR`);
+  each node's address is 127.0.0.1 (`PET_LOCAL_ADDR`); the same holds for a container that runs
+  torchrun itself with a c10d rendezvous endpoint in `PET_RDZV_ENDPOINT` (Kubeflow's elastic
+  jobs): the replica the endpoint names is the store's host, the others are told they are not;
 - GPUs: each replica sees its own share (`CUDA_VISIBLE_DEVICES`), and procPerNode "gpu" starts
   one process per GPU of that share.
 """
@@ -55,20 +60,30 @@ def local_command(
     *,
     is_master: bool,
     gpus: Sequence[str] | None = None,
+    container_name: str | None = None,
 ) -> LocalCommand:
     """The training container of `pod` as a local process.
 
     `ports` maps each replica's Service host (`<replica>.<namespace>.svc`) to its local port;
-    `gpus` is the replica's share of this machine's GPUs (None: the machine has none).
+    `gpus` is the replica's share of this machine's GPUs (None: the machine has none);
+    `container_name` names the training container (None: `python`, else the first; a Kubeflow
+    PyTorchJob's is `pytorch`).
     """
     pod_spec = pod.get("spec") or {}
-    index, container = queries.training_container_in(pod_spec)
-    name = (pod.get("metadata") or {}).get("name", "")
+    index, container = _training_container(pod_spec, container_name)
+    meta = pod.get("metadata") or {}
+    name = meta.get("name", "")
     if container is None:
         raise LocalRenderError(f"pod {name} has no container")
     notes: list[str] = []
-    env = _resolve_env(pod, container, notes)
-    localized = {key: localize(value, ports) for key, value in env.items()}
+    from_pod: set[str] = set()
+    env = {
+        key: value if key in from_pod else canonical_address(value, ports)
+        for key, value in _resolve_env(pod, container, notes, from_pod).items()
+    }
+    localized = {
+        key: value if key in from_pod else localize(value, ports) for key, value in env.items()
+    }
     _map_paired_ports(env, localized, ports)
     command = [str(part) for part in container.get("command") or []]
     if not command:
@@ -80,6 +95,11 @@ def local_command(
     argv = [localize(expand(part, env), ports) for part in [*command, *args]]
     if queries.torchrun_enabled(spec):
         _local_torchrun(localized, argv, is_master=is_master)
+    elif "PET_RDZV_ENDPOINT" in env:
+        own = f"{name}.{meta.get('namespace', '')}.svc"
+        endpoint_host = _mapped_host(env["PET_RDZV_ENDPOINT"].rpartition(":")[0], ports)
+        if endpoint_host is not None:
+            _local_torchrun(localized, argv, is_master=endpoint_host == own)
     if gpus is not None:
         _share_gpus(spec, localized, argv, gpus)
     notes += _unused_parts(pod_spec, index)
@@ -92,6 +112,29 @@ def local_command(
 # -- addresses -------------------------------------------------------------------------------
 
 
+def _training_container(
+    pod_spec: dict[str, Any], container_name: str | None
+) -> tuple[int, dict[str, Any] | None]:
+    if container_name is not None:
+        for index, container in enumerate(pod_spec.get("containers") or []):
+            if isinstance(container, dict) and container.get("name") == container_name:
+                return index, container
+    return queries.training_container_in(pod_spec)
+
+
+def aliases(ports: Mapping[str, int]) -> dict[str, str]:
+    """Every name of each Service host (`<replica>.<namespace>.svc`) that resolves to it from a
+    pod in its namespace: itself, `<replica>.<namespace>` and `<replica>`; name -> host."""
+    names: dict[str, str] = {}
+    for host in ports:
+        names[host] = host
+        if host.endswith(".svc"):
+            qualified = host.removesuffix(".svc")
+            names.setdefault(qualified, host)
+            names.setdefault(qualified.rpartition(".")[0], host)
+    return names
+
+
 def _host_pattern(ports: Mapping[str, int]) -> re.Pattern[str] | None:
     if not ports:
         return None
@@ -100,6 +143,18 @@ def _host_pattern(ports: Mapping[str, int]) -> re.Pattern[str] | None:
         rf"(?<![A-Za-z0-9.-])(?P<host>{hosts})(?:{re.escape(CLUSTER_DOMAIN)})?"
         rf"(?::(?P<port>{DEFAULT_MASTER_PORT}))?(?![A-Za-z0-9-]|\.[A-Za-z0-9])"
     )
+
+
+def canonical_address(value: str, ports: Mapping[str, int]) -> str:
+    """A value that is wholly a replica's shorter name (`<replica>` or `<replica>.<namespace>`,
+    with a port or not), as Kubeflow's `MASTER_ADDR` and `PET_RDZV_ENDPOINT` are, spelt as its
+    Service host; any other value as it is. Only a whole value is taken for an address: the
+    short name inside a path or a longer text may well be something else."""
+    host, colon, port = value.rpartition(":") if ":" in value else (value, "", "")
+    if colon and not port.isdigit():
+        return value
+    full = aliases(ports).get(host)
+    return value if full is None or full == host else full + colon + port
 
 
 def localize(text: str, ports: Mapping[str, int]) -> str:
@@ -117,8 +172,8 @@ def localize(text: str, ports: Mapping[str, int]) -> str:
 
 
 def _mapped_host(value: str, ports: Mapping[str, int]) -> str | None:
-    host = value.removesuffix(CLUSTER_DOMAIN)
-    return host if host in ports else None
+    """The Service host `value` names (any of its names), if it is one of `ports`."""
+    return aliases(ports).get(value.removesuffix(CLUSTER_DOMAIN))
 
 
 def _map_paired_ports(
@@ -137,9 +192,10 @@ def _map_paired_ports(
 
 
 def _resolve_env(
-    pod: dict[str, Any], container: dict[str, Any], notes: list[str]
+    pod: dict[str, Any], container: dict[str, Any], notes: list[str], from_pod: set[str]
 ) -> dict[str, str]:
-    """The container's env in order, each value expanded against the ones before it."""
+    """The container's env in order, each value expanded against the ones before it; the names
+    of those read off the pod are added to `from_pod`."""
     env: dict[str, str] = {}
     for entry in container.get("env") or []:
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
@@ -153,6 +209,7 @@ def _resolve_env(
             notes.append(f"env {key} is read from {_source(entry)}, which is not available here")
         else:
             env[key] = value
+            from_pod.add(key)
     if container.get("envFrom"):
         notes.append("envFrom (config maps, secrets) is not available here")
     return env
