@@ -1,0 +1,143 @@
+"""`torchjob run` of a Kubeflow PyTorchJob with small Python replicas (no torch): admitted with
+Kubeflow's defaults and validation (errors name the PyTorchJob's fields), its pods rewritten with
+Kubeflow's environment (the master's short name mapped to this machine), its status shown and
+written as Kubeflow shows it."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import yaml
+from support.cli import run_to_end
+from support.kubeflow import EXAMPLES, condition_of, pytorchjob
+
+PYTHON = ["python", "-c"]
+
+
+def with_commands(manifest: dict[str, Any], **commands: str) -> dict[str, Any]:
+    """Each replica type's `pytorch` container running a Python script."""
+    for kind, text in commands.items():
+        container = manifest["spec"]["pytorchReplicaSpecs"][kind]["template"]["spec"]["containers"][
+            0
+        ]
+        container["command"] = [*PYTHON, textwrap.dedent(text)]
+    return manifest
+
+
+MASTER = """
+    import os, socket
+    server = socket.create_server((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])))
+    connection, _ = server.accept()
+    print("received", connection.recv(100).decode(), "rank", os.environ["RANK"])
+    """
+WORKER = """
+    import os, socket, time
+    address = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+    for _ in range(200):
+        try:
+            socket.create_connection(address).sendall(("hello from " + os.environ["RANK"]).encode())
+            break
+        except ConnectionRefusedError:
+            time.sleep(0.05)
+    names = ("MASTER_ADDR", "PET_MASTER_ADDR", "WORLD_SIZE", "PET_NNODES", "PYTHONUNBUFFERED")
+    print(" ".join(f"{n}={os.environ[n]}" for n in names))
+    """
+
+
+def test_an_invalid_pytorchjob_exits_2_naming_its_own_fields(tmp_path: Path) -> None:
+    manifest = pytorchjob("bad", workers=1)
+    manifest["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 2
+    worker = manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    worker["containers"][0]["name"] = "main"
+    for extra in ((), ("--dry-run",)):
+        finished = run_to_end(manifest, tmp_path, *extra)
+        assert finished.returncode == 2
+        assert finished.stdout == []
+        errors = "\n".join(finished.stderr)
+        assert "error: spec.pytorchReplicaSpecs.Master.replicas: " in errors
+        assert "error: spec.pytorchReplicaSpecs.Worker.template.spec.containers: " in errors
+
+
+def test_a_kubeflow_api_version_with_another_kind_is_refused(tmp_path: Path) -> None:
+    manifest = pytorchjob("pj")
+    manifest["kind"] = "TFJob"
+    finished = run_to_end(manifest, tmp_path)
+    assert finished.returncode == 2
+    assert "error: kind: must be PyTorchJob, not 'TFJob'" in finished.stderr
+
+
+def test_dry_run_prints_the_defaulted_pytorchjob_then_kubeflow_pods(tmp_path: Path) -> None:
+    manifest = yaml.safe_load((EXAMPLES / "pytorch-simple.yaml").read_text())
+    finished = run_to_end(manifest, tmp_path, "--dry-run")
+    assert finished.returncode == 0, finished.stderr
+    documents = list(yaml.safe_load_all("\n".join(finished.stdout)))
+    assert [d["kind"] for d in documents] == ["PyTorchJob"] + ["Pod", "Service"] * 3
+    stored = documents[0]
+    assert stored["spec"]["runPolicy"] == {"cleanPodPolicy": "None", "suspend": False}
+    assert stored["spec"]["nprocPerNode"] == "auto"
+    names = [d["metadata"]["name"] for d in documents[1::2]]
+    assert names == [
+        "pytorch-simple-master-0",
+        "pytorch-simple-worker-0",
+        "pytorch-simple-worker-1",
+    ]
+    worker = documents[5]
+    assert worker["metadata"]["ownerReferences"][0]["kind"] == "PyTorchJob"
+    assert worker["metadata"]["labels"]["training.kubeflow.org/replica-type"] == "worker"
+    container = worker["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["MASTER_ADDR"] == "pytorch-simple-master-0"
+    assert env["RANK"] == "2" and env["WORLD_SIZE"] == "3" and env["PET_NNODES"] == "3"
+    assert container["command"] == ["python3", "/opt/pytorch-mnist/mnist.py", "--epochs=1"]
+
+
+def test_replicas_meet_at_the_masters_short_name_and_kubeflow_status_is_shown(
+    tmp_path: Path,
+) -> None:
+    manifest = with_commands(pytorchjob("kf", workers=1), Master=MASTER, Worker=WORKER)
+    finished = run_to_end(manifest, tmp_path)
+    assert finished.returncode == 0, finished.stderr
+    assert finished.replica_lines("kf-master-0") == ["received hello from 1 rank 0"]
+    assert finished.replica_lines("kf-worker-0") == [
+        "MASTER_ADDR=127.0.0.1 PET_MASTER_ADDR=127.0.0.1 WORLD_SIZE=2 PET_NNODES=2 "
+        "PYTHONUNBUFFERED=0"
+    ]
+    status = finished.status  # logs/status.yaml: the PyTorchJob's status
+    assert [(c["type"], c["status"]) for c in status["conditions"]] == [
+        ("Created", "True"),
+        ("Running", "False"),
+        ("Succeeded", "True"),
+    ]
+    assert condition_of(status, "Succeeded")["reason"] == "PyTorchJobSucceeded"
+    assert {k: v.get("succeeded") for k, v in status["replicaStatuses"].items()} == {
+        "Master": 1,
+        "Worker": 1,
+    }
+    assert status["torchjob"]["phase"] == "Succeeded"  # the lifecycle's record, kept with it
+    assert (
+        "torchjob: job PyTorchJob:default/kf: Succeeded (PyTorchJobSucceeded: PyTorchJob kf is "
+        "successfully completed.)"
+    ) in finished.stderr
+    assert "torchjob:   replicaStatuses.Worker: succeeded 1" in finished.stderr
+    assert any(
+        line.startswith("torchjob: restarts 0 (no backoffLimit)") for line in finished.stderr
+    )
+
+
+def test_a_failed_worker_fails_the_pytorchjob_as_kubeflow_says(tmp_path: Path) -> None:
+    manifest = with_commands(
+        pytorchjob("kf", workers=1, restart_policy="Never"),
+        Master="import time; time.sleep(30)",
+        Worker="import sys; sys.exit(3)",
+    )
+    finished = run_to_end(manifest, tmp_path, "--grace-period", "1")
+    assert finished.returncode == 1
+    failed = condition_of(finished.status, "Failed")
+    assert failed is not None and failed["reason"] == "PyTorchJobFailed"
+    assert finished.status["conditions"][-1]["type"] == "Failed"
+    assert finished.status["replicaStatuses"]["Worker"]["failed"] == 1
+    assert any(
+        line.startswith("torchjob: job PyTorchJob:default/kf: Failed") for line in finished.stderr
+    )
