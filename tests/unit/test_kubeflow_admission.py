@@ -432,7 +432,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "metadata": {},
     "spec": {},
     "spec.elasticPolicy": {"elasticPolicy": {}},
-    "spec.elasticPolicy.maxReplicas": {"elasticPolicy": {"maxReplicas": 3}},
+    "spec.elasticPolicy.maxReplicas": {"elasticPolicy": {"minReplicas": 1, "maxReplicas": 3}},
     "spec.elasticPolicy.maxRestarts": {"elasticPolicy": {"maxRestarts": 3}},
     "spec.elasticPolicy.metrics": {
         "elasticPolicy": {
@@ -448,7 +448,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
             ],
         }
     },
-    "spec.elasticPolicy.minReplicas": {"elasticPolicy": {"minReplicas": 1}},
+    "spec.elasticPolicy.minReplicas": {"elasticPolicy": {"minReplicas": 2, "maxReplicas": 3}},
     "spec.elasticPolicy.nProcPerNode": {"elasticPolicy": {"nProcPerNode": 2}},
     "spec.elasticPolicy.rdzvBackend": {"elasticPolicy": {**ELASTIC, "rdzvBackend": "etcd-v2"}},
     "spec.elasticPolicy.rdzvConf": {"elasticPolicy": {**ELASTIC, "rdzvConf": []}},
@@ -665,3 +665,46 @@ def test_a_kubeflow_pod_from_a_tenant_or_of_a_missing_job_is_refused() -> None:
     assert missing["response"]["status"]["code"] == 404
     assert "PyTorchJob ns/j not found" in missing["response"]["status"]["message"]
     assert constants.LABEL_JOB_NAME in pod["metadata"]["labels"]
+
+
+@pytest.mark.parametrize(
+    ("elastic", "workers", "path", "says"),
+    [
+        ({"minReplicas": 3, "maxReplicas": 2}, 2, "spec.elasticPolicy.minReplicas", "exceeds"),
+        (
+            {"minReplicas": 2, "maxReplicas": 4},
+            1,
+            "spec.pytorchReplicaSpecs.Worker.replicas",
+            "fewer",
+        ),
+        (
+            {"minReplicas": 1, "maxReplicas": 2},
+            3,
+            "spec.pytorchReplicaSpecs.Worker.replicas",
+            "more",
+        ),
+    ],
+)
+def test_the_workers_lie_between_the_elastic_bounds_as_written(
+    elastic: dict[str, int], workers: int, path: str, says: str
+) -> None:
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "elastic", "namespace": "ns"},
+        "spec": {
+            "elasticPolicy": elastic,
+            "pytorchReplicaSpecs": {
+                "Master": {
+                    "template": {"spec": {"containers": [{"name": "pytorch", "image": "i"}]}}
+                },
+                "Worker": {
+                    "replicas": workers,
+                    "template": {"spec": {"containers": [{"name": "pytorch", "image": "i"}]}},
+                },
+            },
+        },
+    }
+    defaulted, _ = default_pytorchjob(job)
+    result = validate_pytorchjob(defaulted)
+    assert [(e.path, says in e.message) for e in result.errors] == [(path, True)], result.errors

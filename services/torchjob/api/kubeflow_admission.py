@@ -27,7 +27,14 @@ from torchjob.api.kubeflow import (
     kubeflow_path,
     ordered_replica_specs,
 )
-from torchjob.api.kubeflow_types import PodTemplateSpec, PyTorchJob, PyTorchJobSpec, RunPolicy
+from torchjob.api.kubeflow_types import (
+    ElasticPolicy,
+    PodTemplateSpec,
+    PyTorchJob,
+    PyTorchJobSpec,
+    ReplicaSpec,
+    RunPolicy,
+)
 from torchjob.api.model import Model, ModelError, child
 from torchjob.api.pod_fields import UNKNOWN_FIELD
 from torchjob.api.types import PyTorchTrainingJob
@@ -232,6 +239,8 @@ def _kubeflow_errors(job: PyTorchJob, warnings: list[str]) -> Iterator[FieldErro
     if not replica_specs:
         yield FieldError("spec.pytorchReplicaSpecs", "is required", Cause.REQUIRED)
         return
+    if spec.elastic_policy is not None:
+        yield from _elastic_bound_errors(spec.elastic_policy, replica_specs.get(WORKER))
     for kind, replica in ordered_replica_specs(replica_specs):
         path = child("spec.pytorchReplicaSpecs", kind)
         if kind not in REPLICA_TYPES:
@@ -246,6 +255,23 @@ def _kubeflow_errors(job: PyTorchJob, warnings: list[str]) -> Iterator[FieldErro
             yield FieldError(child(path, "replicas"), "must be 1", Cause.FORBIDDEN)
         elif replica.replicas is not None and replica.replicas < 1:
             yield FieldError(child(path, "replicas"), "must be at least 1", Cause.FORBIDDEN)
+
+
+def _elastic_bound_errors(
+    elastic: ElasticPolicy, worker: ReplicaSpec | None
+) -> Iterator[FieldError]:
+    """The Worker replicas lie between the elastic bounds, which torchrun is given as
+    `--nnodes=<min>:<max>` (Kubeflow checks neither; a job outside them cannot rendezvous)."""
+    low, high = elastic.min_replicas, elastic.max_replicas
+    if low is not None and high is not None and low > high:
+        yield FieldError("spec.elasticPolicy.minReplicas", f"{low} exceeds maxReplicas {high}")
+        return
+    count = worker.replicas if worker is not None and worker.replicas is not None else 1
+    path = child("spec.pytorchReplicaSpecs", WORKER, "replicas")
+    if worker is not None and low is not None and count < low:
+        yield FieldError(path, f"{count} is fewer than spec.elasticPolicy.minReplicas {low}")
+    if worker is not None and high is not None and count > high:
+        yield FieldError(path, f"{count} is more than spec.elasticPolicy.maxReplicas {high}")
 
 
 def _is_dns_1035_label(name: str) -> bool:
