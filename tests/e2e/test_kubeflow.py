@@ -358,7 +358,8 @@ async def test_clean_pod_policy_after_success(
     kube_client: client.ApiClient, admitted_namespace: str, operator: Any
 ) -> None:
     """Three jobs succeed with a worker still running: All deletes every pod and Service,
-    Running the running (and pending) pods and their Services, None nothing."""
+    Running the running (and pending) pods, None nothing. (Kubeflow's Running deletes those
+    pods' Services too; torchjob keeps them: docs/kubeflow.md, differences kept on purpose.)"""
     jobs = {}
     for policy in ("All", "Running", "None"):
         manifest = pytorchjob(f"clean-{policy.lower()}", run_policy={"cleanPodPolicy": policy})
@@ -381,8 +382,7 @@ async def test_clean_pod_policy_after_success(
     assert set(await kept.pods()) == pod_names(kept.name, 1, 1)
     assert await kept.services() == pod_names(kept.name, 1, 1)
     assert not await cluster.events(kept.name, constants.REASON_CLEAN_UP)
-    # Kubeflow deletes the Service of each pod it deletes.
-    await running.wait_services({f"{running.name}-master-0"}, timeout=30)
+    assert await running.services() == pod_names(running.name, 1, 1)
 
 
 async def test_ttl_after_finished_deletes_the_job(
@@ -534,6 +534,21 @@ async def test_changing_managed_by_is_refused(
     )
 
 
+async def test_a_lower_case_key_and_a_master_without_replicas_are_defaulted(
+    kube_client: client.ApiClient, admitted_namespace: str
+) -> None:
+    """Defaults come before validation (Kubeflow refuses both: docs/kubeflow.md)."""
+    manifest = pytorchjob("spelling")
+    specs = manifest["spec"]["pytorchReplicaSpecs"]
+    specs["master"] = specs.pop("Master")
+    del specs["master"]["replicas"]
+    specs["worker"] = specs.pop("Worker")
+    job = await KubeflowJob(kube_client, admitted_namespace, manifest).create()
+    stored = (await job.get())["spec"]["pytorchReplicaSpecs"]
+    assert sorted(stored) == ["Master", "Worker"], stored
+    assert stored["Master"]["replicas"] == 1
+
+
 # -- 5. elastic -------------------------------------------------------------------------------
 
 
@@ -563,3 +578,17 @@ async def test_an_elastic_job_scales_through_the_scale_subresource(
                 "PET_RDZV_ENDPOINT": f"{job.name}-worker-0:23456",
                 "PET_RDZV_BACKEND": "c10d",
             }, (name, env)
+
+    # What an autoscaler reads through the scale subresource.
+    await job.run_all()
+
+    def scale_status() -> dict[str, Any]:
+        out = control_plane.kubectl(
+            *("get", f"{RESOURCE}/{job.name}", "-n", admitted_namespace),
+            *("--subresource=scale", "-o", "json"),
+        ).stdout
+        status: dict[str, Any] = json.loads(out).get("status") or {}
+        return status if status.get("replicas") == 3 else {}
+
+    scale = await eventually(scale_status, "the scale subresource to count 3 active Workers")
+    assert scale["selector"] == selector(job.name, "worker"), scale
