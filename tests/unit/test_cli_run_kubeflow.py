@@ -9,9 +9,14 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from support.cli import run_to_end
 from support.kubeflow import EXAMPLES, condition_of, pytorchjob
+
+from torchjob.cli.cluster import admitted_pod, first_plan
+from torchjob.cli.manifest import admit
+from torchjob.render.local import canonical_address, local_command
 
 PYTHON = ["python", "-c"]
 
@@ -141,3 +146,72 @@ def test_a_failed_worker_fails_the_pytorchjob_as_kubeflow_says(tmp_path: Path) -
     assert any(
         line.startswith("torchjob: job PyTorchJob:default/kf: Failed") for line in finished.stderr
     )
+
+
+# -- the address mapping, pure ---------------------------------------------------------------------
+
+PORTS = {"kf-master-0.ns.svc": 40001, "kf-worker-0.ns.svc": 40002, "kf-worker-1.ns.svc": 40003}
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("kf-master-0", "kf-master-0.ns.svc"),
+        ("kf-master-0.ns", "kf-master-0.ns.svc"),
+        ("kf-worker-0:23456", "kf-worker-0.ns.svc:23456"),
+        ("kf-master-0.ns.svc", "kf-master-0.ns.svc"),
+        ("runs/kf-master-0", "runs/kf-master-0"),  # not wholly a name: left alone
+        ("kf-master-0:http", "kf-master-0:http"),
+        ("kf-master-0.other", "kf-master-0.other"),
+        ("kf-master-00", "kf-master-00"),
+    ],
+)
+def test_a_value_that_is_wholly_a_short_name_is_its_service_host(value: str, expected: str) -> None:
+    assert canonical_address(value, PORTS) == expected
+
+
+def admitted_pods(manifest: dict[str, Any]) -> dict[str, tuple[dict[str, Any], bool]]:
+    job = admit(manifest)
+    return {
+        str(pod["metadata"]["name"]): (pod, item.replica.is_master)
+        for item in first_plan(job).create_pods
+        if (pod := admitted_pod(job, item.replica, item.annotations))
+    }
+
+
+def test_a_kubeflow_pod_runs_its_pytorch_container_on_local_addresses() -> None:
+    manifest = pytorchjob("kf", workers=2)
+    manifest["metadata"]["namespace"] = "ns"
+    for kind in ("Master", "Worker"):
+        pod_spec = manifest["spec"]["pytorchReplicaSpecs"][kind]["template"]["spec"]
+        pod_spec["containers"].insert(0, {"name": "sidecar", "image": "s", "command": ["sleep"]})
+        pod_spec["containers"][1]["env"] = [
+            {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+        ]
+        pod_spec["containers"][1]["args"] = ["--master", "$(MASTER_ADDR):$(MASTER_PORT)"]
+    pods = admitted_pods(manifest)
+    pod, is_master = pods["kf-worker-1"]
+    command = local_command(
+        admit(manifest).spec, pod, PORTS, is_master=is_master, container_name="pytorch"
+    )
+    assert command.argv == ["python3", "train.py", "--master", "127.0.0.1:40001"]
+    assert command.env["MASTER_ADDR"] == command.env["PET_MASTER_ADDR"] == "127.0.0.1"
+    assert command.env["MASTER_PORT"] == command.env["PET_MASTER_PORT"] == "40001"
+    assert command.env["RANK"] == "2" and command.env["WORLD_SIZE"] == "3"
+    assert command.env["POD"] == "kf-worker-1"  # the pod's own name is not an address
+    assert command.notes == ["only the training container runs here; not run: sidecar"]
+
+
+def test_an_elastic_kubeflow_job_rendezvous_at_worker_0() -> None:
+    manifest = pytorchjob("kf", masters=0, workers=2, elasticPolicy={"maxReplicas": 2})
+    manifest["metadata"]["namespace"] = "ns"
+    ports = {k: v for k, v in PORTS.items() if "worker" in k}
+    spec = admit(manifest).spec
+    envs = {
+        name: local_command(spec, pod, ports, is_master=master, container_name="pytorch").env
+        for name, (pod, master) in admitted_pods(manifest).items()
+    }
+    assert {e["PET_RDZV_ENDPOINT"] for e in envs.values()} == {"127.0.0.1:40002"}
+    assert envs["kf-worker-0"]["PET_LOCAL_ADDR"] == "127.0.0.1"
+    assert "PET_RDZV_CONF" not in envs["kf-worker-0"]  # the endpoint's replica hosts the store
+    assert envs["kf-worker-1"]["PET_RDZV_CONF"] == "is_host=false"

@@ -42,7 +42,12 @@ from torchjob.cli.runner import (
     write_status,
 )
 from torchjob.lifecycle.backoff import BASE_DELAY, MAX_DELAY, RestartBackoff
-from torchjob.render.local import LocalRenderError, gpu_shares, local_command
+from torchjob.render.local import (
+    LocalRenderError,
+    gpu_shares,
+    local_command,
+    training_container_named,
+)
 from torchjob.render.topology import replicas_of, service_host, world_size
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -197,7 +202,9 @@ def _gpu_shares(job: AdmittedJob, console: Console) -> dict[int, list[str]] | No
         return None
     limits = []
     for replica in replicas_of(job.spec):
-        _, container = queries.training_container(queries.replica_spec(job.spec, replica.type))
+        template = queries.replica_spec(job.spec, replica.type).template
+        pod_spec = (template.spec if template else None) or {}
+        _, container = training_container_named(pod_spec, training_container_name(job))
         limits.append(queries.gpu_limit(container or {}))
     shares = gpu_shares(limits, available)
     console.say(

@@ -70,7 +70,7 @@ def local_command(
     PyTorchJob's is `pytorch`).
     """
     pod_spec = pod.get("spec") or {}
-    index, container = _training_container(pod_spec, container_name)
+    index, container = training_container_named(pod_spec, container_name)
     meta = pod.get("metadata") or {}
     name = meta.get("name", "")
     if container is None:
@@ -112,9 +112,11 @@ def local_command(
 # -- addresses -------------------------------------------------------------------------------
 
 
-def _training_container(
+def training_container_named(
     pod_spec: dict[str, Any], container_name: str | None
 ) -> tuple[int, dict[str, Any] | None]:
+    """The container named `container_name`, else torchjob's training container (`python`, else
+    the first); (index, container)."""
     if container_name is not None:
         for index, container in enumerate(pod_spec.get("containers") or []):
             if isinstance(container, dict) and container.get("name") == container_name:
