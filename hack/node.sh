@@ -377,7 +377,11 @@ deploy_coredns() {
 
 install_chart() {
   local tag; tag=$(cat "$IMAGES_DIR/torchjob.tag")
-  kubectl_ apply --server-side --force-conflicts -f "$REPO/crds" >/dev/null
+  # Helm installs a chart's crds/ only once: the PyTorchTrainingJob CRD is applied on every run.
+  # Kubeflow's PyTorchJob CRD is a template of the chart (kubeflow.enabled), which refuses one it
+  # did not install.
+  kubectl_ apply --server-side --force-conflicts \
+    -f "$REPO/charts/torchjob/crds/batch.tensorstack.dev_pytorchtrainingjobs.yaml" >/dev/null
   "$HELM" upgrade --install torchjob "$REPO/charts/torchjob" --namespace "$CHART_NAMESPACE" \
     --create-namespace --kubeconfig "$KUBECONFIG_ADMIN" --values "$HERE/node/values.yaml" \
     --set image.repository="$TORCHJOB_IMAGE_REPOSITORY" --set image.tag="$tag" \
