@@ -173,7 +173,9 @@ def replica_statuses(job_name: str, record: Mapping[str, Any]) -> dict[str, Any]
             counts["succeeded"] += counts["active"]
         if phase in ("Succeeded", "Paused"):
             counts["active"] = 0
-        entry: dict[str, Any] = {k: v for k, v in counts.items() if v}
+        # A count of 0 is absent, as Kubeflow writes it; None removes a stored one (the status
+        # is written as a merge patch, in which an absent key keeps its old value).
+        entry: dict[str, Any] = {k: v or None for k, v in counts.items()}
         entry["selector"] = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
         out[kubeflow_type_of(replica_type)] = entry
     return out
