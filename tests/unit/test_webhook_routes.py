@@ -21,7 +21,7 @@ from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 from support.webhook import KUBEFLOW_JOB, RECONCILER, admission_app, kubeflow_replica_pod, review
 from support.webhook import serving as serving_app
 
-from torchjob.webhook.app import ADMISSION_LOG, ADMISSIONS, API, Answer, _route
+from torchjob.webhook.app import ADMISSION_LOG, ADMISSIONS, Answer, _route
 
 REVIEW = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}
 
@@ -135,23 +135,6 @@ async def test_the_pod_route_rewrites_a_pytorchjobs_pod_from_its_cache() -> None
     env = {e["name"]: e["value"] for e in ops["/spec/containers"][0]["env"]}
     assert env["RANK"] == "0"
     assert env["MASTER_ADDR"] == "j-master-0"
-
-
-@pytest.mark.asyncio
-async def test_a_pytorchjob_not_cached_is_read_from_the_apiserver() -> None:
-    app = admission_app(kubeflow_job=None)
-    app[API] = mock.Mock()
-    objects = mock.Mock()
-    objects.get_namespaced_custom_object = mock.AsyncMock(return_value=KUBEFLOW_JOB)
-    with mock.patch("torchjob.webhook.app.client.CustomObjectsApi", return_value=objects):
-        async with serving_app(app) as client:
-            answer = await _posted(
-                client, "/mutate/pods", review(kubeflow_replica_pod(), user=RECONCILER)
-            )
-    objects.get_namespaced_custom_object.assert_awaited_once_with(
-        "kubeflow.org", "v1", "ns", "pytorchjobs", "j"
-    )
-    assert answer["allowed"] is True
 
 
 async def _posted(client: Any, path: str, body: dict[str, Any]) -> dict[str, Any]:
