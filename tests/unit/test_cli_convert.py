@@ -196,7 +196,9 @@ def test_the_command_prints_yaml_writes_a_file_and_reports_on_stderr(tmp_path: P
     refused = run(str(source))
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.startswith("error: spec.tensorboardSpec: ")
-    dropped = run(str(source), "--to", "kubeflow", "--drop-unsupported", "-o", "out.yaml")
+    dropped = run(
+        str(source), "--to", "kubeflow", "--drop-unsupported", "-o", str(tmp_path / "out.yaml")
+    )
     assert dropped.returncode == 0, dropped.stderr
     assert dropped.stderr.startswith("dropped: spec.tensorboardSpec: ")
     printed = run(str(source), "--drop-unsupported")

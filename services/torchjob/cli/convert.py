@@ -1,0 +1,367 @@
+"""`torchjob convert JOB.yaml`: a job manifest of one API turned into the other's, as YAML.
+
+A Kubeflow PyTorchJob (`kubeflow.org/v1`) becomes the PyTorchTrainingJob that runs it on a
+cluster (`as_training_job` of the defaulted PyTorchJob); a PyTorchTrainingJob becomes the
+PyTorchJob that runs the same replicas: `master`/`worker` as `Master`/`Worker`, the run policy's
+names in Kubeflow's spelling, `runMode.pause` as `runPolicy.suspend`, `elastic` as
+`elasticPolicy` (Kubeflow's bounds count Workers only), torchrun's `procPerNode` as
+`nprocPerNode`, and the training container named `pytorch`, as Kubeflow requires. Either input is
+first admitted as the webhook admits it (defaults, then validation), and the output is defaulted
+and validated by the other API's rules. A field the other API cannot express is refused, naming
+it, unless `--drop-unsupported` is given: then it is left out and each one is reported on stderr.
+Only the metadata's name, generateName, namespace, labels and annotations are kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+from torchjob.api import types
+from torchjob.api.defaults import default_job
+from torchjob.api.jsoncopy import json_copy
+from torchjob.api.kubeflow import (
+    CLEAN_POD_POLICIES,
+    KUBEFLOW_MANAGER,
+    MASTER,
+    UNLIMITED_BACKOFF,
+    kubeflow_type_of,
+)
+from torchjob.api.kubeflow_admission import default_pytorchjob, validate_pytorchjob
+from torchjob.api.queries import TRAINING_CONTAINER_NAME
+from torchjob.api.validation import validate
+from torchjob.cli.manifest import (
+    API_VERSION,
+    KUBEFLOW_API_VERSION,
+    InvalidManifest,
+    admit,
+    is_kubeflow,
+    read_manifest,
+    training_job_of,
+)
+from torchjob.render.kubeflow import DEFAULT_CONTAINER
+
+EXIT_CONVERTED, EXIT_INVALID = 0, 2
+TO_KUBEFLOW: Final = "kubeflow"
+TO_TORCHJOB: Final = "torchjob"
+KEPT_METADATA: Final = ("name", "generateName", "namespace", "labels", "annotations")
+# Each cleanUpPolicy and the cleanPodPolicy that is it.
+CLEAN_UP_POLICIES: Final = {ours: theirs for theirs, ours in CLEAN_POD_POLICIES.items()}
+
+
+class Unconvertible(Exception):
+    """What the other API cannot express; `errors` are `field.path: why` lines."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("; ".join(errors))
+        self.errors = errors
+
+
+class _Dropped:
+    """The fields the other API cannot express: refused, or with `drop`, left out and listed."""
+
+    def __init__(self, drop: bool) -> None:
+        self.drop = drop
+        self.fields: list[str] = []  # `path: why`
+
+    def add(self, path: str, why: str) -> None:
+        self.fields.append(f"{path}: {why}")
+
+
+def add_convert_command(commands: Any) -> None:
+    convert = commands.add_parser(
+        "convert",
+        help="turn a PyTorchJob into a PyTorchTrainingJob, or the other way round",
+        description="Print a job manifest in the other API: a Kubeflow PyTorchJob "
+        "(kubeflow.org/v1) as the PyTorchTrainingJob that runs it, a PyTorchTrainingJob as a "
+        "PyTorchJob. The input is defaulted and validated first. A field the other API cannot "
+        "express is refused, naming it, unless --drop-unsupported is given.",
+    )
+    convert.add_argument("manifest", metavar="JOB.yaml", help="the job's manifest ('-' for stdin)")
+    convert.add_argument(
+        "--to",
+        choices=(TO_KUBEFLOW, TO_TORCHJOB),
+        help="the API to write (default: the other one): kubeflow = PyTorchJob, torchjob = "
+        "PyTorchTrainingJob",
+    )
+    convert.add_argument(
+        "-o", "--output", metavar="FILE", type=Path, help="write the YAML here (default: stdout)"
+    )
+    convert.add_argument(
+        "--drop-unsupported",
+        action="store_true",
+        help="leave out what the other API cannot express, listing each field on stderr",
+    )
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    try:
+        document = read_manifest(args.manifest)
+        converted, dropped = convert(document, args.to, drop_unsupported=args.drop_unsupported)
+    except (InvalidManifest, Unconvertible) as error:
+        for line in error.errors:
+            sys.stderr.write(f"error: {line}\n")
+        return EXIT_INVALID
+    for line in dropped:
+        sys.stderr.write(f"dropped: {line}\n")
+    text = yaml.safe_dump(converted, sort_keys=False)
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        try:
+            args.output.write_text(text)
+        except OSError as error:
+            sys.stderr.write(f"error: {args.output}: {error.strerror or error}\n")
+            return EXIT_INVALID
+    return EXIT_CONVERTED
+
+
+def convert(
+    document: dict[str, Any], to: str | None = None, *, drop_unsupported: bool = False
+) -> tuple[dict[str, Any], list[str]]:
+    """`document` in the API `to` (None: the other one), and the fields left out (with
+    `drop_unsupported`; without it they are refused)."""
+    source = TO_KUBEFLOW if is_kubeflow(document) else TO_TORCHJOB
+    target = to or (TO_TORCHJOB if source == TO_KUBEFLOW else TO_KUBEFLOW)
+    if target == source:
+        kind = "a PyTorchJob" if source == TO_KUBEFLOW else "a PyTorchTrainingJob"
+        raise Unconvertible([f"kind: the manifest is {kind} already (--to {target})"])
+    dropped = _Dropped(drop_unsupported)
+    if source == TO_KUBEFLOW:
+        out = to_training_job(document, dropped)
+    else:
+        out = to_pytorchjob(document, dropped)
+    if dropped.fields and not drop_unsupported:
+        raise Unconvertible(
+            [*dropped.fields, "(--drop-unsupported converts the job without these fields)"]
+        )
+    return out, dropped.fields
+
+
+def _metadata(document: dict[str, Any]) -> dict[str, Any]:
+    meta = document.get("metadata") or {}
+    return {key: json_copy(meta[key]) for key in KEPT_METADATA if meta.get(key)}
+
+
+# -- PyTorchJob -> PyTorchTrainingJob -------------------------------------------------------------
+
+
+def to_training_job(document: dict[str, Any], dropped: _Dropped) -> dict[str, Any]:
+    """The PyTorchTrainingJob that runs the PyTorchJob `document` (defaulted, validated)."""
+    pytorchjob, _ = default_pytorchjob(document)
+    result = validate_pytorchjob(pytorchjob)
+    if not result.allowed:
+        raise InvalidManifest([str(e) for e in result.errors])
+    spec = pytorchjob.get("spec") or {}
+    _kubeflow_only(spec, dropped)
+    if "elasticPolicy" in spec:
+        spec = {k: v for k, v in spec.items() if k != "elasticPolicy"}
+        pytorchjob = {**pytorchjob, "spec": spec}
+    job = training_job_of(pytorchjob)
+    # Without a backoffLimit Kubeflow restarts without limit: the largest one, written out.
+    out_spec = json_copy(job["spec"])
+    for replica in out_spec.get("replicaSpecs") or []:
+        kind = kubeflow_type_of(str(replica.get("type", "")))
+        path = f"spec.pytorchReplicaSpecs.{kind}.template.spec.containers"
+        _rename_container(replica, DEFAULT_CONTAINER, TRAINING_CONTAINER_NAME, path)
+    out = {
+        "apiVersion": API_VERSION,
+        "kind": types.KIND,
+        "metadata": _metadata(document),
+        "spec": out_spec,
+    }
+    defaulted, _ = default_job(out)
+    checked = validate(defaulted, schema=True)
+    if not checked.allowed:
+        raise Unconvertible(
+            [f"the PyTorchTrainingJob would be refused: {e}" for e in checked.errors]
+        )
+    return defaulted
+
+
+def _kubeflow_only(spec: dict[str, Any], dropped: _Dropped) -> None:
+    """What a PyTorchTrainingJob has no place for."""
+    run_policy = spec.get("runPolicy") or {}
+    if run_policy.get("schedulingPolicy") is not None:
+        dropped.add(
+            "spec.runPolicy.schedulingPolicy",
+            "a PyTorchTrainingJob has no gang-scheduling policy of Kubeflow's shape "
+            "(spec.scheduler.t9kScheduler is T9k's)",
+        )
+    manager = run_policy.get("managedBy")
+    if manager and manager != KUBEFLOW_MANAGER:
+        dropped.add("spec.runPolicy.managedBy", f"{manager!r}: a PyTorchTrainingJob has none")
+    nproc = spec.get("nprocPerNode")
+    if nproc is not None and nproc != "auto":
+        dropped.add(
+            "spec.nprocPerNode",
+            f"{nproc!r}: a PyTorchTrainingJob sets processes per node through torchrunConfig, "
+            "which replaces the container's command",
+        )
+    if spec.get("elasticPolicy") is not None:
+        dropped.add(
+            "spec.elasticPolicy",
+            "a PyTorchTrainingJob's elastic jobs need torchrunConfig, which replaces the "
+            "container's command; the PyTorchJob's container runs torchrun itself",
+        )
+
+
+# -- PyTorchTrainingJob -> PyTorchJob -------------------------------------------------------------
+
+
+def to_pytorchjob(document: dict[str, Any], dropped: _Dropped) -> dict[str, Any]:
+    """The PyTorchJob that runs the PyTorchTrainingJob `document` (defaulted, validated)."""
+    job = admit(document).manifest
+    spec = job.get("spec") or {}
+    errors: list[str] = []
+    replica_specs = _kubeflow_replica_specs(spec, errors, dropped)
+    if errors:
+        raise Unconvertible(errors)
+    out_spec: dict[str, Any] = {"pytorchReplicaSpecs": replica_specs}
+    out_spec["runPolicy"] = _kubeflow_run_policy(spec, dropped)
+    masters = 1 if MASTER in replica_specs else 0
+    torchrun = spec.get("torchrunConfig") or {}
+    torchrun_on = bool(torchrun.get("enabled") or torchrun.get("enable"))
+    if torchrun_on:
+        dropped.add(
+            "spec.torchrunConfig.enabled",
+            "Kubeflow runs the container's own command, which torchrun does not replace (put "
+            "torchrun in the container's command; Kubeflow's PET_* variables configure it)",
+        )
+        if torchrun.get("procPerNode") is not None:
+            out_spec["nprocPerNode"] = str(torchrun["procPerNode"])
+        if torchrun.get("minNodes") is not None:
+            dropped.add("spec.torchrunConfig.minNodes", "a PyTorchJob has no such setting")
+        if torchrun.get("extraOptions"):
+            dropped.add("spec.torchrunConfig.extraOptions", "a PyTorchJob has no such setting")
+    elastic = spec.get("elastic") or {}
+    if elastic.get("enabled"):
+        policy: dict[str, Any] = {}
+        for key in ("minReplicas", "maxReplicas"):
+            if isinstance(elastic.get(key), int):
+                policy[key] = elastic[key] - masters
+        if torchrun_on and torchrun.get("maxRestarts"):
+            policy["maxRestarts"] = torchrun["maxRestarts"]
+        backend = torchrun.get("rdzvBackend")
+        if torchrun_on and backend and backend != "c10d":
+            policy["rdzvBackend"] = backend
+        if elastic.get("expectedReplicas") is not None:
+            dropped.add("spec.elastic.expectedReplicas", "a PyTorchJob's elasticPolicy has none")
+        out_spec["elasticPolicy"] = policy
+    elif torchrun_on and torchrun.get("maxRestarts"):
+        dropped.add(
+            "spec.torchrunConfig.maxRestarts",
+            "a PyTorchJob sets torchrun's restarts only in an elasticPolicy",
+        )
+    for path in _unexpressible_sections(spec):
+        dropped.add(*path)
+    out = {
+        "apiVersion": KUBEFLOW_API_VERSION,
+        "kind": "PyTorchJob",
+        "metadata": _metadata(document),
+        "spec": out_spec,
+    }
+    defaulted, _ = default_pytorchjob(out)
+    checked = validate_pytorchjob(defaulted)
+    if not checked.allowed:
+        raise Unconvertible([f"the PyTorchJob would be refused: {e}" for e in checked.errors])
+    return defaulted
+
+
+def _kubeflow_replica_specs(
+    spec: dict[str, Any], errors: list[str], dropped: _Dropped
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for index, replica in enumerate(spec.get("replicaSpecs") or []):
+        path = f"spec.replicaSpecs[{index}]"
+        kind = str(replica.get("type", ""))
+        if kind not in ("master", "worker"):
+            errors.append(
+                f"{path}.type: {kind!r} has no PyTorchJob replica type: a PyTorchJob has "
+                "Master and Worker only"
+            )
+            continue
+        kubeflow_kind = kubeflow_type_of(kind)
+        replicas = replica.get("replicas", 1)
+        if kubeflow_kind == MASTER and replicas != 1:
+            errors.append(
+                f"{path}.replicas: {replicas} master replicas: a PyTorchJob's Master has "
+                "exactly 1 replica"
+            )
+            continue
+        converted = {
+            key: json_copy(replica[key])
+            for key in ("replicas", "restartPolicy", "template")
+            if replica.get(key) is not None
+        }
+        if replica.get("scalingWeight") is not None:
+            dropped.add(f"{path}.scalingWeight", "a PyTorchJob's replica specs have none")
+        _rename_container(
+            converted,
+            TRAINING_CONTAINER_NAME,
+            DEFAULT_CONTAINER,
+            f"{path}.template.spec.containers",
+        )
+        out[kubeflow_kind] = converted
+    return out
+
+
+def _kubeflow_run_policy(spec: dict[str, Any], dropped: _Dropped) -> dict[str, Any]:
+    run_policy = spec.get("runPolicy") or {}
+    out: dict[str, Any] = {}
+    backoff = run_policy.get("backoffLimit")
+    if isinstance(backoff, int) and backoff != UNLIMITED_BACKOFF:
+        out["backoffLimit"] = backoff
+    if run_policy.get("cleanUpPolicy") is not None:
+        out["cleanPodPolicy"] = CLEAN_UP_POLICIES.get(str(run_policy["cleanUpPolicy"]), "None")
+    for key in ("activeDeadlineSeconds", "ttlSecondsAfterFinished"):
+        if run_policy.get(key) is not None:
+            out[key] = run_policy[key]
+    pause = (spec.get("runMode") or {}).get("pause") or {}
+    if pause.get("enabled") or pause.get("enable"):
+        out["suspend"] = True
+    if pause.get("resumeSpecs"):
+        dropped.add("spec.runMode.pause.resumeSpecs", "a PyTorchJob resumes its pods as created")
+    return out
+
+
+def _unexpressible_sections(spec: dict[str, Any]) -> list[tuple[str, str]]:
+    found = []
+    if spec.get("tensorboardSpec") is not None:
+        found.append(("spec.tensorboardSpec", "a PyTorchJob has no TensorBoard"))
+    debug = (spec.get("runMode") or {}).get("debug") or {}
+    if debug.get("enabled") or debug.get("enable"):
+        found.append(("spec.runMode.debug", "a PyTorchJob has no debug mode"))
+    scheduler = spec.get("scheduler") or {}
+    if scheduler.get("t9kScheduler") is not None:
+        found.append(
+            (
+                "spec.scheduler.t9kScheduler",
+                "a PyTorchJob has no T9k scheduler queue (runPolicy.schedulingPolicy is "
+                "Kubeflow's gang scheduling)",
+            )
+        )
+    return found
+
+
+def _rename_container(replica: dict[str, Any], old: str, new: str, path: str) -> None:
+    """The training container (named `old`, else the first) named `new`; refused when another
+    container has that name already."""
+    pod_spec = (replica.get("template") or {}).get("spec") or {}
+    containers = pod_spec.get("containers") or []
+    names = [c.get("name") if isinstance(c, dict) else None for c in containers]
+    if not containers:
+        return
+    index = names.index(old) if old in names else 0
+    if new in names and names.index(new) != index:
+        raise Unconvertible(
+            [
+                f"{path}[{names.index(new)}].name: {new!r} names another container than the "
+                f"training one ({path}[{index}]); rename it"
+            ]
+        )
+    containers[index]["name"] = new
