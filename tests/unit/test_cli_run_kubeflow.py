@@ -110,6 +110,7 @@ def test_replicas_meet_at_the_masters_short_name_and_kubeflow_status_is_shown(
         "PYTHONUNBUFFERED=0"
     ]
     status = finished.status  # logs/status.yaml: the PyTorchJob's status
+    assert status is not None
     assert [(c["type"], c["status"]) for c in status["conditions"]] == [
         ("Created", "True"),
         ("Running", "False"),

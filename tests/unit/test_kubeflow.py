@@ -395,7 +395,7 @@ def test_suspend_and_resume() -> None:
         ("Suspended", "True", "PyTorchJobSuspended"),
     ]
     assert suspended["conditions"][-1]["message"] == "PyTorchJob simple is suspended."
-    # None: the merge patch removes the stored count (a count of 0 is absent, as Kubeflow writes it).
+    # None: the merge patch removes the stored count (a 0 is absent, as Kubeflow writes it).
     assert suspended["replicaStatuses"]["Master"]["active"] is None
     resumed = kubeflow_status("simple", suspended, record("Running"), LATER)
     assert ("Suspended", "False", "PyTorchJobResumed") in states(resumed)
