@@ -116,7 +116,8 @@ def test_replicas_meet_at_the_masters_short_name_and_kubeflow_status_is_shown(
         ("Running", "False"),
         ("Succeeded", "True"),
     ]
-    assert condition_of(status, "Succeeded")["reason"] == "PyTorchJobSucceeded"
+    succeeded = condition_of(status, "Succeeded")
+    assert succeeded is not None and succeeded["reason"] == "PyTorchJobSucceeded"
     assert {k: v.get("succeeded") for k, v in status["replicaStatuses"].items()} == {
         "Master": 1,
         "Worker": 1,
