@@ -150,30 +150,22 @@ def _field(
     entries: dict[str, descriptor_pb2.DescriptorProto],
 ) -> Field:
     entry = entries.get(f.type_name) if f.type_name else None
-    if entry is not None:
+    if entry is not None:  # a map: a repeated entry message of a key and a value
         key, value = entry.field
         if key.type != descriptor_pb2.FieldDescriptorProto.TYPE_STRING:
             raise ValueError(f"field {f.name}: a map's keys must be strings")
         kind, ref = _kind(value)
-        return Field(
-            name=f.name,
-            json_name=f.json_name,
-            doc=doc,
-            kind=kind,
-            ref=ref,
-            repeated=False,
-            options=f.options.Extensions[opts.field],
-            map=True,
-        )
-    kind, ref = _kind(f)
+    else:
+        kind, ref = _kind(f)
     return Field(
         name=f.name,
         json_name=f.json_name,
         doc=doc,
         kind=kind,
         ref=ref,
-        repeated=f.label == descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
+        repeated=entry is None and f.label == descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
         options=f.options.Extensions[opts.field],
+        map=entry is not None,
     )
 
 
