@@ -10,6 +10,7 @@ import pytest
 
 from torchjob.api import constants
 from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB, api_of
+from torchjob.api.jsoncopy import merge_patched
 from torchjob.api.kubeflow import (
     KUBEFLOW_SPEC,
     KUBEFLOW_STATUS,
@@ -511,3 +512,16 @@ def test_a_refused_creation_is_no_restart() -> None:
     status = kubeflow_status("simple", running, refused, LATER)
     assert status["conditions"] == running["conditions"]
     assert status["torchjob"]["conditions"][0]["reason"] == constants.REASON_POD_CREATION_FAILED
+
+
+def test_a_count_that_falls_to_zero_leaves_the_stored_status() -> None:
+    running = kubeflow_status("simple", {}, record("Running"), NOW)
+    stored = merge_patched({}, running)
+    assert stored["replicaStatuses"]["Worker"]["active"] == 2
+    paused = record("Paused", tasks=[{"type": "worker", "replicas": [{"name": "simple-worker-0"}]}])
+    after = merge_patched(stored, kubeflow_status("simple", stored, paused, LATER))
+    assert "active" not in after["replicaStatuses"]["Worker"]
+    assert merge_patched({"a": {"b": 1, "c": 2}}, {"a": {"b": None}, "d": [1]}) == {
+        "a": {"c": 2},
+        "d": [1],
+    }

@@ -4,7 +4,7 @@ objects admission handles, and it is on the hot path of every admission."""
 from __future__ import annotations
 
 import copy
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import orjson
 
@@ -19,3 +19,17 @@ def json_copy(value: T) -> T:
         # orjson refuses nesting past 254 levels and non-JSON values; deepcopy does not.
         return copy.deepcopy(value)
     return copied
+
+
+def merge_patched(target: Any, patch: Any) -> Any:
+    """`target` with the JSON merge patch `patch` applied (RFC 7386), as the apiserver applies a
+    merge patch: objects merge key by key, None removes a key, anything else replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patched(out.get(key), value)
+    return out

@@ -38,6 +38,7 @@ import yaml
 
 from torchjob.api import constants, queries
 from torchjob.api.constants import REASON_RESTART_BACKOFF
+from torchjob.api.jsoncopy import merge_patched
 from torchjob.api.kubeflow import UNLIMITED_BACKOFF
 from torchjob.cli.cluster import admitted_pod
 from torchjob.cli.console import Console
@@ -481,7 +482,12 @@ def shown_status(
     PyTorchJob Kubeflow's status moved on from `before` to what the record says."""
     if not job.kubeflow:
         return record
-    return kubeflow_status(job.meta["name"], before, record, format_time(datetime.now(UTC)))
+    now = format_time(datetime.now(UTC))
+    # Written as the reconciler writes it: a merge patch over what the job showed.
+    shown: dict[str, Any] = merge_patched(
+        before, kubeflow_status(job.meta["name"], before, record, now)
+    )
+    return shown
 
 
 def shown_state(job: AdmittedJob, shown: dict[str, Any]) -> str:
