@@ -525,3 +525,24 @@ def test_a_count_that_falls_to_zero_leaves_the_stored_status() -> None:
         "a": {"c": 2},
         "d": [1],
     }
+
+
+def test_a_failure_not_restarted_is_no_restarting() -> None:
+    """An elastic job goes on without a replica that failed for good: its failed pod stays, and
+    nothing restarts it."""
+    running = kubeflow_status("simple", {}, record("Running"), NOW)
+    failed_for_good = record(
+        "Running", conditions=[condition("ReplicaFailure", reason=constants.REASON_REPLICA_FAILED)]
+    )
+    failed_for_good["tasks"][1]["replicas"][0]["phase"] = "Failed"
+    status = kubeflow_status("simple", running, failed_for_good, LATER)
+    assert [c["type"] for c in status["conditions"]] == ["Created", "Running"]
+    # Recreated this round: the failed pod is gone from the record.
+    recreated = record(
+        "Running", conditions=[condition("ReplicaFailure", reason=constants.REASON_REPLICA_FAILED)]
+    )
+    recreated["tasks"][1]["replicas"][0] = {"name": "simple-worker-0"}
+    status = kubeflow_status("simple", running, recreated, LATER)
+    assert status["conditions"][-1]["message"] == (
+        "PyTorchJob simple is restarting because 1 Worker replica(s) failed."
+    )

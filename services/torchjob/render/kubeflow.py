@@ -5,7 +5,7 @@ the job (api/kubeflow.py). Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from torchjob.api import constants
@@ -89,8 +89,8 @@ def wanted_conditions(
         wanted.append(_condition("Succeeded", "True", "PyTorchJobSucceeded", message))
     elif phase == "Failed":
         wanted.append(_condition("Failed", "True", "PyTorchJobFailed", _failed(job_name, record)))
-    elif failure.get("status") == "True" and failure.get("reason") in RESTARTING_REASONS:
-        message = f"{job} is restarting because {_failed_replicas(record)} replica(s) failed."
+    elif restarting := _restarting(record, failure):
+        message = f"{job} is restarting because {restarting} replica(s) failed."
         wanted.append(_condition("Restarting", "True", "PyTorchJobRestarting", message))
     elif phase == "Running":
         wanted.append(_condition("Running", "True", "PyTorchJobRunning", f"{job} is running."))
@@ -98,12 +98,6 @@ def wanted_conditions(
 
 
 SUSPENDED: Final = "PyTorchJobSuspended"
-# Our ReplicaFailure reasons that are Kubeflow's Restarting: a replica failed and is restarted.
-# (A creation the apiserver refused has no Kubeflow condition: it shows in status.torchjob and
-# in a Warning Event.)
-RESTARTING_REASONS: Final = frozenset(
-    {constants.REASON_RESTART_BACKOFF, constants.REASON_REPLICA_FAILED}
-)
 
 
 def _failed(job_name: str, record: Mapping[str, Any]) -> str:
@@ -115,19 +109,37 @@ def _failed(job_name: str, record: Mapping[str, Any]) -> str:
     if reason == constants.REASON_DEADLINE_EXCEEDED:
         return f"Job {job_name} has failed because it was active longer than specified deadline"
     if reason in (constants.REASON_MASTER_FAILED, constants.REASON_REPLICA_FAILED):
-        return (
-            f"PyTorchJob {job_name} is failed because {_failed_replicas(record)} replica(s) failed."
-        )
+        count = _failed_replicas(record) or "1"
+        return f"PyTorchJob {job_name} is failed because {count} replica(s) failed."
     return f"PyTorchJob {job_name} has failed: {failed.get('message', '')}"
 
 
-def _failed_replicas(record: Mapping[str, Any]) -> str:
-    """`1 Worker`: how many replicas of the first type with failed pods failed."""
+def _restarting(record: Mapping[str, Any], failure: Mapping[str, Any]) -> str:
+    """`1 Worker`, when replicas that failed are being restarted: waiting for their restart
+    delay (their failed pod still there), or recreated this round (their pod deleted). "" when
+    no restart is under way: a failure that ended the job, an elastic job's replica that failed
+    for good while the others go on, or a creation the apiserver refused (which has no Kubeflow
+    condition: it shows in status.torchjob and in a Warning Event)."""
+    if failure.get("status") != "True":
+        return ""
+    if failure.get("reason") == constants.REASON_RESTART_BACKOFF:
+        return _failed_replicas(record, lambda r: r.get("phase") == "Failed")
+    if failure.get("reason") == constants.REASON_REPLICA_FAILED:
+        return _failed_replicas(record, lambda r: "phase" not in r)
+    return ""
+
+
+def _failed_replicas(
+    record: Mapping[str, Any], counted: Callable[[Mapping[str, Any]], bool] | None = None
+) -> str:
+    """`1 Worker`: how many replicas of the first type that has any are `counted` (failed pods,
+    by default); "" when no replica is."""
+    counted = counted or (lambda r: r.get("phase") == "Failed")
     for task in record.get("tasks") or []:
-        count = sum(1 for r in task.get("replicas") or [] if r.get("phase") == "Failed")
+        count = sum(1 for r in task.get("replicas") or [] if counted(r))
         if count:
             return f"{count} {kubeflow_type_of(str(task.get('type', '')))}"
-    return "1"
+    return ""
 
 
 def set_condition(conditions: list[Condition], new: Condition, now: str) -> list[Condition]:
