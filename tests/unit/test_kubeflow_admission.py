@@ -708,3 +708,33 @@ def test_the_workers_lie_between_the_elastic_bounds_as_written(
     defaulted, _ = default_pytorchjob(job)
     result = validate_pytorchjob(defaulted)
     assert [(e.path, says in e.message) for e in result.errors] == [(path, True)], result.errors
+
+
+@pytest.mark.parametrize(
+    ("field", "path"),
+    [
+        ({"runPolicy": {"cleanPodPolicy": "Runing"}}, "spec.runPolicy.cleanPodPolicy"),
+        ({"restartPolicy": "Sometimes"}, "spec.pytorchReplicaSpecs.Worker.restartPolicy"),
+    ],
+)
+def test_a_value_kubeflow_does_not_know_is_refused(field: dict[str, Any], path: str) -> None:
+    """Kubeflow's schema has no enums: the values its descriptions list are checked here."""
+    worker: dict[str, Any] = {
+        "template": {"spec": {"containers": [{"name": "pytorch", "image": "i"}]}}
+    }
+    spec: dict[str, Any] = {"pytorchReplicaSpecs": {"Worker": worker}}
+    if "restartPolicy" in field:
+        worker.update(field)
+    else:
+        spec.update(field)
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "values", "namespace": "ns"},
+        "spec": spec,
+    }
+    defaulted, _ = default_pytorchjob(job)
+    errors = validate_pytorchjob(defaulted).errors
+    assert [(e.path, "is not supported: supported values" in e.message) for e in errors] == [
+        (path, True)
+    ], errors

@@ -20,6 +20,7 @@ from torchjob.api.admission import Request, Response, invalid, refuse
 from torchjob.api.defaults import JsonPatch, pointer
 from torchjob.api.jsoncopy import json_copy
 from torchjob.api.kubeflow import (
+    CLEAN_POD_POLICIES,
     MASTER,
     REPLICA_TYPES,
     WORKER,
@@ -45,6 +46,8 @@ DEFAULT_NPROC_PER_NODE: Final = "auto"
 DEFAULT_RESTART_POLICY: Final = "OnFailure"
 DEFAULT_CLEAN_POD_POLICY: Final = "None"
 DEFAULT_CONTAINER: Final = "pytorch"
+CLEAN_POD: Final = tuple(CLEAN_POD_POLICIES)
+RESTART_POLICIES: Final = ("OnFailure", "Always", "Never", "ExitCode")
 MANAGERS: Final = ("kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue")
 DNS_1035_LABEL: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
@@ -210,7 +213,10 @@ def _kubeflow_errors(job: PyTorchJob, warnings: list[str]) -> Iterator[FieldErro
             f"{name!r} must be a DNS-1035 label: at most 63 characters, lower-case letters, "
             "digits and '-', starting with a letter and ending with a letter or digit",
         )
-    manager = (spec.run_policy or RunPolicy()).managed_by
+    run_policy = spec.run_policy or RunPolicy()
+    if run_policy.clean_pod_policy is not None:
+        yield from _one_of("spec.runPolicy.cleanPodPolicy", run_policy.clean_pod_policy, CLEAN_POD)
+    manager = run_policy.managed_by
     if manager is not None and manager not in MANAGERS:
         supported = ", ".join(f'"{m}"' for m in MANAGERS)
         yield FieldError(
@@ -251,6 +257,9 @@ def _kubeflow_errors(job: PyTorchJob, warnings: list[str]) -> Iterator[FieldErro
             )
             continue
         yield from _container_errors(replica.template, child(path, "template"))
+        if replica.restart_policy is not None:
+            policy_path = child(path, "restartPolicy")
+            yield from _one_of(policy_path, replica.restart_policy, RESTART_POLICIES)
         if kind == MASTER and replica.replicas != 1:
             yield FieldError(child(path, "replicas"), "must be 1", Cause.FORBIDDEN)
         elif replica.replicas is not None and replica.replicas < 1:
@@ -272,6 +281,15 @@ def _elastic_bound_errors(
         yield FieldError(path, f"{count} is fewer than spec.elasticPolicy.minReplicas {low}")
     if worker is not None and high is not None and count > high:
         yield FieldError(path, f"{count} is more than spec.elasticPolicy.maxReplicas {high}")
+
+
+def _one_of(path: str, value: str, supported: tuple[str, ...]) -> Iterator[FieldError]:
+    """The schema has no enums (Kubeflow's has none); the values it describes are checked here."""
+    if value not in supported:
+        values = ", ".join(f'"{v}"' for v in supported)
+        yield FieldError(
+            path, f"{value!r} is not supported: supported values: {values}", Cause.NOT_SUPPORTED
+        )
 
 
 def _is_dns_1035_label(name: str) -> bool:
