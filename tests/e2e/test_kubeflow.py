@@ -605,3 +605,69 @@ async def test_an_elastic_job_scales_through_the_scale_subresource(
 
     scale = await eventually(scale_status, "the scale subresource to count 3 active Workers")
     assert scale["selector"] == selector(job.name, "worker"), scale
+
+
+async def test_the_scale_subresource_keeps_to_the_bounds_and_to_a_fixed_job(
+    control_plane: ControlPlane,
+    kube_client: client.ApiClient,
+    admitted_namespace: str,
+    operator: Any,
+) -> None:
+    """`kubectl scale` (and an autoscaler) write Worker.replicas through the scale subresource,
+    which no webhook sees: the CRD's own rules hold it."""
+    manifest = pytorchjob(
+        "bounded", masters=0, workers=1, elasticPolicy={"minReplicas": 1, "maxReplicas": 2}
+    )
+    bounded = await KubeflowJob(kube_client, admitted_namespace, manifest).create()
+    fixed = await KubeflowJob(kube_client, admitted_namespace, pytorchjob("fixed")).create()
+
+    def scale(job: KubeflowJob, replicas: int) -> str:
+        scaled = control_plane.kubectl(
+            *("scale", f"{RESOURCE}/{job.name}", "-n", admitted_namespace),
+            f"--replicas={replicas}",
+            check=False,
+        )
+        assert scaled.returncode != 0, scaled.stdout
+        return scaled.stderr
+
+    said = scale(bounded, 3)
+    assert "must lie between spec.elasticPolicy.minReplicas and maxReplicas" in said, said
+    said = scale(fixed, 2)
+    assert "is immutable without spec.elasticPolicy" in said, said
+    assert (await bounded.get())["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
+    assert (await fixed.get())["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
+
+
+async def test_metrics_make_the_jobs_autoscaler(
+    kube_client: client.ApiClient, admitted_namespace: str, operator: Any
+) -> None:
+    """An elasticPolicy with metrics gets a HorizontalPodAutoscaler of its Workers, as Kubeflow
+    makes it; the reconciles that follow leave it as it is (its generation stays 1)."""
+    metric = {
+        "type": "Resource",
+        "resource": {"name": "cpu", "target": {"type": "AverageValue", "averageValue": "1000m"}},
+    }
+    elastic = {"minReplicas": 1, "maxReplicas": 3, "metrics": [metric]}
+    manifest = pytorchjob("scaled", masters=0, workers=1, elasticPolicy=elastic)
+    job = await KubeflowJob(kube_client, admitted_namespace, manifest).create()
+    autoscaling = client.AutoscalingV2Api(kube_client)
+
+    async def made() -> Any:
+        found = await autoscaling.list_namespaced_horizontal_pod_autoscaler(admitted_namespace)
+        return next((h for h in found.items if h.metadata.name == job.name), None)
+
+    hpa = await eventually(made, "the job's HorizontalPodAutoscaler")
+    assert (hpa.spec.min_replicas, hpa.spec.max_replicas) == (1, 3)
+    target = hpa.spec.scale_target_ref
+    assert (target.api_version, target.kind, target.name) == (
+        "kubeflow.org/v1",
+        "PyTorchJob",
+        job.name,
+    )
+    assert hpa.metadata.owner_references[0].uid == (await job.get())["metadata"]["uid"]
+    # More reconciles: the pod runs and the job's status moves on.
+    await job.wait_pods(pod_names(job.name, 0, 1))
+    await job.run_all()
+    await job.wait_condition("Running")
+    hpa = await made()
+    assert hpa.metadata.generation == 1, hpa.spec

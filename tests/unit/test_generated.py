@@ -184,15 +184,19 @@ def test_kubeflow_schema_constrains_no_more_than_kubeflows(
 ) -> None:
     """Kubeflow's CRD has no enums, one default (runPolicy.suspend), one CEL rule (the queue is
     immutable), and requires only the replica specs and a condition's type and status; the
-    values it leaves open are checked by the webhook."""
+    values it leaves open are checked by the webhook. Ours adds the two rules that hold the
+    Worker count the scale subresource writes, which no webhook sees."""
     nodes = walk(kubeflow_openapi)
     assert [p for p, node in nodes if "enum" in node] == []
     assert [(p, node["default"]) for p, node in nodes if "default" in node] == [
         (".spec.runPolicy.suspend", False)
     ]
     assert [p for p, node in nodes if "x-kubernetes-validations" in node] == [
-        ".spec.runPolicy.schedulingPolicy.queue"
+        ".spec",
+        ".spec.runPolicy.schedulingPolicy.queue",
     ]
+    spec_rules = kubeflow_openapi["properties"]["spec"]["x-kubernetes-validations"]
+    assert all("Worker" in rule["rule"] for rule in spec_rules) and len(spec_rules) == 2
     required = {p: node["required"] for p, node in nodes if "required" in node}
     assert required == {
         ".spec": ["pytorchReplicaSpecs"],

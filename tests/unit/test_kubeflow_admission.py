@@ -738,3 +738,27 @@ def test_a_value_kubeflow_does_not_know_is_refused(field: dict[str, Any], path: 
     assert [(e.path, "is not supported: supported values" in e.message) for e in errors] == [
         (path, True)
     ], errors
+
+
+@pytest.mark.parametrize(
+    ("metric", "path"),
+    [
+        ({"type": "Resourse", "resource": {}}, "spec.elasticPolicy.metrics[0].type"),
+        ({"type": "Pods"}, "spec.elasticPolicy.metrics[0].pods"),
+    ],
+)
+def test_a_metric_the_autoscaler_would_refuse_is_refused_now(
+    metric: dict[str, Any], path: str
+) -> None:
+    container = {"name": "pytorch", "image": "i"}
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "scaled", "namespace": "ns"},
+        "spec": {
+            "elasticPolicy": {"minReplicas": 1, "maxReplicas": 3, "metrics": [metric]},
+            "pytorchReplicaSpecs": {"Worker": {"template": {"spec": {"containers": [container]}}}},
+        },
+    }
+    defaulted, _ = default_pytorchjob(job)
+    assert [e.path for e in validate_pytorchjob(defaulted).errors] == [path]

@@ -89,6 +89,8 @@ REASON_REPLICA_RESTARTING: Final = "ReplicaRestarting"
 REASON_SUCCESSFUL_CREATE: Final = "SuccessfulCreate"
 REASON_SUCCESSFUL_DELETE: Final = "SuccessfulDelete"
 REASON_SUCCESSFUL_UPDATE: Final = "SuccessfulUpdate"
+# Warning Event: a Kubeflow job's HorizontalPodAutoscaler (elasticPolicy.metrics) was refused.
+REASON_AUTOSCALER_FAILED: Final = "HorizontalPodAutoscalerFailed"
 # Event reason: an elastic job's replica count changed.
 REASON_SCALED: Final = "ReplicasScaled"
 REASON_NO_FAILURE: Final = "NoReplicaFailure"

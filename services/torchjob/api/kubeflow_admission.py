@@ -242,6 +242,8 @@ def _kubeflow_errors(job: PyTorchJob, warnings: list[str]) -> Iterator[FieldErro
                     "must not be used with spec.nprocPerNode",
                     Cause.FORBIDDEN,
                 )
+    if spec.elastic_policy is not None:
+        yield from _metric_errors(spec.elastic_policy.metrics or [])
     if not replica_specs:
         yield FieldError("spec.pytorchReplicaSpecs", "is required", Cause.REQUIRED)
         return
@@ -281,6 +283,31 @@ def _elastic_bound_errors(
         yield FieldError(path, f"{count} is fewer than spec.elasticPolicy.minReplicas {low}")
     if worker is not None and high is not None and count > high:
         yield FieldError(path, f"{count} is more than spec.elasticPolicy.maxReplicas {high}")
+
+
+# autoscaling/v2 MetricSpec: each metric's type and the field that describes it.
+METRIC_SOURCES: Final = {
+    "Resource": "resource",
+    "Pods": "pods",
+    "Object": "object",
+    "External": "external",
+    "ContainerResource": "containerResource",
+}
+
+
+def _metric_errors(metrics: list[Any]) -> Iterator[FieldError]:
+    """Each metric is stored as written and becomes the job's HorizontalPodAutoscaler's: its type
+    is checked here, so that a misspelt one is refused now, not by the autoscaler later."""
+    for index, metric in enumerate(metrics):
+        path = child("spec.elasticPolicy.metrics", index)
+        kind = metric.get("type") if isinstance(metric, dict) else None
+        source = METRIC_SOURCES.get(kind) if isinstance(kind, str) else None
+        if source is None:
+            yield from _one_of(child(path, "type"), str(kind), tuple(METRIC_SOURCES))
+        elif not isinstance(metric.get(source), dict):
+            yield FieldError(
+                child(path, source), f"is required for a metric of type {kind}", Cause.REQUIRED
+            )
 
 
 def _one_of(path: str, value: str, supported: tuple[str, ...]) -> Iterator[FieldError]:

@@ -160,7 +160,7 @@ class HousekeeperExecutor:
     ) -> None:
         if stored_form(status) == (job.get("status") or {}).get("tensorboard"):
             return
-        await patch_status(self.objects, job["metadata"], {"tensorboard": status})
+        await patch_status(self.objects, job["metadata"], {"tensorboard": status}, api_of(job))
         ACTIONS.labels("status_written").inc()
 
     # -- deletions -------------------------------------------------------------------------------

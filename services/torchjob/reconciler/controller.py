@@ -99,7 +99,7 @@ class Reconciler:
                 label_selector=constants.LABEL_JOB_NAME,
                 indexers={OWNER_INDEX: controller_uid},
                 on_add=self._owned_changed,
-                on_update=self._owned_updated,
+                on_update=self._autoscaler_updated,
                 on_delete=self._owned_changed,
             )
             if settings.kubeflow
@@ -194,6 +194,11 @@ class Reconciler:
 
     def _owned_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         self._owned_changed(new)
+
+    def _autoscaler_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        # The autoscaler writes its status every sync; only a change of what we wrote matters.
+        if autoscaler_differs(old, new):
+            self._owned_changed(new)
 
     def _owned_changed(self, obj: dict[str, Any]) -> None:
         key = owner_job_key(obj)

@@ -20,6 +20,7 @@ from kubernetes_asyncio import client
 
 from torchjob.api import constants
 from torchjob.api.job_api import api_of
+from torchjob.api.jsoncopy import merge_patched
 from torchjob.api.kubeflow import KUBEFLOW_STATUS
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.kube.client import unread
@@ -142,6 +143,8 @@ class ReconcilerExecutor:
         if api.kubeflow:
             stored = job.get(KUBEFLOW_STATUS) or {}
             written = kubeflow_status(meta["name"], stored, status, format_time(now))
+            # A second write in the same round (after a refusal) moves on from this one.
+            job[KUBEFLOW_STATUS] = merge_patched(stored, written)
         await patch_status(self.objects, meta, written, api)
         self.metrics.written(meta, before, status, now)
 
@@ -152,8 +155,9 @@ class ReconcilerExecutor:
         desired: dict[str, Any],
         current: dict[str, Any] | None,
     ) -> None:
-        """A Kubeflow job's HorizontalPodAutoscaler: created, or its settings brought back to
-        what the job asks for (render/kubeflow.py)."""
+        """A Kubeflow job's HorizontalPodAutoscaler: created, or brought back to what the job asks
+        for (render/kubeflow.py). A refusal (an invalid metric, an autoscaler of that name that is
+        not the job's) is a Warning Event on the job; the job itself runs on."""
         meta = desired["metadata"]
         coordinates = (
             AUTOSCALERS.group,
@@ -161,6 +165,7 @@ class ReconcilerExecutor:
             meta["namespace"],
             AUTOSCALERS.plural,
         )
+        name = meta["name"]
         try:
             async with translated():
                 if current is None:
@@ -174,24 +179,34 @@ class ReconcilerExecutor:
                     )
                 else:
                     patch: Any = self.objects.patch_namespaced_custom_object
+                    changes = {
+                        "metadata": {"annotations": meta["annotations"]},
+                        "spec": desired["spec"],
+                    }
                     await unread(
                         patch(
                             *coordinates,
-                            meta["name"],
-                            {"spec": desired["spec"]},
+                            name,
+                            changes,
                             field_manager=constants.FIELD_MANAGER,
                             _content_type="application/merge-patch+json",
                             _preload_content=False,
                         )
                     )
-        except Conflict:
-            return  # created a moment ago; the cache shows it soon
+        except KubeError as error:
+            said = error.message or str(error)
+            if isinstance(error, Conflict):
+                said = f"a HorizontalPodAutoscaler named {name} exists and is not the job's"
+            message = f"elasticPolicy.metrics: the HorizontalPodAutoscaler was refused: {said}"
+            log.warning("autoscaler refused", job=str(key), said=said)
+            await self.events.record(job, "Warning", constants.REASON_AUTOSCALER_FAILED, message)
+            return
         created = current is None
         reason = (
             constants.REASON_SUCCESSFUL_CREATE if created else constants.REASON_SUCCESSFUL_UPDATE
         )
         what = "Created" if created else "Updated"
-        await self._done(key, job, reason, f"{what} horizontalpodautoscaler: {meta['name']}")
+        await self._done(key, job, reason, f"{what} horizontalpodautoscaler: {name}")
 
     async def _delete_pods(self, key: JobKey, job: dict[str, Any], plan: Plan) -> None:
         if not plan.delete_pods:

@@ -5,8 +5,11 @@ the job (api/kubeflow.py). Pure."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any, Final
+
+import orjson
 
 from torchjob.api import constants
 from torchjob.api.kubeflow import MASTER, STATUS_RECORD, WORKER, kubeflow_type_of
@@ -288,15 +291,15 @@ def _port(replica_spec: Any) -> int:
 
 # -- autoscaling ---------------------------------------------------------------------------------
 
-AUTOSCALER_FIELDS: Final = ("scaleTargetRef", "minReplicas", "maxReplicas", "metrics")
-
 
 def render_autoscaler(
     job_meta: Mapping[str, Any], spec: Mapping[str, Any], owner: Mapping[str, Any]
 ) -> dict[str, Any] | None:
     """The HorizontalPodAutoscaler of a PyTorchJob whose elasticPolicy has metrics, as Kubeflow
     makes it: named after the job, scaling the job's Workers (through the scale subresource)
-    between the policy's bounds; None for a job without metrics."""
+    between the policy's bounds; None for a job without metrics. It carries the hash of what
+    was rendered: the apiserver rewrites quantities and fills in defaults, so the stored object
+    is compared by that hash, not field by field."""
     elastic = spec.get("elasticPolicy")
     metrics = elastic.get("metrics") if isinstance(elastic, Mapping) else None
     if not isinstance(elastic, Mapping) or not metrics:
@@ -309,6 +312,7 @@ def render_autoscaler(
     }
     if elastic.get("minReplicas"):
         hpa_spec["minReplicas"] = elastic["minReplicas"]
+    digest = hashlib.sha256(orjson.dumps(hpa_spec, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
@@ -316,6 +320,7 @@ def render_autoscaler(
             "name": name,
             "namespace": job_meta["namespace"],
             "labels": {constants.LABEL_JOB_NAME: name, LABEL_JOB_NAME: name},
+            "annotations": {constants.ANNOTATION_SPEC_HASH: digest},
             "ownerReferences": [dict(owner)],
         },
         "spec": hpa_spec,
@@ -323,7 +328,11 @@ def render_autoscaler(
 
 
 def autoscaler_differs(desired: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
-    """Whether the stored autoscaler's settings are not what the job asks for (the fields the
-    apiserver adds are not compared)."""
-    wanted, stored = desired.get("spec") or {}, current.get("spec") or {}
-    return any(wanted.get(key) != stored.get(key) for key in AUTOSCALER_FIELDS)
+    """Whether the stored autoscaler was not rendered from what the job asks for now."""
+    return _spec_hash(desired) != _spec_hash(current)
+
+
+def _spec_hash(obj: Mapping[str, Any]) -> object:
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(
+        constants.ANNOTATION_SPEC_HASH
+    )
