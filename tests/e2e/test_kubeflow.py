@@ -378,10 +378,10 @@ async def test_clean_pod_policy_after_success(
     for policy in ("All", "Running", "None"):
         manifest = pytorchjob(f"clean-{policy.lower()}", run_policy={"cleanPodPolicy": policy})
         jobs[policy] = await running_job(kube_client, admitted_namespace, manifest, 1, 1)
-    for job in jobs.values():
+    # None finishes first, so that the housekeeper has its finish before the others'.
+    for job in reversed(jobs.values()):
         await job.wait_services(pod_names(job.name, 1, 1))
         await job.kubelet.finish(f"{job.name}-master-0", 0)
-    for job in jobs.values():
         await job.wait_condition("Succeeded")
 
     every = jobs["All"]
@@ -391,7 +391,7 @@ async def test_clean_pod_policy_after_success(
     await running.wait_pods({f"{running.name}-master-0"})
     cluster = Cluster(kube_client, admitted_namespace)
     assert await cluster.events(every.name, constants.REASON_CLEAN_UP)
-    # The housekeeper has cleaned up after the other two, which finished at the same time.
+    # The housekeeper has cleaned up after the two that finished after it.
     kept = jobs["None"]
     assert set(await kept.pods()) == pod_names(kept.name, 1, 1)
     assert await kept.services() == pod_names(kept.name, 1, 1)

@@ -40,7 +40,7 @@ MASTER = """
 WORKER = """
     import os, socket, time
     address = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
-    for _ in range(200):
+    while True:  # until the master listens, however long that takes (the run's own limit holds)
         try:
             socket.create_connection(address).sendall(("hello from " + os.environ["RANK"]).encode())
             break

@@ -18,6 +18,8 @@ from torchjob.api.job_api import KUBEFLOW_JOB
 
 MASTER: Final = "Master"
 WORKER: Final = "Worker"
+# Kubeflow's training container: the one its webhook requires, its port and environment read.
+DEFAULT_CONTAINER: Final = "pytorch"
 # The replica types Kubeflow's PyTorchJob knows, in rank order (the master is rank 0).
 REPLICA_TYPES: Final = (MASTER, WORKER)
 # Where the lifecycle's own record of a Kubeflow job lives in its status.
@@ -67,6 +69,15 @@ def as_training_job(job: Mapping[str, Any]) -> dict[str, Any]:
         KUBEFLOW_STATUS: status,
         KUBEFLOW_SPEC: spec,
     }
+
+
+def as_run(job: dict[str, Any]) -> dict[str, Any] | None:
+    """A cached job as the lifecycle runs it: a PyTorchTrainingJob as it is, a PyTorchJob as the
+    PyTorchTrainingJob `as_training_job` makes of it; None for a PyTorchJob another controller
+    manages (`managed_elsewhere`)."""
+    if job.get("apiVersion") != KUBEFLOW_JOB.api_version:
+        return job
+    return None if managed_elsewhere(job) else as_training_job(job)
 
 
 def managed_elsewhere(job: Mapping[str, Any]) -> bool:

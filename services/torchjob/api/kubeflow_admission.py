@@ -18,9 +18,11 @@ from typing import Any, Final
 from torchjob.api import constants
 from torchjob.api.admission import Request, Response, invalid, refuse
 from torchjob.api.defaults import JsonPatch, pointer
+from torchjob.api.job_api import KUBEFLOW_JOB
 from torchjob.api.jsoncopy import json_copy
 from torchjob.api.kubeflow import (
     CLEAN_POD_POLICIES,
+    DEFAULT_CONTAINER,
     MASTER,
     REPLICA_TYPES,
     WORKER,
@@ -41,11 +43,9 @@ from torchjob.api.pod_fields import UNKNOWN_FIELD
 from torchjob.api.types import PyTorchTrainingJob
 from torchjob.api.validation import Cause, FieldError, Result, validate
 
-KIND: Final = "PyTorchJob"
 DEFAULT_NPROC_PER_NODE: Final = "auto"
 DEFAULT_RESTART_POLICY: Final = "OnFailure"
 DEFAULT_CLEAN_POD_POLICY: Final = "None"
-DEFAULT_CONTAINER: Final = "pytorch"
 CLEAN_POD: Final = tuple(CLEAN_POD_POLICIES)
 RESTART_POLICIES: Final = ("OnFailure", "Always", "Never", "ExitCode")
 MANAGERS: Final = ("kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue")
@@ -465,9 +465,9 @@ def validate_pytorchjob_request(request: Request) -> Response:
     if request.operation not in ("CREATE", "UPDATE"):
         return Response(request.uid, True)
     if not isinstance(request.object, dict):
-        return refuse(request.uid, f"request.object must be a {KIND} object")
+        return refuse(request.uid, f"request.object must be a {KUBEFLOW_JOB.kind} object")
     new, _ = default_pytorchjob(request.object, in_place=True)
     old = None
     if request.operation == "UPDATE" and isinstance(request.old_object, dict):
         old, _ = default_pytorchjob(request.old_object, in_place=True)
-    return invalid(request, KIND, validate_pytorchjob(new, old))
+    return invalid(request, KUBEFLOW_JOB.kind, validate_pytorchjob(new, old))

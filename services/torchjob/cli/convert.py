@@ -23,9 +23,11 @@ import yaml
 
 from torchjob.api import types
 from torchjob.api.defaults import default_job
+from torchjob.api.job_api import KUBEFLOW_JOB
 from torchjob.api.jsoncopy import json_copy
 from torchjob.api.kubeflow import (
     CLEAN_POD_POLICIES,
+    DEFAULT_CONTAINER,
     KUBEFLOW_MANAGER,
     MASTER,
     UNLIMITED_BACKOFF,
@@ -36,14 +38,12 @@ from torchjob.api.queries import TRAINING_CONTAINER_NAME
 from torchjob.api.validation import validate
 from torchjob.cli.manifest import (
     API_VERSION,
-    KUBEFLOW_API_VERSION,
     InvalidManifest,
     admit,
     is_kubeflow,
     read_manifest,
     training_job_of,
 )
-from torchjob.render.kubeflow import DEFAULT_CONTAINER
 
 EXIT_CONVERTED, EXIT_INVALID = 0, 2
 TO_KUBEFLOW: Final = "kubeflow"
@@ -260,8 +260,8 @@ def to_pytorchjob(document: dict[str, Any], dropped: _Dropped) -> dict[str, Any]
     for path in _unexpressible_sections(spec):
         dropped.add(*path)
     out = {
-        "apiVersion": KUBEFLOW_API_VERSION,
-        "kind": "PyTorchJob",
+        "apiVersion": KUBEFLOW_JOB.api_version,
+        "kind": KUBEFLOW_JOB.kind,
         "metadata": _metadata(document),
         "spec": out_spec,
     }

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from torchjob.api import constants, kubeflow_types, types
+from torchjob.api import constants, types
 from torchjob.api.defaults import default_job
 from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB, JobApi
 from torchjob.api.jsoncopy import json_copy
@@ -29,7 +29,6 @@ from torchjob.lifecycle.times import format_time
 
 DEFAULT_NAMESPACE = "default"
 API_VERSION = f"{types.GROUP}/{types.VERSION}"
-KUBEFLOW_API_VERSION = f"{kubeflow_types.GROUP}/{kubeflow_types.VERSION}"
 
 
 class InvalidManifest(Exception):
@@ -131,7 +130,7 @@ def admit(
 def is_kubeflow(document: dict[str, Any]) -> bool:
     """A manifest written as Kubeflow's PyTorchJob (its apiVersion, or its kind)."""
     return (
-        document.get("apiVersion") == KUBEFLOW_API_VERSION
+        document.get("apiVersion") == KUBEFLOW_JOB.api_version
         or document.get("kind") == KUBEFLOW_JOB.kind
     )
 
@@ -142,7 +141,7 @@ def admit_kubeflow(
     """A Kubeflow PyTorchJob admitted as torchjob's webhooks admit it: Kubeflow's defaults, then
     Kubeflow's validation and torchjob's rules on the job that runs it (paths are the
     PyTorchJob's); the job that runs it is `as_training_job` of the stored PyTorchJob."""
-    errors = _identity_errors(document, namespace, KUBEFLOW_API_VERSION, KUBEFLOW_JOB.kind)
+    errors = _identity_errors(document, namespace, KUBEFLOW_JOB.api_version, KUBEFLOW_JOB.kind)
     if errors:
         raise InvalidManifest(errors)
     manifest, _ = default_pytorchjob(document)

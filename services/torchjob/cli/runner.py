@@ -39,7 +39,7 @@ import yaml
 from torchjob.api import constants, queries
 from torchjob.api.constants import REASON_RESTART_BACKOFF
 from torchjob.api.jsoncopy import merge_patched
-from torchjob.api.kubeflow import UNLIMITED_BACKOFF
+from torchjob.api.kubeflow import DEFAULT_CONTAINER, UNLIMITED_BACKOFF
 from torchjob.cli.cluster import admitted_pod
 from torchjob.cli.console import Console
 from torchjob.cli.manifest import AdmittedJob
@@ -50,7 +50,7 @@ from torchjob.lifecycle.plan import Plan, PodToCreate, plan
 from torchjob.lifecycle.round import Observed
 from torchjob.lifecycle.status import is_terminal
 from torchjob.lifecycle.times import format_time
-from torchjob.render.kubeflow import DEFAULT_CONTAINER, kubeflow_status
+from torchjob.render.kubeflow import kubeflow_status
 from torchjob.render.local import LocalCommand, local_command
 from torchjob.render.topology import Replica, replica_name, replicas_of, service_host
 

@@ -12,8 +12,7 @@ import structlog
 from kubernetes_asyncio import client
 
 from torchjob.api import constants
-from torchjob.api.job_api import api_of
-from torchjob.api.kubeflow import as_training_job, managed_elsewhere
+from torchjob.api.kubeflow import as_run
 from torchjob.api.model import ModelError
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.housekeeper.executor import HousekeeperExecutor
@@ -54,7 +53,7 @@ def tensorboard_job_key(obj: dict[str, Any]) -> list[str]:
 def _relevant(job: dict[str, Any]) -> tuple[Any, ...]:
     """What the housekeeper's decisions read of a job; the reconciler's status writes about
     running pods change none of it."""
-    job = _as_run(job)
+    job = as_run(job) or job
     meta, status = job.get("metadata") or {}, job.get("status") or {}
     return (
         job.get("spec"),
@@ -63,11 +62,6 @@ def _relevant(job: dict[str, Any]) -> tuple[Any, ...]:
         status.get("completionTime"),
         status.get("tensorboard"),
     )
-
-
-def _as_run(job: dict[str, Any]) -> dict[str, Any]:
-    """The job as the lifecycle runs it: a Kubeflow job as its PyTorchTrainingJob."""
-    return as_training_job(job) if api_of(job).kubeflow else job
 
 
 class Housekeeper:
@@ -156,9 +150,7 @@ class Housekeeper:
         """The cached job of `key`; a Kubeflow job as the PyTorchTrainingJob that runs it."""
         jobs = self.kubeflow_jobs if key.api.kubeflow else self.jobs
         found = jobs.get(key.namespace, key.name) if jobs is not None else None
-        if found is None or managed_elsewhere(found):
-            return None
-        return _as_run(found)
+        return as_run(found) if found is not None else None
 
     async def reconcile(self, key: JobKey) -> Result:
         namespace, name = key.namespace, key.name

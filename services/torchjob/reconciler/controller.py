@@ -15,8 +15,7 @@ from torchjob.api import constants
 from torchjob.api.job_api import KUBEFLOW_JOB
 from torchjob.api.kubeflow import (
     KUBEFLOW_SPEC,
-    as_training_job,
-    managed_elsewhere,
+    as_run,
     scheduling_policy,
 )
 from torchjob.api.model import ModelError
@@ -209,12 +208,9 @@ class Reconciler:
 
     def _job(self, key: JobKey) -> dict[str, Any] | None:
         """The cached job of `key`; a Kubeflow job as the PyTorchTrainingJob that runs it."""
-        if not key.api.kubeflow:
-            return self.jobs.get(key.namespace, key.name)
-        found = self.kubeflow_jobs.get(key.namespace, key.name) if self.kubeflow_jobs else None
-        if found is None or managed_elsewhere(found):
-            return None
-        return as_training_job(found)
+        jobs = self.kubeflow_jobs if key.api.kubeflow else self.jobs
+        found = jobs.get(key.namespace, key.name) if jobs is not None else None
+        return as_run(found) if found is not None else None
 
     async def reconcile(self, key: JobKey) -> Result:
         job = self._job(key)

@@ -12,8 +12,8 @@ from typing import Any, Final
 import orjson
 
 from torchjob.api import constants
-from torchjob.api.kubeflow import MASTER, STATUS_RECORD, WORKER, kubeflow_type_of
-from torchjob.render.topology import Replica
+from torchjob.api.kubeflow import DEFAULT_CONTAINER, MASTER, STATUS_RECORD, WORKER, kubeflow_type_of
+from torchjob.render.topology import DEFAULT_MASTER_PORT, MASTER_PORT_NAME, Replica
 
 LABEL_PREFIX: Final = "training.kubeflow.org"
 LABEL_JOB_NAME: Final = f"{LABEL_PREFIX}/job-name"
@@ -209,10 +209,6 @@ def _condition_of(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
 
 # -- the environment -----------------------------------------------------------------------------
 
-DEFAULT_CONTAINER: Final = "pytorch"
-DEFAULT_PORT_NAME: Final = "pytorchjob-port"
-DEFAULT_PORT: Final = 23456
-
 
 def kubeflow_env(spec: Mapping[str, Any], job_name: str, replica: Replica) -> list[EnvVar]:
     """The variables Kubeflow's training-operator gives every container of a replica, in its
@@ -284,9 +280,9 @@ def _port(replica_spec: Any) -> int:
     for container in pod_spec.get("containers") or []:
         if isinstance(container, dict) and container.get("name") == DEFAULT_CONTAINER:
             for port in container.get("ports") or []:
-                if isinstance(port, dict) and port.get("name") == DEFAULT_PORT_NAME:
-                    return int(port.get("containerPort") or DEFAULT_PORT)
-    return DEFAULT_PORT
+                if isinstance(port, dict) and port.get("name") == MASTER_PORT_NAME:
+                    return int(port.get("containerPort") or DEFAULT_MASTER_PORT)
+    return DEFAULT_MASTER_PORT
 
 
 # -- autoscaling ---------------------------------------------------------------------------------

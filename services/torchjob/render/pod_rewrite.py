@@ -16,10 +16,10 @@ from typing import Any
 
 from torchjob.api import constants, queries
 from torchjob.api.jsoncopy import json_copy
-from torchjob.api.kubeflow import MASTER
+from torchjob.api.kubeflow import DEFAULT_CONTAINER, MASTER
 from torchjob.api.types import PyTorchTrainingJob, PyTorchTrainingJobSpec, ReplicaSpec
 from torchjob.render.environment import replica_env, torchrun_argv
-from torchjob.render.kubeflow import DEFAULT_CONTAINER, kubeflow_env
+from torchjob.render.kubeflow import kubeflow_env
 from torchjob.render.topology import DEFAULT_MASTER_PORT, MASTER_PORT_NAME, Replica, replica_at
 from torchjob.render.wait import add_wait_for_master, python_of, wants_wait
 
