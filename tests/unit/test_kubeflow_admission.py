@@ -16,6 +16,7 @@ from support.webhook import KUBEFLOW_JOB, RECONCILER, kubeflow_replica_pod, revi
 
 from torchjob.api import constants
 from torchjob.api.admission import handle
+from torchjob.api.kubeflow import as_run, scheduling_policy
 from torchjob.api.kubeflow_admission import (
     UNSUPPORTED,
     default_pytorchjob,
@@ -23,9 +24,13 @@ from torchjob.api.kubeflow_admission import (
     validate_pytorchjob,
     validate_pytorchjob_request,
 )
+from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.api.validation import Cause, Result
+from torchjob.render.kubeflow import kubeflow_env, render_autoscaler
 from torchjob.render.pod_admission_handler import mutate_pod
+from torchjob.render.scheduling import Gang, render_pod_group, with_scheduling_policy
 from torchjob.render.topology import DEFAULT_MASTER_PORT as MASTER_PORT
+from torchjob.render.topology import replicas_of
 
 DATA = Path(__file__).parent.parent / "data" / "kubeflow"
 # Every field path of the PyTorchJob CRD of Kubeflow's training-operator v1.9
@@ -762,3 +767,54 @@ def test_a_metric_the_autoscaler_would_refuse_is_refused_now(
     }
     defaulted, _ = default_pytorchjob(job)
     assert [e.path for e in validate_pytorchjob(defaulted).errors] == [path]
+
+
+# Fields that only hold others (their children have the effects) or that every job has.
+CONTAINERS = {
+    "apiVersion",
+    "kind",
+    "metadata",
+    "spec",
+    "spec.pytorchReplicaSpecs",
+    "spec.pytorchReplicaSpecs.*.template",
+    "spec.runPolicy",
+    "spec.runPolicy.schedulingPolicy",
+    "spec.elasticPolicy.rdzvConf",
+}
+OWNER = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "j", "uid": "u"}
+
+
+def effects(job: dict[str, Any]) -> Any:
+    """What a (defaulted) PyTorchJob makes: the PyTorchTrainingJob it runs as, each replica's
+    environment, its group object in each gang mode, its autoscaler; or that it is left alone."""
+    defaulted, _ = default_pytorchjob(job)
+    run = as_run(defaulted)
+    if run is None:
+        return "managed elsewhere"
+    spec = PyTorchTrainingJobSpec.from_dict(run["spec"], "spec")
+    replicas = replicas_of(spec)
+    envs = {f"{r.type}-{r.index}": kubeflow_env(defaulted["spec"], "j", r) for r in replicas}
+    meta = {"name": "j", "namespace": "ns"}
+    groups = {}
+    for mode in ("native", "volcano", "coscheduling"):
+        gang = Gang(mode, "j", len(replicas), len(replicas))
+        policy = scheduling_policy(run)
+        groups[mode] = render_pod_group(
+            meta, with_scheduling_policy(gang, policy) if policy else gang, OWNER
+        )
+    autoscaler = render_autoscaler(meta, defaulted["spec"], OWNER)
+    return {"spec": run["spec"], "env": envs, "groups": groups, "autoscaler": autoscaler}
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in field_paths() if not p.startswith("status") and p not in CONTAINERS]
+)
+def test_every_field_honoured_changes_what_the_job_makes(path: str) -> None:
+    """None silently ignored: a job that sets the field makes something else than one that
+    does not (its spec as it runs, a replica's environment, its group, its autoscaler)."""
+    if path in UNSUPPORTED:
+        return  # refused instead: test_every_field_is_honoured_or_refused_as_not_supported
+    job = pytorchjob()
+    job["spec"] = merged(job["spec"], EXAMPLES[path])
+    assert admitted(job).allowed
+    assert effects(job) != effects(pytorchjob()), f"{path} changes nothing"
