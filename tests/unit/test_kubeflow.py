@@ -61,6 +61,10 @@ def pytorchjob(**spec: Any) -> dict[str, Any]:
     }
 
 
+# The spec of the job whose status the status tests render: a Master, two Workers, OnFailure.
+SPEC = pytorchjob()["spec"]
+
+
 # -- the spec ------------------------------------------------------------------------------------
 
 
@@ -297,16 +301,16 @@ def states(status: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def test_a_job_that_runs_and_succeeds() -> None:
-    created = kubeflow_status("simple", {}, record("Pending"), NOW)
+    created = kubeflow_status("simple", {}, record("Pending"), NOW, SPEC)
     assert states(created) == [("Created", "True", "PyTorchJobCreated")]
     assert created["conditions"][0]["message"] == "PyTorchJob simple is created."
     assert created["startTime"] == NOW and created["torchjob"]["phase"] == "Pending"
-    running = kubeflow_status("simple", created, record("Running"), LATER)
+    running = kubeflow_status("simple", created, record("Running"), LATER, SPEC)
     assert states(running)[-1] == ("Running", "True", "PyTorchJobRunning")
     assert running["conditions"][0]["lastTransitionTime"] == NOW  # Created is untouched
     done = record("Succeeded", completionTime=LATER)
     done["tasks"][0]["replicas"][0]["phase"] = "Succeeded"
-    succeeded = kubeflow_status("simple", running, done, LATER)
+    succeeded = kubeflow_status("simple", running, done, LATER, SPEC)
     assert states(succeeded) == [
         ("Created", "True", "PyTorchJobCreated"),
         ("Running", "False", "PyTorchJobRunning"),
@@ -327,18 +331,18 @@ def test_a_job_that_runs_and_succeeds() -> None:
 
 
 def test_restarting_replaces_running_and_back() -> None:
-    running = kubeflow_status("simple", {}, record("Running"), NOW)
+    running = kubeflow_status("simple", {}, record("Running"), NOW, SPEC)
     failing = record(
         "Running", conditions=[condition("ReplicaFailure", reason=constants.REASON_RESTART_BACKOFF)]
     )
     failing["tasks"][1]["replicas"][0]["phase"] = "Failed"
-    restarting = kubeflow_status("simple", running, failing, LATER)
+    restarting = kubeflow_status("simple", running, failing, LATER, SPEC)
     assert [c["type"] for c in restarting["conditions"]] == ["Created", "Restarting"]
     assert restarting["conditions"][-1]["message"] == (
         "PyTorchJob simple is restarting because 1 Worker replica(s) failed."
     )
     assert restarting["replicaStatuses"]["Worker"]["failed"] == 1
-    again = kubeflow_status("simple", restarting, record("Running"), LATER)
+    again = kubeflow_status("simple", restarting, record("Running"), LATER, SPEC)
     assert [c["type"] for c in again["conditions"]] == ["Created", "Running"]
 
 
@@ -362,15 +366,14 @@ def test_restarting_replaces_running_and_back() -> None:
 def test_failures_say_what_kubeflow_says(reason: str, message: str) -> None:
     failed = record("Failed", conditions=[condition("Failed", reason=reason)])
     failed["tasks"][1]["replicas"][1]["phase"] = "Failed"
-    status = kubeflow_status(
-        "simple", kubeflow_status("simple", {}, record("Running"), NOW), failed, LATER
-    )
+    running = kubeflow_status("simple", {}, record("Running"), NOW, SPEC)
+    status = kubeflow_status("simple", running, failed, LATER, SPEC)
     assert states(status)[-1] == ("Failed", "True", "PyTorchJobFailed")
     assert status["conditions"][-1]["message"] == message
     assert ("Running", "False", "PyTorchJobRunning") in states(status)
     # Nothing moves a failed job's conditions again.
     assert (
-        kubeflow_status("simple", status, record("Running"), LATER)["conditions"]
+        kubeflow_status("simple", status, record("Running"), LATER, SPEC)["conditions"]
         == (status["conditions"])
     )
 
@@ -382,14 +385,14 @@ def test_our_own_failures_keep_our_message() -> None:
             condition("Failed", reason=constants.REASON_GANG_UNAVAILABLE, message="no API")
         ],
     )
-    status = kubeflow_status("simple", {}, failed, NOW)
+    status = kubeflow_status("simple", {}, failed, NOW, SPEC)
     assert status["conditions"][-1]["message"] == "PyTorchJob simple has failed: no API"
 
 
 def test_suspend_and_resume() -> None:
-    running = kubeflow_status("simple", {}, record("Running"), NOW)
+    running = kubeflow_status("simple", {}, record("Running"), NOW, SPEC)
     paused = record("Paused", tasks=[{"type": "master", "replicas": [{"name": "simple-master-0"}]}])
-    suspended = kubeflow_status("simple", running, paused, LATER)
+    suspended = kubeflow_status("simple", running, paused, LATER, SPEC)
     assert states(suspended) == [
         ("Created", "True", "PyTorchJobCreated"),
         ("Running", "False", "PyTorchJobSuspended"),
@@ -398,7 +401,7 @@ def test_suspend_and_resume() -> None:
     assert suspended["conditions"][-1]["message"] == "PyTorchJob simple is suspended."
     # None: the merge patch removes the stored count (a 0 is absent, as Kubeflow writes it).
     assert suspended["replicaStatuses"]["Master"]["active"] is None
-    resumed = kubeflow_status("simple", suspended, record("Running"), LATER)
+    resumed = kubeflow_status("simple", suspended, record("Running"), LATER, SPEC)
     assert ("Suspended", "False", "PyTorchJobResumed") in states(resumed)
     assert states(resumed)[-1] == ("Running", "True", "PyTorchJobRunning")
 
@@ -414,8 +417,8 @@ def test_a_condition_set_again_keeps_its_times_and_place() -> None:
 
 def test_waiting_for_a_group_shows_the_reconcile_time() -> None:
     waiting = record("Pending", conditions=[condition("Scheduled", "False", "Scheduling")])
-    assert kubeflow_status("simple", {}, waiting, NOW)["lastReconcileTime"] == NOW
-    assert "lastReconcileTime" not in kubeflow_status("simple", {}, record("Running"), NOW)
+    assert kubeflow_status("simple", {}, waiting, NOW, SPEC)["lastReconcileTime"] == NOW
+    assert "lastReconcileTime" not in kubeflow_status("simple", {}, record("Running"), NOW, SPEC)
 
 
 def test_replica_statuses_count_phases() -> None:
@@ -507,22 +510,22 @@ def test_metrics_make_an_autoscaler_of_the_workers() -> None:
 
 
 def test_a_refused_creation_is_no_restart() -> None:
-    running = kubeflow_status("simple", {}, record("Running"), NOW)
+    running = kubeflow_status("simple", {}, record("Running"), NOW, SPEC)
     refused = record(
         "Running",
         conditions=[condition("ReplicaFailure", reason=constants.REASON_POD_CREATION_FAILED)],
     )
-    status = kubeflow_status("simple", running, refused, LATER)
+    status = kubeflow_status("simple", running, refused, LATER, SPEC)
     assert status["conditions"] == running["conditions"]
     assert status["torchjob"]["conditions"][0]["reason"] == constants.REASON_POD_CREATION_FAILED
 
 
 def test_a_count_that_falls_to_zero_leaves_the_stored_status() -> None:
-    running = kubeflow_status("simple", {}, record("Running"), NOW)
+    running = kubeflow_status("simple", {}, record("Running"), NOW, SPEC)
     stored = merge_patched({}, running)
     assert stored["replicaStatuses"]["Worker"]["active"] == 2
     paused = record("Paused", tasks=[{"type": "worker", "replicas": [{"name": "simple-worker-0"}]}])
-    after = merge_patched(stored, kubeflow_status("simple", stored, paused, LATER))
+    after = merge_patched(stored, kubeflow_status("simple", stored, paused, LATER, SPEC))
     assert "active" not in after["replicaStatuses"]["Worker"]
     assert merge_patched({"a": {"b": 1, "c": 2}}, {"a": {"b": None}, "d": [1]}) == {
         "a": {"c": 2},
@@ -531,21 +534,28 @@ def test_a_count_that_falls_to_zero_leaves_the_stored_status() -> None:
 
 
 def test_a_failure_not_restarted_is_no_restarting() -> None:
-    """An elastic job goes on without a replica that failed for good: its failed pod stays, and
-    nothing restarts it."""
-    running = kubeflow_status("simple", {}, record("Running"), NOW)
-    failed_for_good = record(
+    """An elastic job goes on without a replica that failed for good (restartPolicy Never, or a
+    code ExitCode does not retry): nothing restarts it."""
+    failed = record(
         "Running", conditions=[condition("ReplicaFailure", reason=constants.REASON_REPLICA_FAILED)]
     )
-    failed_for_good["tasks"][1]["replicas"][0]["phase"] = "Failed"
-    status = kubeflow_status("simple", running, failed_for_good, LATER)
-    assert [c["type"] for c in status["conditions"]] == ["Created", "Running"]
-    # Recreated this round: the failed pod is gone from the record.
-    recreated = record(
-        "Running", conditions=[condition("ReplicaFailure", reason=constants.REASON_REPLICA_FAILED)]
-    )
-    recreated["tasks"][1]["replicas"][0] = {"name": "simple-worker-0"}
-    status = kubeflow_status("simple", running, recreated, LATER)
+    failed["tasks"][1]["replicas"][0] = {
+        "name": "simple-worker-0",
+        "phase": "Failed",
+        "containers": [{"name": "pytorch", "state": "terminated", "exitCode": 1}],
+    }
+    for policy, restarted in (("Never", False), ("ExitCode", False), ("OnFailure", True)):
+        spec = copy.deepcopy(SPEC)
+        spec["pytorchReplicaSpecs"]["Worker"]["restartPolicy"] = policy
+        running = kubeflow_status("simple", {}, record("Running"), NOW, spec)
+        status = kubeflow_status("simple", running, failed, LATER, spec)
+        kinds = [c["type"] for c in status["conditions"]]
+        assert kinds == (["Created", "Restarting"] if restarted else ["Created", "Running"]), policy
+    # A retryable exit code restarts an ExitCode replica.
+    failed["tasks"][1]["replicas"][0]["containers"][0]["exitCode"] = 137
+    spec = copy.deepcopy(SPEC)
+    spec["pytorchReplicaSpecs"]["Worker"]["restartPolicy"] = "ExitCode"
+    status = kubeflow_status("simple", {}, failed, LATER, spec)
     assert status["conditions"][-1]["message"] == (
         "PyTorchJob simple is restarting because 1 Worker replica(s) failed."
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from torchjob.api.constants import RETRYABLE_EXIT_CODES
 from torchjob.api.types import PyTorchTrainingJobSpec, ReplicaSpec
 
 TRAINING_CONTAINER_NAME = "python"
@@ -122,3 +123,14 @@ def job_name_for_length(metadata: dict[str, Any], generated_suffix: int) -> str:
         return name
     prefix = metadata.get("generateName")
     return (prefix if isinstance(prefix, str) else "") + "x" * generated_suffix
+
+
+def restarts_after_failure(policy: str, exit_code: int | None) -> bool:
+    """Whether a replica of restart policy `policy` whose training container failed with
+    `exit_code` is restarted (budget and elasticity aside)."""
+    if policy in ("OnFailure", "Always"):
+        return True
+    if policy == "ExitCode":
+        # No exit code means the pod was lost (eviction, node failure): not the code's fault.
+        return exit_code is None or exit_code in RETRYABLE_EXIT_CODES
+    return False

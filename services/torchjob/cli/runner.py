@@ -485,7 +485,7 @@ def shown_status(
     now = format_time(datetime.now(UTC))
     # Written as the reconciler writes it: a merge patch over what the job showed.
     shown: dict[str, Any] = merge_patched(
-        before, kubeflow_status(job.meta["name"], before, record, now)
+        before, kubeflow_status(job.meta["name"], before, record, now, job.kubeflow_spec or {})
     )
     return shown
 

@@ -346,21 +346,12 @@ def _judge_finished(state: _Planning, replica: Replica, pod: PodView) -> None:
             _restart(state, pod)
         return
     state.failures.append(describe_failure(pod))
-    if _retryable(policy, pod.exit_code):
+    if queries.restarts_after_failure(policy, pod.exit_code):
         _restart(state, pod)
     elif replica.is_master:
         state.outcome = Outcome(False, constants.REASON_MASTER_FAILED, failure_message(pod))
     elif not _elastic_survives(state):
         state.outcome = Outcome(False, constants.REASON_REPLICA_FAILED, failure_message(pod))
-
-
-def _retryable(policy: str, exit_code: int | None) -> bool:
-    if policy in ("OnFailure", "Always"):
-        return True
-    if policy == "ExitCode":
-        # No exit code means the pod was lost (eviction, node failure): not the code's fault.
-        return exit_code is None or exit_code in constants.RETRYABLE_EXIT_CODES
-    return False
 
 
 def _restart(state: _Planning, pod: PodView) -> None:

@@ -21,7 +21,7 @@ from kubernetes_asyncio import client
 from torchjob.api import constants
 from torchjob.api.job_api import api_of
 from torchjob.api.jsoncopy import merge_patched
-from torchjob.api.kubeflow import KUBEFLOW_STATUS
+from torchjob.api.kubeflow import KUBEFLOW_SPEC, KUBEFLOW_STATUS
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.kube.client import unread
 from torchjob.kube.errors import Conflict, KubeError, NotFound, translated
@@ -142,7 +142,8 @@ class ReconcilerExecutor:
         written = status
         if api.kubeflow:
             stored = job.get(KUBEFLOW_STATUS) or {}
-            written = kubeflow_status(meta["name"], stored, status, format_time(now))
+            spec = job.get(KUBEFLOW_SPEC) or {}
+            written = kubeflow_status(meta["name"], stored, status, format_time(now), spec)
             # A second write in the same round (after a refusal) moves on from this one.
             job[KUBEFLOW_STATUS] = merge_patched(stored, written)
         await patch_status(self.objects, meta, written, api)

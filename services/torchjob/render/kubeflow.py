@@ -11,7 +11,7 @@ from typing import Any, Final
 
 import orjson
 
-from torchjob.api import constants
+from torchjob.api import constants, queries
 from torchjob.api.kubeflow import DEFAULT_CONTAINER, MASTER, STATUS_RECORD, WORKER, kubeflow_type_of
 from torchjob.render.topology import DEFAULT_MASTER_PORT, MASTER_PORT_NAME, Replica
 
@@ -50,13 +50,17 @@ def replica_type_labels(job_name: str, replica_type: str) -> dict[str, str]:
 
 
 def kubeflow_status(
-    job_name: str, before: Mapping[str, Any], record: Mapping[str, Any], now: str
+    job_name: str,
+    before: Mapping[str, Any],
+    record: Mapping[str, Any],
+    now: str,
+    spec: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """The PyTorchJob's status: Kubeflow's conditions, moved on from `before` (the job's status
-    as stored) to what the lifecycle's `record` says, its replica counts and times, and the
-    record itself."""
+    """The status of the PyTorchJob of `spec`: Kubeflow's conditions, moved on from `before`
+    (the job's status as stored) to what the lifecycle's `record` says, its replica counts and
+    times, and the record itself. Written as a merge patch: a count that fell to 0 is None."""
     conditions = [dict(c) for c in before.get("conditions") or [] if isinstance(c, dict)]
-    for wanted in wanted_conditions(job_name, record, before):
+    for wanted in wanted_conditions(job_name, record, before, spec):
         conditions = set_condition(conditions, wanted, now)
     status: dict[str, Any] = {
         "conditions": conditions,
@@ -73,7 +77,7 @@ def kubeflow_status(
 
 
 def wanted_conditions(
-    job_name: str, record: Mapping[str, Any], before: Mapping[str, Any]
+    job_name: str, record: Mapping[str, Any], before: Mapping[str, Any], spec: Mapping[str, Any]
 ) -> list[Condition]:
     """The conditions the record calls for, in the order Kubeflow sets them."""
     job = f"PyTorchJob {job_name}"
@@ -92,7 +96,7 @@ def wanted_conditions(
         wanted.append(_condition("Succeeded", "True", "PyTorchJobSucceeded", message))
     elif phase == "Failed":
         wanted.append(_condition("Failed", "True", "PyTorchJobFailed", _failed(job_name, record)))
-    elif restarting := _restarting(record, failure):
+    elif restarting := _restarting(record, failure, spec):
         message = f"{job} is restarting because {restarting} replica(s) failed."
         wanted.append(_condition("Restarting", "True", "PyTorchJobRestarting", message))
     elif phase == "Running":
@@ -117,31 +121,51 @@ def _failed(job_name: str, record: Mapping[str, Any]) -> str:
     return f"PyTorchJob {job_name} has failed: {failed.get('message', '')}"
 
 
-def _restarting(record: Mapping[str, Any], failure: Mapping[str, Any]) -> str:
-    """`1 Worker`, when replicas that failed are being restarted: waiting for their restart
-    delay (their failed pod still there), or recreated this round (their pod deleted). "" when
-    no restart is under way: a failure that ended the job, an elastic job's replica that failed
-    for good while the others go on, or a creation the apiserver refused (which has no Kubeflow
-    condition: it shows in status.torchjob and in a Warning Event)."""
-    if failure.get("status") != "True":
+def _restarting(
+    record: Mapping[str, Any], failure: Mapping[str, Any], spec: Mapping[str, Any]
+) -> str:
+    """`1 Worker`: the replicas whose pod failed and that are being restarted (now, or after
+    their restart delay), as their type's restartPolicy and their exit code say; "" when none
+    is: a failure that ended the job, an elastic job's replica that failed for good while the
+    others go on, or a creation the apiserver refused (which has no Kubeflow condition: it
+    shows in status.torchjob and in a Warning Event)."""
+    restarting_reasons = (constants.REASON_RESTART_BACKOFF, constants.REASON_REPLICA_FAILED)
+    if failure.get("status") != "True" or failure.get("reason") not in restarting_reasons:
         return ""
-    if failure.get("reason") == constants.REASON_RESTART_BACKOFF:
-        return _failed_replicas(record, lambda r: r.get("phase") == "Failed")
-    if failure.get("reason") == constants.REASON_REPLICA_FAILED:
-        return _failed_replicas(record, lambda r: "phase" not in r)
-    return ""
+    replica_specs = spec.get("pytorchReplicaSpecs") or {}
+
+    def restarted(kind: str, replica: Mapping[str, Any]) -> bool:
+        policy = (replica_specs.get(kubeflow_type_of(kind)) or {}).get("restartPolicy")
+        return replica.get("phase") == "Failed" and queries.restarts_after_failure(
+            str(policy or "OnFailure"), _exit_code(replica)
+        )
+
+    return _failed_replicas(record, restarted)
+
+
+def _exit_code(replica: Mapping[str, Any]) -> int | None:
+    """The exit code of the replica's training container (`pytorch`, else the first)."""
+    containers = [c for c in replica.get("containers") or [] if isinstance(c, dict)]
+    chosen = next((c for c in containers if c.get("name") == DEFAULT_CONTAINER), None)
+    chosen = chosen or (containers[0] if containers else {})
+    code = chosen.get("exitCode")
+    return code if isinstance(code, int) else None
 
 
 def _failed_replicas(
-    record: Mapping[str, Any], counted: Callable[[Mapping[str, Any]], bool] | None = None
+    record: Mapping[str, Any], counted: Callable[[str, Mapping[str, Any]], bool] | None = None
 ) -> str:
     """`1 Worker`: how many replicas of the first type that has any are `counted` (failed pods,
     by default); "" when no replica is."""
-    counted = counted or (lambda r: r.get("phase") == "Failed")
     for task in record.get("tasks") or []:
-        count = sum(1 for r in task.get("replicas") or [] if counted(r))
+        kind = str(task.get("type", ""))
+        count = sum(
+            1
+            for r in task.get("replicas") or []
+            if (counted(kind, r) if counted else r.get("phase") == "Failed")
+        )
         if count:
-            return f"{count} {kubeflow_type_of(str(task.get('type', '')))}"
+            return f"{count} {kubeflow_type_of(kind)}"
     return ""
 
 
