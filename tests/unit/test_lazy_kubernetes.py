@@ -73,3 +73,35 @@ def test_after_an_eager_import_nothing_changes() -> None:
         """
     )
     assert kinds == "module"
+
+
+def test_config_names_are_the_ones_the_eager_import_gives() -> None:
+    script = r"""
+        import json
+        FIRST
+        from kubernetes_asyncio import config
+        names = {}
+        for name in (*config.__all__, "load_config", "KUBE_CONFIG_DEFAULT_LOCATION"):
+            value = getattr(config, name)
+            where = getattr(value, "__module__", "")
+            names[name] = f"{where}.{getattr(value, '__qualname__', value)}"
+        print(json.dumps(names))
+        """
+    lazy = run(script.replace("FIRST", "import torchjob.kube.lazy_kubernetes"))
+    eager = run(script.replace("FIRST", ""))
+    assert isinstance(eager, dict) and "load_kube_config" in eager
+    assert lazy == eager
+
+
+@pytest.mark.parametrize("service", ["reconciler", "webhook", "housekeeper"])
+def test_the_in_cluster_configuration_loads_no_kubeconfig_loader(service: str) -> None:
+    loaded = run(
+        f"""
+        import json, sys
+        import torchjob.{service}.__main__
+        from kubernetes_asyncio import config
+        config.load_incluster_config
+        print(json.dumps(sorted(m for m in ("yaml", "rich") if m in sys.modules)))
+        """
+    )
+    assert loaded == []

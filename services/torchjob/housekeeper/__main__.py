@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import torchjob.kube.lazy_kubernetes  # noqa: F401  (first: kubernetes-asyncio loaded as used)
+import torchjob.runtime.lean_imports  # noqa: F401  (first: the libraries without unused parts)
 from torchjob.housekeeper.controller import Housekeeper
 from torchjob.housekeeper.settings import parse
 from torchjob.runtime.service import run_controller_service

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-import torchjob.kube.lazy_kubernetes  # noqa: F401  (first: kubernetes-asyncio loaded as used)
+import torchjob.runtime.lean_imports  # noqa: F401  (first: the libraries without unused parts)
 from torchjob.kube.discovery import served_gang_modes
 from torchjob.reconciler import metrics
 from torchjob.reconciler.controller import Reconciler

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uvloop
 from aiohttp import web
 
-import torchjob.kube.lazy_kubernetes  # noqa: F401  (first: kubernetes-asyncio loaded as used)
+import torchjob.runtime.lean_imports  # noqa: F401  (first: the libraries without unused parts)
 from torchjob.runtime import logging as runtime_logging
 from torchjob.webhook.app import TLS, init_app
 from torchjob.webhook.settings import parse
