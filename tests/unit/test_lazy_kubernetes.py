@@ -45,8 +45,14 @@ def test_every_exported_name_is_the_one_the_eager_import_gives() -> None:
         import json, re, sys
         FIRST
         import kubernetes_asyncio, kubernetes_asyncio.client, kubernetes_asyncio.client.models
+        import kubernetes_asyncio.client.api
         names = {}
-        for package in (kubernetes_asyncio.client, kubernetes_asyncio.client.models):
+        packages = (
+            kubernetes_asyncio.client,
+            kubernetes_asyncio.client.api,
+            kubernetes_asyncio.client.models,
+        )
+        for package in packages:
             source = open(package.__file__).read()
             for module, name in re.findall(r"^from ([\w.]+) import (\w+)$", source, re.M):
                 value = getattr(package, name)
@@ -105,3 +111,19 @@ def test_the_in_cluster_configuration_loads_no_kubeconfig_loader(service: str) -
         """
     )
     assert loaded == []
+
+
+def test_an_api_class_loads_its_own_module_only() -> None:
+    loaded = run(
+        """
+        import json, sys
+        import torchjob.reconciler.__main__
+        from kubernetes_asyncio import client
+        client.CoreV1Api, client.CustomObjectsApi
+        apis = [m for m in sys.modules if m.startswith("kubernetes_asyncio.client.api.")]
+        print(json.dumps(apis))
+        """
+    )
+    assert isinstance(loaded, list)
+    assert "kubernetes_asyncio.client.api.core_v1_api" in loaded
+    assert "kubernetes_asyncio.client.api.batch_v1_api" not in loaded

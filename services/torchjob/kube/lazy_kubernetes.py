@@ -7,6 +7,8 @@ The package's own `__init__` imports every API class and all of the ~800 model c
 `client.api_client` imports the models package whatever a program uses: about 30 MB of every
 service's resident memory and a third of a second of its start-up. The services use a handful of
 API classes and, through the client's deserializer, the model classes of the replies they decode.
+`client.api`'s `__init__` imports all of the 66 API classes as soon as one of them is used: about
+13 MB, against 5 MB for the six the services use (CoreV1Api alone is 2.3 MB).
 `kubernetes_asyncio.config` imports its kubeconfig loader (and with it PyYAML) even for the
 in-cluster configuration, which is all a service in its pod reads: about 1 MB.
 
@@ -30,6 +32,7 @@ from typing import Any
 LAZY_PACKAGES = (
     "kubernetes_asyncio",
     "kubernetes_asyncio.client",
+    "kubernetes_asyncio.client.api",
     "kubernetes_asyncio.client.models",
     "kubernetes_asyncio.config",
 )
