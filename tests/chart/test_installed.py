@@ -414,3 +414,26 @@ def test_no_service_was_refused_anything(installed: Installation) -> None:
         assert not RBAC_REFUSAL.search(log), f"{part} was refused something:\n{process.log_tail()}"
         faults = [line for line in log.splitlines() if "Traceback" in line]
         assert not faults, f"{part} failed:\n" + "\n".join(faults)
+
+
+def test_the_kubeflow_crd_of_another_owner_is_not_taken_over(
+    control_plane: ControlPlane, crd: None, namespace: str
+) -> None:
+    """The control plane's PyTorchJob CRD was applied without Helm (as Kubeflow's manifests
+    apply it): `helm install` with kubeflow.enabled looks it up on the cluster and refuses,
+    saying whose it is, before it creates anything."""
+    kubeconfig = ("--kubeconfig", str(control_plane.kubeconfig))
+    refused = helm(
+        *("install", "tj-kubeflow", str(CHART), "--namespace", namespace, *kubeconfig),
+        *values_args(settings={"kubeflow.enabled": True}),
+        check=False,
+    )
+    assert refused.returncode != 0
+    assert "already has the CRD pytorchjobs.kubeflow.org" in refused.stderr, refused.stderr
+    assert "carries no Helm release annotations" in refused.stderr, refused.stderr
+    listed = helm("list", "--all", "--namespace", namespace, "-o", "json", *kubeconfig)
+    assert json.loads(listed.stdout) == [], "no release was recorded"
+    crd_now = json.loads(
+        control_plane.kubectl("get", "crd", "pytorchjobs.kubeflow.org", "-o", "json").stdout
+    )
+    assert "meta.helm.sh/release-name" not in (crd_now["metadata"].get("annotations") or {})
