@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from torchjob.api.defaults import default_job
+from torchjob.api.types import KIND
 from torchjob.api.validation import FieldError, Result, validate
 
 API_VERSION = "admission.k8s.io/v1"
@@ -123,26 +124,45 @@ def handle(body: Any, handler: Callable[[Request], Response]) -> dict[str, Any]:
     return response.review()
 
 
-def mutate_job(request: Request) -> Response:
-    """Fill the absent defaults; anything malformed is left for validation to report."""
-    if request.operation not in ("CREATE", "UPDATE") or not isinstance(request.object, dict):
-        return Response(request.uid, True)
-    # The request was decoded for this call alone: default it in place rather than copy it.
-    _, patch = default_job(request.object, in_place=True)
-    return Response(request.uid, True, patch=patch)
+Defaulting = Callable[..., tuple[dict[str, Any], list[dict[str, Any]]]]
 
 
-def validate_job(request: Request) -> Response:
-    """Every rule on the defaulted object; on UPDATE the rules that compare old with new."""
-    if request.operation not in ("CREATE", "UPDATE"):
-        return Response(request.uid, True)
-    if not isinstance(request.object, dict):
-        return refuse(request.uid, "request.object must be a PyTorchTrainingJob object")
-    new, _ = default_job(request.object, in_place=True)
-    old = None
-    if request.operation == "UPDATE" and isinstance(request.old_object, dict):
-        old, _ = default_job(request.old_object, in_place=True)
-    return invalid(request, "PyTorchTrainingJob", validate(new, old))
+def defaulting_handler(default: Defaulting) -> Callable[[Request], Response]:
+    """The mutating handler of a job API: fill the absent defaults with `default`; anything
+    malformed is left for validation to report."""
+
+    def mutate(request: Request) -> Response:
+        if request.operation not in ("CREATE", "UPDATE") or not isinstance(request.object, dict):
+            return Response(request.uid, True)
+        # The request was decoded for this call alone: default it in place rather than copy it.
+        _, patch = default(request.object, in_place=True)
+        return Response(request.uid, True, patch=patch)
+
+    return mutate
+
+
+def validating_handler(
+    kind: str, default: Defaulting, validate_job_of: Callable[[Any, Any], Result]
+) -> Callable[[Request], Response]:
+    """The validating handler of a job API: every rule on the object defaulted with `default`;
+    on UPDATE also the rules that compare old with new."""
+
+    def validate_request(request: Request) -> Response:
+        if request.operation not in ("CREATE", "UPDATE"):
+            return Response(request.uid, True)
+        if not isinstance(request.object, dict):
+            return refuse(request.uid, f"request.object must be a {kind} object")
+        new, _ = default(request.object, in_place=True)
+        old = None
+        if request.operation == "UPDATE" and isinstance(request.old_object, dict):
+            old, _ = default(request.old_object, in_place=True)
+        return invalid(request, kind, validate_job_of(new, old))
+
+    return validate_request
+
+
+mutate_job = defaulting_handler(default_job)
+validate_job = validating_handler(KIND, default_job, validate)
 
 
 def invalid(request: Request, kind: str, result: Result) -> Response:

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from torchjob.api import constants
-from torchjob.api.admission import Request, Response, invalid, refuse
+from torchjob.api.admission import defaulting_handler, validating_handler
 from torchjob.api.defaults import JsonPatch, pointer
 from torchjob.api.job_api import KUBEFLOW_JOB
 from torchjob.api.jsoncopy import json_copy
@@ -41,7 +41,7 @@ from torchjob.api.kubeflow_types import (
 from torchjob.api.model import Model, ModelError, child
 from torchjob.api.pod_fields import UNKNOWN_FIELD
 from torchjob.api.types import PyTorchTrainingJob
-from torchjob.api.validation import Cause, FieldError, Result, validate
+from torchjob.api.validation import Cause, FieldError, Result, decoded_job, validate
 
 DEFAULT_NPROC_PER_NODE: Final = "auto"
 DEFAULT_RESTART_POLICY: Final = "OnFailure"
@@ -152,13 +152,8 @@ def validate_pytorchjob(obj: Any, old: Any = None) -> Result:
     then torchjob's own rules on the job that runs it, their paths mapped back. As for torchjob's
     own API, a rule the old object already broke does not refuse an update."""
     result = Result()
-    try:
-        job = PyTorchJob.from_dict(obj)
-    except ModelError as error:
-        result.errors.append(FieldError(error.path or "<root>", error.message))
-        return result
-    if job.spec is None:
-        result.errors.append(FieldError("spec", "is required", Cause.REQUIRED))
+    job = decoded_job(PyTorchJob, obj, result)
+    if job is None:
         return result
     errors, warnings = _object_errors(job)
     previous = _decoded(old)
@@ -451,23 +446,7 @@ TRAINING_KEYS: Final = frozenset(
 # -- the admission handlers -----------------------------------------------------------------------
 
 
-def mutate_pytorchjob(request: Request) -> Response:
-    """Fill Kubeflow's absent defaults; anything malformed is left for validation to report."""
-    if request.operation not in ("CREATE", "UPDATE") or not isinstance(request.object, dict):
-        return Response(request.uid, True)
-    # The request was decoded for this call alone: default it in place rather than copy it.
-    _, patch = default_pytorchjob(request.object, in_place=True)
-    return Response(request.uid, True, patch=patch)
-
-
-def validate_pytorchjob_request(request: Request) -> Response:
-    """Every rule on the defaulted object; on UPDATE the rules that compare old with new."""
-    if request.operation not in ("CREATE", "UPDATE"):
-        return Response(request.uid, True)
-    if not isinstance(request.object, dict):
-        return refuse(request.uid, f"request.object must be a {KUBEFLOW_JOB.kind} object")
-    new, _ = default_pytorchjob(request.object, in_place=True)
-    old = None
-    if request.operation == "UPDATE" and isinstance(request.old_object, dict):
-        old, _ = default_pytorchjob(request.old_object, in_place=True)
-    return invalid(request, KUBEFLOW_JOB.kind, validate_pytorchjob(new, old))
+mutate_pytorchjob = defaulting_handler(default_pytorchjob)
+validate_pytorchjob_request = validating_handler(
+    KUBEFLOW_JOB.kind, default_pytorchjob, validate_pytorchjob
+)

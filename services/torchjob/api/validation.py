@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from torchjob.api import constants, pod_fields, queries
 from torchjob.api.model import Limits, Model, ModelError, child
@@ -71,13 +71,8 @@ def validate(obj: Any, old: Any = None, *, schema: bool = False) -> Result:
     calls this ratcheting): a job stored before a rule existed can still have its metadata
     changed, its finalizers removed or its replicas scaled back into bounds."""
     result = Result()
-    try:
-        job = PyTorchTrainingJob.from_dict(obj)
-    except ModelError as error:
-        result.errors.append(FieldError(error.path or "<root>", error.message))
-        return result
-    if job.spec is None:
-        result.errors.append(FieldError("spec", "is required", Cause.REQUIRED))
+    job = decoded_job(PyTorchTrainingJob, obj, result)
+    if job is None or job.spec is None:  # decoded_job has refused a job without a spec
         return result
     result.errors += _object_errors(job, schema=schema)
     result.warnings += list(_warnings(job.spec))
@@ -91,6 +86,23 @@ def validate(obj: Any, old: Any = None, *, schema: bool = False) -> Result:
             result.errors = [e for e in result.errors if str(e) not in before]
         result.errors += _update_errors(previous, job)
     return result
+
+
+JobModel = TypeVar("JobModel", bound=Model)
+
+
+def decoded_job(model: type[JobModel], obj: Any, result: Result) -> JobModel | None:
+    """`obj` decoded as the job `model`; None, with the error in `result`, when a field does not
+    fit or there is no spec."""
+    try:
+        job = model.from_dict(obj)
+    except ModelError as error:
+        result.errors.append(FieldError(error.path or "<root>", error.message))
+        return None
+    if getattr(job, "spec", None) is None:
+        result.errors.append(FieldError("spec", "is required", Cause.REQUIRED))
+        return None
+    return job
 
 
 def _object_errors(job: PyTorchTrainingJob, *, schema: bool) -> list[FieldError]:

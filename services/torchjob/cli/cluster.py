@@ -11,7 +11,7 @@ from torchjob.api import constants
 from torchjob.cli.manifest import AdmittedJob
 from torchjob.lifecycle.plan import Plan, plan
 from torchjob.lifecycle.round import Observed
-from torchjob.render.pod_rewrite import rewrite_kubeflow_pod, rewrite_pod
+from torchjob.render.pod_rewrite import rewrite_replica_pod
 from torchjob.render.replica_objects import render_pod, render_service
 from torchjob.render.topology import Replica
 
@@ -29,9 +29,7 @@ def admitted_pod(
 ) -> dict[str, Any]:
     """The replica's pod as created by the reconciler and rewritten by the webhook."""
     pod = render_pod(job.meta, job.spec, replica, annotations, scheduler_name, job.api)
-    if job.kubeflow_spec is not None:
-        return rewrite_kubeflow_pod(job.typed, job.kubeflow_spec, pod).pod
-    return rewrite_pod(job.typed, pod).pod
+    return rewrite_replica_pod(job.typed, pod, job.kubeflow_spec).pod
 
 
 def dry_run_documents(job: AdmittedJob) -> list[dict[str, Any]]:

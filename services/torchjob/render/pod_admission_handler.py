@@ -16,7 +16,7 @@ from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB, JobApi, api_of
 from torchjob.api.kubeflow import as_training_job
 from torchjob.api.model import ModelError
 from torchjob.api.types import PyTorchTrainingJob
-from torchjob.render.pod_rewrite import PodRewriteError, rewrite_kubeflow_pod, rewrite_pod
+from torchjob.render.pod_rewrite import PodRewriteError, rewrite_replica_pod
 
 
 def job_name_of(pod: Any) -> str | None:
@@ -80,11 +80,8 @@ def _rewrite(request: Request, job_obj: dict[str, Any], decode: JobDecoder) -> R
     if _controller_uid(pod) != job_uid:
         return refuse(request.uid, "the pod is not controlled by its job", 403, "Forbidden")
     try:
-        job = decode(job_obj)
-        if api_of(job_obj).kubeflow:
-            rewrite = rewrite_kubeflow_pod(job, job_obj.get("spec") or {}, pod)
-        else:
-            rewrite = rewrite_pod(job, pod)
+        kubeflow_spec = (job_obj.get("spec") or {}) if api_of(job_obj).kubeflow else None
+        rewrite = rewrite_replica_pod(decode(job_obj), pod, kubeflow_spec)
     except (ModelError, PodRewriteError) as error:
         return refuse(request.uid, f"cannot render the replica: {error}", 422, "Invalid")
     return Response(request.uid, True, patch=rewrite.patch)
