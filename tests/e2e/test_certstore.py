@@ -16,6 +16,7 @@ from kubernetes_asyncio import client, watch
 from support.eventually import eventually
 
 from torchjob.kube.errors import NotFound
+from torchjob.webhook import certificate_process
 from torchjob.webhook.certificates import (
     CertBundle,
     bundle_from_secret_data,
@@ -84,6 +85,38 @@ async def test_ensure_creates_the_secret_then_leaves_it_alone(
 
     assert await store(kube_client, namespace).ensure() == bundle
     assert await writes_since(kube_client, namespace, secret.metadata.resource_version) == 0
+
+
+async def test_a_store_looks_again_only_when_the_secret_changes_or_something_is_due(
+    kube_client: client.ApiClient, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settles: list[datetime.datetime] = []
+    settle_in_child = certificate_process.settle
+
+    async def counted(*args: Any) -> certificate_process.Settled:
+        settles.append(args[3])
+        return await settle_in_child(*args)
+
+    monkeypatch.setattr(certificate_process, "settle", counted)
+    now = [utc_now()]
+    each = store(kube_client, namespace, clock=lambda: now[0])
+
+    first = await each.ensure()
+    assert await each.ensure() == first
+    assert len(settles) == 1  # the Secret as written, nothing due: no child started
+
+    other = new_bundle(DNS_NAMES, IPS, utc_now())
+    secret = await read_secret(kube_client, namespace)
+    secret.data = secret_data(other)
+    await client.CoreV1Api(kube_client).replace_namespaced_secret(SECRET_NAME, namespace, secret)
+    assert await each.ensure() == other
+    assert len(settles) == 2  # written by someone else: looked at, and adopted
+
+    now[0] = each.not_after - datetime.timedelta(days=30)
+    renewed = await each.ensure()
+    assert len(settles) == 3  # the rotation point passed: renewed
+    assert renewed.cert_pem != other.cert_pem
+    assert await stored_bundle(kube_client, namespace) == renewed
 
 
 async def validating_configuration(kube_client: client.ApiClient, name: str) -> Any:
@@ -353,25 +386,25 @@ def file_source(directory: Path) -> FileCertificateSource:
     return FileCertificateSource(directory / "tls.crt", directory / "tls.key")
 
 
-def test_file_source_loads_and_sees_a_swapped_secret(tmp_path: Path) -> None:
+async def test_file_source_loads_and_sees_a_swapped_secret(tmp_path: Path) -> None:
     first, second = (new_bundle(DNS_NAMES, IPS, utc_now()) for _ in range(2))
     mount_secret(tmp_path, first, 1)
     source = file_source(tmp_path)
 
-    assert source.load() == (first.cert_pem, first.key_pem)
+    assert await source.load() == (first.cert_pem, first.key_pem, not_after(first.cert_pem))
 
     mount_secret(tmp_path, second, 2)
-    assert source.load() == (second.cert_pem, second.key_pem)
+    assert await source.load() == (second.cert_pem, second.key_pem, not_after(second.cert_pem))
 
 
-def test_file_source_refuses_a_key_of_another_certificate(tmp_path: Path) -> None:
+async def test_file_source_refuses_a_key_of_another_certificate(tmp_path: Path) -> None:
     first, second = (new_bundle(DNS_NAMES, IPS, utc_now()) for _ in range(2))
     (tmp_path / "tls.crt").write_bytes(first.cert_pem)
     (tmp_path / "tls.key").write_bytes(second.key_pem)
     source = file_source(tmp_path)
 
     with pytest.raises(ValueError, match="not the private key"):
-        source.load()
+        await source.load()
 
     (tmp_path / "tls.key").write_bytes(first.key_pem)
-    assert source.load() == (first.cert_pem, first.key_pem)
+    assert await source.load() == (first.cert_pem, first.key_pem, not_after(first.cert_pem))

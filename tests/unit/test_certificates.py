@@ -17,20 +17,25 @@ from cryptography.x509 import verification
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from torchjob.webhook.certificates import (
+    BACKDATE,
     CA_VALIDITY,
     CERT_VALIDITY,
     ROTATE_FRACTION,
     CertBundle,
     bundle_from_secret_data,
+    inspect,
     key_matches_cert,
     new_bundle,
     not_after,
+    recheck_at,
     renew,
     secret_data,
+    settle,
 )
 
 NOW = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
 SECOND = datetime.timedelta(seconds=1)
+DAY = datetime.timedelta(days=1)
 DNS_NAMES = ("torchjob-webhook.torchjob.svc", "torchjob-webhook.torchjob.svc.cluster.local")
 IPS = ("127.0.0.1", "::1")
 
@@ -331,3 +336,56 @@ def test_naive_time_is_refused() -> None:
 def test_a_certificate_needs_a_name() -> None:
     with pytest.raises(ValueError, match="at least one"):
         new_bundle([], [], NOW)
+
+
+# -- settle: what the webhook's child process decides -------------------------------------------
+
+
+def test_settle_makes_a_bundle_when_nothing_usable_is_stored() -> None:
+    garbled = CertBundle(b"x", b"x", b"x", b"x", b"x")
+
+    for stored in (None, garbled):
+        settled = settle(stored, DNS_NAMES, IPS, NOW)
+
+        assert settled.changed
+        assert bundle_from_secret_data(secret_data(settled.bundle)) == settled.bundle
+
+
+def test_settle_keeps_a_good_bundle_until_its_recheck_moment() -> None:
+    bundle = new_bundle(DNS_NAMES, IPS, NOW)
+    first = settle(bundle, DNS_NAMES, IPS, NOW)
+
+    assert (first.bundle, first.changed) == (bundle, False)
+    # The serving certificate's rotation point comes first: a third of its year left.
+    assert first.recheck_at == not_after(bundle.cert_pem) - (CERT_VALIDITY + BACKDATE) / 3
+    assert renew(bundle, DNS_NAMES, IPS, first.recheck_at - SECOND) is None
+    assert renew(bundle, DNS_NAMES, IPS, first.recheck_at + SECOND) is not None
+
+    later = settle(bundle, DNS_NAMES, IPS, first.recheck_at + SECOND)
+    assert later.changed and later.bundle.cert_pem != bundle.cert_pem
+    assert later.recheck_at > first.recheck_at
+
+
+def test_recheck_comes_when_an_old_trusted_ca_expires() -> None:
+    bundle = new_bundle(DNS_NAMES, IPS, NOW)
+    rotated = renew(bundle, DNS_NAMES, IPS, not_after(bundle.ca_cert_pem) - 30 * DAY)
+    assert rotated is not None and rotated.ca_bundle_pem.count(b"BEGIN CERTIFICATE") == 2
+
+    moment = recheck_at(rotated)
+
+    assert moment == not_after(bundle.ca_cert_pem)
+    assert renew(rotated, DNS_NAMES, IPS, moment - SECOND) is None
+    assert renew(rotated, DNS_NAMES, IPS, moment + SECOND) is not None
+
+
+def test_settle_refuses_names_that_make_no_certificate() -> None:
+    with pytest.raises(ValueError, match="at least one DNS name"):
+        settle(None, (), (), NOW)
+
+
+def test_inspect_gives_the_end_of_validity_only_for_a_matching_key() -> None:
+    first, second = new_bundle(DNS_NAMES, IPS, NOW), new_bundle(DNS_NAMES, IPS, NOW)
+
+    assert inspect(first.cert_pem, first.key_pem) == not_after(first.cert_pem)
+    assert inspect(first.cert_pem, second.key_pem) is None
+    assert inspect(b"garbage", first.key_pem) is None

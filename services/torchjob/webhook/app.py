@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import datetime
 import functools
 import ssl
 import tempfile
@@ -48,7 +49,7 @@ from torchjob.render.pod_admission_handler import (
 )
 from torchjob.runtime import metrics as runtime_metrics
 from torchjob.runtime.probes import Heartbeat, serve_threaded_probes
-from torchjob.webhook.certificates import CertBundle, not_after
+from torchjob.webhook.certbundle import CertBundle
 from torchjob.webhook.certstore import (
     FileCertificateSource,
     SecretCertificateStore,
@@ -100,8 +101,9 @@ class ServingCertificate:
         self.expires_at: float = 0.0
         self.loaded_pems = b""  # the certificate and key PEMs presented now, one after the other
 
-    def load(self, cert_pem: bytes, key_pem: bytes) -> bool:
-        """Present this certificate on every new handshake; False when it is already loaded."""
+    def load(self, cert_pem: bytes, key_pem: bytes, expires: datetime.datetime) -> bool:
+        """Present this certificate, which expires at `expires`, on every new handshake; False
+        when it is already loaded."""
         if cert_pem + key_pem == self.loaded_pems:
             return False
         cert, key = self._dir / "tls.crt", self._dir / "tls.key"
@@ -110,7 +112,7 @@ class ServingCertificate:
         cert.write_bytes(cert_pem)
         self.context.load_cert_chain(cert, key)
         self.loaded_pems = cert_pem + key_pem
-        self.expires_at = not_after(cert_pem).timestamp()
+        self.expires_at = expires.timestamp()
         return True
 
     def problem(self) -> str | None:
@@ -584,15 +586,13 @@ def _secret_refresher(app: web.Application) -> Callable[[], Any]:
 
     async def refresh() -> None:
         bundle: CertBundle = await store.ensure()
+        expires = store.not_after
         # Trust first, then present: clients must accept a new CA before they meet it.
         await patch_ca_bundle(
             app[API], bundle.ca_bundle_pem, settings.mutating_config, settings.validating_config
         )
-        if tls.load(bundle.cert_pem, bundle.key_pem):
-            log.info(
-                "serving certificate loaded",
-                expires_at=bundle and not_after(bundle.cert_pem).isoformat(),
-            )
+        if tls.load(bundle.cert_pem, bundle.key_pem, expires):
+            log.info("serving certificate loaded", expires_at=expires.isoformat())
 
     return refresh
 
@@ -601,8 +601,8 @@ def _file_refresher(settings: Settings, tls: ServingCertificate) -> Callable[[],
     source = FileCertificateSource(settings.cert_file or "", settings.key_file or "")
 
     async def refresh() -> None:
-        cert, key = source.load()
-        if tls.load(cert, key):
+        cert, key, expires = await source.load()
+        if tls.load(cert, key, expires):
             log.info("serving certificate loaded from files", cert_file=settings.cert_file)
 
     return refresh

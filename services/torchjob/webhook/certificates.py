@@ -3,8 +3,6 @@ renewing either. Time is always passed in, so every decision can be tested with 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime
 import ipaddress
 from collections.abc import Iterable, Sequence
@@ -17,35 +15,17 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-CA_VALIDITY: Final = datetime.timedelta(days=3650)
-CERT_VALIDITY: Final = datetime.timedelta(days=365)
-# Renewing with a third of the lifetime left gives months of slack for a failed renewal to be
-# noticed and retried, and for every replica and webhook configuration to pick up the result.
-ROTATE_FRACTION: Final = 1 / 3
+from torchjob.webhook.certbundle import CA_VALIDITY as CA_VALIDITY
+from torchjob.webhook.certbundle import CERT_VALIDITY as CERT_VALIDITY
+from torchjob.webhook.certbundle import ROTATE_FRACTION as ROTATE_FRACTION
+from torchjob.webhook.certbundle import AnyIPAddress as AnyIPAddress
+from torchjob.webhook.certbundle import CertBundle as CertBundle
+from torchjob.webhook.certbundle import decoded_secret_data
+from torchjob.webhook.certbundle import secret_data as secret_data
+
 # Certificates start a little in the past so that a peer whose clock lags ours accepts them.
 BACKDATE: Final = datetime.timedelta(minutes=5)
 CA_NAME_PREFIX: Final = "torchjob-webhook-ca"
-
-# Keys of the Secret; tls.crt and tls.key are where a kubernetes.io/tls Secret keeps its pair.
-SECRET_CA_CERT: Final = "ca.crt"
-SECRET_CA_KEY: Final = "ca.key"
-SECRET_TLS_CERT: Final = "tls.crt"
-SECRET_TLS_KEY: Final = "tls.key"
-SECRET_CA_BUNDLE: Final = "ca-bundle.crt"
-
-AnyIPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-
-@dataclass(frozen=True)
-class CertBundle:
-    """PEM-encoded CA and serving key pairs. `ca_bundle_pem` is what clients must trust: the
-    current CA, plus the previous one while it is still valid after a CA rotation."""
-
-    ca_cert_pem: bytes
-    ca_key_pem: bytes
-    cert_pem: bytes
-    key_pem: bytes
-    ca_bundle_pem: bytes
 
 
 def new_bundle(
@@ -95,22 +75,61 @@ def renew(
     return replace(bundle, ca_bundle_pem=trusted_pem)
 
 
-def secret_data(bundle: CertBundle) -> dict[str, str]:
-    """The bundle as the base64 `data` of a Secret."""
-    return {key: base64.b64encode(pem).decode("ascii") for key, pem in _pem_by_secret_key(bundle)}
+@dataclass(frozen=True)
+class Settled:
+    """The bundle to keep, whether it differs from the one stored, and until when it needs no look:
+    before `recheck_at`, `renew` leaves it as it is for the same names."""
+
+    bundle: CertBundle
+    changed: bool
+    recheck_at: datetime.datetime
+
+
+def settle(
+    stored: CertBundle | None,
+    dns_names: Sequence[str],
+    ip_addresses: Sequence[str | AnyIPAddress],
+    now: datetime.datetime,
+    ca_validity: datetime.timedelta = CA_VALIDITY,
+    cert_validity: datetime.timedelta = CERT_VALIDITY,
+    rotate_fraction: float = ROTATE_FRACTION,
+) -> Settled:
+    """What to keep in place of `stored`: `renew`'s answer, or a fresh bundle when nothing usable is
+    stored (None, or a bundle that does not parse)."""
+    if stored is not None:
+        try:
+            renewed = renew(
+                stored, dns_names, ip_addresses, now, ca_validity, cert_validity, rotate_fraction
+            )
+        except ValueError:
+            pass  # garbled or edited by hand: starting over beats failing on every start forever
+        else:
+            kept = renewed or stored
+            return Settled(kept, renewed is not None, recheck_at(kept, rotate_fraction))
+    fresh = new_bundle(dns_names, ip_addresses, now, ca_validity, cert_validity)
+    return Settled(fresh, True, recheck_at(fresh, rotate_fraction))
+
+
+def recheck_at(bundle: CertBundle, rotate_fraction: float = ROTATE_FRACTION) -> datetime.datetime:
+    """The first moment `renew` could act on the bundle: a certificate it holds reaching its
+    rotation point, or a trusted one expiring."""
+    parsed = _parse(bundle)
+    moments = [_rotation_point(parsed.ca.cert, rotate_fraction)]
+    moments.append(_rotation_point(parsed.serving.cert, rotate_fraction))
+    moments.extend(cert.not_valid_after_utc for cert in parsed.trusted)
+    return min(moments)
+
+
+def inspect(cert_pem: bytes, key_pem: bytes) -> datetime.datetime | None:
+    """The end of validity of the certificate when `key_pem` is its private key, else None."""
+    return not_after(cert_pem) if key_matches_cert(cert_pem, key_pem) else None
 
 
 def bundle_from_secret_data(data: dict[str, str]) -> CertBundle | None:
     """The bundle stored by `secret_data`, or None when a key is missing or anything in it does not
     decode, parse or match (a CA key that is not the CA certificate's)."""
     try:
-        bundle = CertBundle(
-            ca_cert_pem=_b64decode(data[SECRET_CA_CERT]),
-            ca_key_pem=_b64decode(data[SECRET_CA_KEY]),
-            cert_pem=_b64decode(data[SECRET_TLS_CERT]),
-            key_pem=_b64decode(data[SECRET_TLS_KEY]),
-            ca_bundle_pem=_b64decode(data[SECRET_CA_BUNDLE]),
-        )
+        bundle = decoded_secret_data(data)
         _parse(bundle)
     except (KeyError, ValueError):
         return None
@@ -267,8 +286,13 @@ def key_usage(*, cert_sign: bool) -> x509.KeyUsage:
 
 
 def _nearly_expired(cert: x509.Certificate, now: datetime.datetime, fraction: float) -> bool:
+    return now > _rotation_point(cert, fraction)
+
+
+def _rotation_point(cert: x509.Certificate, fraction: float) -> datetime.datetime:
+    """When the certificate has `fraction` of its lifetime left."""
     lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc
-    return cert.not_valid_after_utc - now < lifetime * fraction
+    return cert.not_valid_after_utc - lifetime * fraction
 
 
 def _serving_cert_outdated(
@@ -351,23 +375,6 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-
-
-def _pem_by_secret_key(bundle: CertBundle) -> list[tuple[str, bytes]]:
-    return [
-        (SECRET_CA_CERT, bundle.ca_cert_pem),
-        (SECRET_CA_KEY, bundle.ca_key_pem),
-        (SECRET_TLS_CERT, bundle.cert_pem),
-        (SECRET_TLS_KEY, bundle.key_pem),
-        (SECRET_CA_BUNDLE, bundle.ca_bundle_pem),
-    ]
-
-
-def _b64decode(value: str) -> bytes:
-    try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, TypeError) as error:
-        raise ValueError(f"not base64: {error}") from error
 
 
 def _aware(now: datetime.datetime) -> datetime.datetime:

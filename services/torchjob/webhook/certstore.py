@@ -15,16 +15,13 @@ from kubernetes_asyncio import client
 
 from torchjob.api.constants import FIELD_MANAGER
 from torchjob.kube.errors import Conflict, NotFound, translated
-from torchjob.webhook.certificates import (
+from torchjob.webhook import certificate_process
+from torchjob.webhook.certbundle import (
     CA_VALIDITY,
     CERT_VALIDITY,
     ROTATE_FRACTION,
     AnyIPAddress,
     CertBundle,
-    bundle_from_secret_data,
-    key_matches_cert,
-    new_bundle,
-    renew,
     secret_data,
 )
 
@@ -77,6 +74,7 @@ class SecretCertificateStore:
         self._clock = clock
         self._ca_validity = ca_validity
         self._cert_validity = cert_validity
+        self._settled: certificate_process.Settled | None = None
 
     async def ensure(self) -> CertBundle:
         """The bundle in the Secret, after creating or renewing it if needed.
@@ -91,34 +89,43 @@ class SecretCertificateStore:
     async def _ensure_once(self) -> CertBundle:
         secret = await self._read()
         owner = await self._owner() if self._owner is not None else None
+        settled = self._settled
+        if secret is not None and settled is not None and self._still_holds(secret, settled):
+            changed = False
+        else:
+            settled = await self._settle(secret.data or {} if secret is not None else None)
+            changed = settled.changed
         if secret is None:
-            return await self._create(self._new_bundle(), owner)
-        stored = bundle_from_secret_data(secret.data or {})
-        if stored is None:
-            # Garbled or edited by hand: starting over beats failing on every start forever.
-            return await self._replace(secret, self._new_bundle(), owner)
-        renewed = renew(
-            stored,
-            self._dns_names,
-            self._ip_addresses,
-            self._clock(),
-            self._ca_validity,
-            self._cert_validity,
-            self._rotate_fraction,
-        )
-        if renewed is None and not _lacks_owner(secret, owner):
-            return stored
-        # A Secret written before it had an owner is adopted (with the bundle it holds when
-        # that is still good), so that it goes with its owner.
-        return await self._replace(secret, renewed or stored, owner)
+            await self._create(settled.bundle, owner)
+        elif changed or _lacks_owner(secret, owner):
+            # A Secret written before it had an owner is adopted (with the bundle it holds when
+            # that is still good), so that it goes with its owner.
+            await self._replace(secret, settled.bundle, owner)
+        self._settled = settled
+        return settled.bundle
 
-    def _new_bundle(self) -> CertBundle:
-        return new_bundle(
+    @property
+    def not_after(self) -> datetime.datetime:
+        """When the serving certificate of the bundle `ensure` returned last expires."""
+        if self._settled is None:
+            raise RuntimeError("no bundle yet: call ensure() first")
+        return self._settled.not_after
+
+    def _still_holds(self, secret: client.V1Secret, settled: certificate_process.Settled) -> bool:
+        """Whether the Secret holds what was settled last, with nothing due yet: then there is
+        nothing to look at again, and no child process is started."""
+        return (secret.data or {}) == secret_data(settled.bundle) and (
+            self._clock() < settled.recheck_at
+        )
+
+    async def _settle(self, stored_data: dict[str, str] | None) -> certificate_process.Settled:
+        return await certificate_process.settle(
+            stored_data,
             self._dns_names,
-            self._ip_addresses,
+            [str(ip) for ip in self._ip_addresses],
             self._clock(),
-            self._ca_validity,
-            self._cert_validity,
+            (self._ca_validity, self._cert_validity),
+            self._rotate_fraction,
         )
 
     async def _read(self) -> client.V1Secret | None:
@@ -245,12 +252,18 @@ class FileCertificateSource:
 
     def __init__(self, cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str]):
         self._files = (Path(cert_file), Path(key_file))
+        self._checked: tuple[bytes, bytes, datetime.datetime] | None = None
 
-    def load(self) -> tuple[bytes, bytes]:
-        """The certificate and key PEMs. Raises OSError for missing files, and ValueError for a key
-        that is not the certificate's (a half-written update: call again later)."""
+    async def load(self) -> tuple[bytes, bytes, datetime.datetime]:
+        """The certificate and key PEMs, and when the certificate expires. Raises OSError for
+        missing files, and ValueError for a key that is not the certificate's (a half-written
+        update: call again later). Files read as they were last time are not checked again."""
         cert_file, key_file = self._files
         cert_pem, key_pem = cert_file.read_bytes(), key_file.read_bytes()
-        if not key_matches_cert(cert_pem, key_pem):
+        if self._checked is not None and self._checked[:2] == (cert_pem, key_pem):
+            return self._checked
+        expires = await certificate_process.inspect(cert_pem, key_pem)
+        if expires is None:
             raise ValueError(f"{key_file} is not the private key of {cert_file}")
-        return cert_pem, key_pem
+        self._checked = (cert_pem, key_pem, expires)
+        return self._checked
