@@ -48,6 +48,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 from kubernetes_asyncio import client, config
 
 from torchjob.api import constants, types
@@ -343,8 +344,11 @@ def cached_pod_bytes(pod: KubeObject) -> str:
         from torchjob.kube.slim import slim_pod
     except ImportError:  # a version of the reconciler without a slim cache
         return sizes
-    slim = deep_size(slim_pod(full))
-    return f"{sizes}, {slim} bytes as the slim cache keeps it (its shared parts counted whole)"
+    slim = slim_pod(full)
+    return (
+        f"{sizes}, {deep_size(slim)} bytes of it kept by the slim transform, "
+        f"{len(orjson.dumps(slim))} bytes as JSON in the cache"
+    )
 
 
 def label(labels: str, name: str) -> str:

@@ -27,11 +27,9 @@ async def running(informer: Informer, sync_timeout: float = 30) -> AsyncIterator
 
 
 def cache_contents(informer: Informer, namespace: str | None = None) -> list[KubeObject]:
-    """Every object the informer's cache holds, in `namespace` or in all. The services read their
-    caches by name and by index only, so the whole cache is read from the store itself."""
-    by_namespace = informer._store.by_namespace
-    spaces = list(by_namespace) if namespace is None else [namespace]
-    return [obj for space in spaces for obj in by_namespace.get(space, {}).values()]
+    """Every object the informer's cache holds, in `namespace` or in all."""
+    cached = informer.cached()
+    return [obj for obj in cached if namespace in (None, obj["metadata"].get("namespace", ""))]
 
 
 class PodHistory:

@@ -2,23 +2,40 @@
 
 from __future__ import annotations
 
+import uuid
+from typing import Any
+
 from support.jobs import job_manifest
 
 from torchjob.webhook.app import DecodedJobs
 
 
-def test_the_same_stored_object_is_decoded_once() -> None:
+def stored_job(resource_version: str = "1", uid: str | None = None) -> dict[str, Any]:
+    job = job_manifest()
+    job["metadata"].update(uid=uid or str(uuid.uuid4()), resourceVersion=resource_version)
+    return job
+
+
+def test_the_same_stored_version_is_decoded_once() -> None:
+    decoded = DecodedJobs()
+    job = stored_job()
+    # The cache hands out a fresh copy on every read: the version, not the object, is the key.
+    copy = {**job, "metadata": dict(job["metadata"])}
+    assert decoded.decode(job) is decoded.decode(copy)
+
+
+def test_an_object_that_names_no_version_is_decoded_every_time() -> None:
     decoded = DecodedJobs()
     job = job_manifest()
-    assert decoded.decode(job) is decoded.decode(job)
+    assert decoded.decode(job) is not decoded.decode(job)
+    assert len(decoded) == 0
 
 
 def test_a_changed_job_is_decoded_again() -> None:
     decoded = DecodedJobs()
-    job = job_manifest()
+    job = stored_job("1")
     first = decoded.decode(job)
-    # The informer replaces the cached object on every change; an equal copy is a new version.
-    changed = job_manifest()
+    changed = stored_job("2", uid=job["metadata"]["uid"])
     changed["spec"]["replicaSpecs"][0]["replicas"] = 7
     second = decoded.decode(changed)
     assert second is not first
@@ -26,10 +43,12 @@ def test_a_changed_job_is_decoded_again() -> None:
     assert second.spec.replica_specs[0].replicas == 7
 
 
-def test_memory_is_bounded() -> None:
+def test_memory_is_bounded_keeping_the_most_recently_used() -> None:
     decoded = DecodedJobs(capacity=2)
-    jobs = [job_manifest() for _ in range(5)]
-    for job in jobs:
+    jobs = [stored_job() for _ in range(5)]
+    first = decoded.decode(jobs[0])
+    for job in jobs[1:]:
         decoded.decode(job)
-    assert len(decoded) <= 2
+        assert decoded.decode(jobs[0]) is first  # used again each time: never the one dropped
+    assert len(decoded) == 2
     assert decoded.decode(jobs[-1]).metadata == jobs[-1]["metadata"]

@@ -21,19 +21,12 @@ Every field read of a cached pod or Service, and so kept here:
 A new reader of any other field must add it here; tests/unit/test_slim_cache.py checks that the
 lifecycle plans the same from slim pods as from full ones.
 
-What is left is mostly small dicts, and many objects carry equal ones: the four pods and four
-Services of a job have the same owner reference and job label, most pods the same annotations
-and containers, every pending pod the same status. The cache keeps one copy of each such part
-while any object uses it (`_SharedParts`). Cached objects are never changed in place (the
-informer replaces an object on every change), which is what makes sharing parts safe.
+The informer keeps what is left as JSON bytes (`informer._Store`), a few hundred bytes a pod.
 """
 
 from __future__ import annotations
 
-import sys
-import weakref
-from collections.abc import Callable, Hashable
-from typing import Any, TypeVar
+from typing import Any
 
 from torchjob.api import constants
 
@@ -55,39 +48,6 @@ KEPT_CONTAINER_STATUS = ("name", "state")
 KEPT_CONDITIONS = ("PodScheduled", "TerminationTarget", "DisruptionTarget")
 KEPT_CONDITION_FIELDS = ("type", "status", "reason", "message")
 
-Part = TypeVar("Part", bound="_SharedDict | _SharedList")
-
-
-class _SharedDict(dict[str, Any]):
-    """A dict that a weak reference can name (a plain dict cannot), so that a shared part is
-    forgotten with the last object using it."""
-
-    __slots__ = ("__weakref__",)
-
-
-class _SharedList(list[Any]):
-    __slots__ = ("__weakref__",)
-
-
-class _SharedParts:
-    """One copy of each equal part, by a hashable key of its content, while any object uses it."""
-
-    def __init__(self) -> None:
-        self._parts: weakref.WeakValueDictionary[Hashable, Any] = weakref.WeakValueDictionary()
-
-    def get(self, key: Hashable, make: Callable[[], Part]) -> Part:
-        part: Part | None = self._parts.get(key)
-        if part is None:
-            part = make()
-            self._parts[key] = part
-        return part
-
-    def __len__(self) -> int:
-        return len(self._parts)
-
-
-SHARED = _SharedParts()
-
 
 def slim_pod(pod: KubeObject) -> KubeObject:
     """The pod with only the fields the reconciler reads."""
@@ -98,7 +58,7 @@ def slim_pod(pod: KubeObject) -> KubeObject:
         slim["spec"] = _containers(containers)
     placement = _placement(spec)
     if placement:
-        slim["spec"] = {**slim.get("spec", {}), **placement}  # a copy: the containers are shared
+        slim["spec"] = {**slim.get("spec", {}), **placement}
     status = pod.get("status")
     if isinstance(status, dict):
         slim["status"] = _slim_status(status)
@@ -114,7 +74,7 @@ def _slim_object(obj: KubeObject) -> KubeObject:
     slim: KubeObject = {}
     for key in ("apiVersion", "kind"):
         if key in obj:
-            slim[key] = _shared(obj[key])
+            slim[key] = obj[key]
     metadata = obj.get("metadata")
     if isinstance(metadata, dict):
         slim["metadata"] = _slim_metadata(metadata)
@@ -123,51 +83,29 @@ def _slim_object(obj: KubeObject) -> KubeObject:
 
 def _slim_metadata(metadata: KubeObject) -> KubeObject:
     slim = {key: metadata[key] for key in KEPT_METADATA if key in metadata}
-    if "namespace" in slim:
-        slim["namespace"] = _shared(slim["namespace"])
     for field, kept in (("labels", KEPT_LABELS), ("annotations", KEPT_ANNOTATIONS)):
         values = metadata.get(field)
         if isinstance(values, dict):
-            chosen = tuple((key, values[key]) for key in kept if key in values)
+            chosen = {key: values[key] for key in kept if key in values}
             if chosen:
-                slim[field] = _flat_dict(field, chosen)
+                slim[field] = chosen
     references = metadata.get("ownerReferences")
     if isinstance(references, list):
         # Only the controlling reference is read (`controller_uid`); the others are dropped.
         controlling = [r for r in references if isinstance(r, dict) and r.get("controller")]
         if controlling:
-            slim["ownerReferences"] = _owner(controlling[0])
+            slim["ownerReferences"] = controlling[:1]
     return slim
-
-
-def _flat_dict(kind: str, items: tuple[tuple[str, Any], ...]) -> KubeObject:
-    """A dict of these items, shared when they are all strings, numbers or booleans."""
-    if not all(isinstance(value, str | int | float | bool | None) for _, value in items):
-        return dict(items)
-    return SHARED.get((kind, items), lambda: _SharedDict((k, _shared(v)) for k, v in items))
-
-
-def _owner(reference: KubeObject) -> list[KubeObject]:
-    items = tuple(reference.items())
-    if not all(isinstance(value, str | bool | None) for _, value in items):
-        return [reference]
-    return SHARED.get(("owner", items), lambda: _SharedList([_SharedDict(items)]))
 
 
 def _containers(containers: list[Any]) -> KubeObject:
     """The spec as `queries.training_container_in` reads it: the containers by name alone."""
-    names = tuple(c.get("name") if isinstance(c, dict) else None for c in containers)
-    if all(isinstance(name, str) for name in names) and containers:
-        return SHARED.get(
-            ("containers", names),
-            lambda: _SharedDict(containers=[{"name": _shared(name)} for name in names]),
-        )
     return {"containers": [_container_name(c) for c in containers]}
 
 
 def _container_name(container: Any) -> Any:
     if isinstance(container, dict) and "name" in container:
-        return {"name": _shared(container["name"])}
+        return {"name": container["name"]}
     return container if not isinstance(container, dict) else {}
 
 
@@ -175,11 +113,11 @@ def _placement(spec: KubeObject) -> KubeObject:
     """Where the scheduler put the pod, and the gates it waits for."""
     placement: KubeObject = {}
     if spec.get("nodeName"):
-        placement["nodeName"] = _shared(spec["nodeName"])
+        placement["nodeName"] = spec["nodeName"]
     gates = spec.get("schedulingGates")
     if isinstance(gates, list) and gates:
         placement["schedulingGates"] = [
-            {"name": _shared(g.get("name"))} if isinstance(g, dict) else g for g in gates
+            {"name": g.get("name")} if isinstance(g, dict) else g for g in gates
         ]
     return placement
 
@@ -202,10 +140,6 @@ def _slim_status(status: KubeObject) -> KubeObject:
     kept = _conditions(conditions) if isinstance(conditions, list) else []
     if kept:
         slim["conditions"] = kept
-    if "phase" in slim:
-        slim["phase"] = _shared(slim["phase"])
-    if len(slim) == 1 and "containerStatuses" not in status:  # a pending pod: {"phase": ...}
-        return _flat_dict("status", tuple(slim.items()))
     statuses = status.get("containerStatuses")
     if isinstance(statuses, list):
         slim["containerStatuses"] = [
@@ -213,12 +147,6 @@ def _slim_status(status: KubeObject) -> KubeObject:
             for s in statuses
         ]
     return slim
-
-
-def _shared(value: Any) -> Any:
-    """One copy of a string that thousands of cached objects repeat (namespace, phase, label
-    values); anything else as it is."""
-    return sys.intern(value) if isinstance(value, str) else value
 
 
 def job_without_status(job: KubeObject) -> KubeObject:

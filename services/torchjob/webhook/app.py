@@ -15,6 +15,7 @@ the loop, and the probes are answered by threads of their own from the loop's he
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextvars
 import datetime
@@ -132,23 +133,34 @@ TLS = web.AppKey("tls", ServingCertificate)
 
 
 class DecodedJobs:
-    """The typed model of each cached job, decoded once per stored version rather than once per
-    replica pod. Keyed by the cached object itself: the informer replaces it on every change. A
-    Kubeflow PyTorchJob's model is the PyTorchTrainingJob that runs it."""
+    """The typed model of each cached job, decoded once per stored version (its uid and
+    resourceVersion) rather than once per replica pod. The replicas of a job are admitted one
+    after another, so the models most recently used are the ones kept. A Kubeflow PyTorchJob's
+    model is the PyTorchTrainingJob that runs it."""
 
-    def __init__(self, capacity: int = 1024) -> None:
+    def __init__(self, capacity: int = 256) -> None:
         self._capacity = capacity
-        self._decoded: dict[int, tuple[dict[str, Any], types.PyTorchTrainingJob]] = {}
+        self._decoded: collections.OrderedDict[tuple[str, str], types.PyTorchTrainingJob] = (
+            collections.OrderedDict()
+        )
 
     def decode(self, job: dict[str, Any]) -> types.PyTorchTrainingJob:
-        entry = self._decoded.get(id(job))
-        if entry is not None and entry[0] is job:
-            return entry[1]
-        decoded = decode_job(job)
-        if len(self._decoded) >= self._capacity:
-            self._decoded.clear()  # simplest bound; refilling costs one decode per job
-        self._decoded[id(job)] = (job, decoded)
-        return decoded
+        metadata = job.get("metadata")
+        uid, resource_version = (
+            (metadata.get("uid"), metadata.get("resourceVersion"))
+            if isinstance(metadata, dict)
+            else (None, None)
+        )
+        if not (isinstance(uid, str) and isinstance(resource_version, str)):
+            return decode_job(job)  # not a stored object: nothing names this version
+        version = (uid, resource_version)
+        model = self._decoded.get(version)
+        if model is None:
+            model = self._decoded[version] = decode_job(job)
+            if len(self._decoded) > self._capacity:
+                self._decoded.popitem(last=False)
+        self._decoded.move_to_end(version)
+        return model
 
     def __len__(self) -> int:
         return len(self._decoded)
