@@ -5,7 +5,6 @@ an object replaced meanwhile under the same name is never deleted by mistake."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -14,9 +13,12 @@ from prometheus_client import Counter
 
 from torchjob.api import constants
 from torchjob.api.job_api import api_of
-from torchjob.kube.errors import Conflict, Invalid, KubeError, NotFound, translated
+from torchjob.kube.errors import Conflict, Invalid, KubeError, NotFound
 from torchjob.kube.events import EventRecorder
+from torchjob.kube.informer import ResourceKind
 from torchjob.kube.jobs import patch_status
+from torchjob.kube.resources import DEPLOYMENTS, PODS, SERVICES
+from torchjob.kube.rest import JSON_PATCH, Resources
 from torchjob.lifecycle.housekeeping import HousekeepingPlan
 from torchjob.lifecycle.tensorboard import failed_status, stored_form
 from torchjob.render.tensorboard import spec_hash
@@ -29,14 +31,15 @@ ACTIONS = Counter(
     ["action"],
 )
 
-Delete = Callable[..., Awaitable[Any]]
+
+def _kind_of(obj: dict[str, Any]) -> ResourceKind:
+    """Where a TensorBoard object of ours lives: a Deployment or a Service."""
+    return DEPLOYMENTS if obj["kind"] == "Deployment" else SERVICES
 
 
 class HousekeeperExecutor:
     def __init__(self, api: client.ApiClient, events: EventRecorder) -> None:
-        self.core = client.CoreV1Api(api)
-        self.apps = client.AppsV1Api(api)
-        self.objects = client.CustomObjectsApi(api)
+        self.resources = Resources(api)
         self.events = events
 
     async def execute(self, job: dict[str, Any], plan: HousekeepingPlan) -> None:
@@ -51,10 +54,9 @@ class HousekeeperExecutor:
         # Clean-up first: a TensorBoard that cannot be made must not keep a job's pods alive.
         namespace = job["metadata"]["namespace"]
         for name, uid, version in plan.delete_pods:
-            delete_pod = self.core.delete_namespaced_pod
-            await self._delete("pod", delete_pod, namespace, name, uid, version)
+            await self._delete("pod", PODS, namespace, name, uid, version)
         for name, uid in plan.delete_services:
-            await self._delete("service", self.core.delete_namespaced_service, namespace, name, uid)
+            await self._delete("service", SERVICES, namespace, name, uid)
         accepted = await self._tensorboard(job, plan)
         if accepted and plan.write_tensorboard_status:
             await self._write_tensorboard_status(job, plan.tensorboard_status)
@@ -74,24 +76,13 @@ class HousekeeperExecutor:
             return False
         namespace = job["metadata"]["namespace"]
         for kind, name, uid in plan.delete_tensorboard:
-            delete = (
-                self.apps.delete_namespaced_deployment
-                if kind == "Deployment"
-                else self.core.delete_namespaced_service
-            )
-            await self._delete(f"tensorboard_{kind.lower()}", delete, namespace, name, uid)
+            where = _kind_of({"kind": kind})
+            await self._delete(f"tensorboard_{kind.lower()}", where, namespace, name, uid)
         return True
 
     async def _create(self, job: dict[str, Any], obj: dict[str, Any]) -> None:
-        meta = obj["metadata"]
-        create: Any = (  # the client sends dicts as they are
-            self.apps.create_namespaced_deployment
-            if obj["kind"] == "Deployment"
-            else self.core.create_namespaced_service
-        )
         try:
-            async with translated():
-                await create(meta["namespace"], obj, field_manager=constants.FIELD_MANAGER)
+            await self.resources.create(_kind_of(obj), obj["metadata"]["namespace"], obj)
             ACTIONS.labels(f"tensorboard_{obj['kind'].lower()}_created").inc()
         except Conflict:
             await self._check_ours(job, obj)
@@ -100,18 +91,13 @@ class HousekeeperExecutor:
         """The name is taken: by our own object the cache has not shown yet (nothing to do), or
         by someone else's, which is reported and retried with backoff until it is gone."""
         meta = obj["metadata"]
-        read = (
-            self.apps.read_namespaced_deployment
-            if obj["kind"] == "Deployment"
-            else self.core.read_namespaced_service
-        )
         try:
-            async with translated():
-                existing = await read(meta["name"], meta["namespace"])
+            existing = await self.resources.get(_kind_of(obj), meta["namespace"], meta["name"])
         except NotFound:
             raise Conflict(409, "Conflict", f"{meta['name']} was deleted; creating again") from None
-        owners = existing.metadata.owner_references or []
-        if any(r.controller and r.uid == job["metadata"]["uid"] for r in owners):
+        owners = existing.get("metadata", {}).get("ownerReferences") or []
+        uid = job["metadata"]["uid"]
+        if any(r.get("controller") and r.get("uid") == uid for r in owners):
             return
         message = (
             f"a {obj['kind']} named {meta['name']} already exists and does not belong to the job"
@@ -133,19 +119,9 @@ class HousekeeperExecutor:
             {"op": "add", "path": "/metadata/annotations", "value": annotations},
             *({"op": "add", "path": f"/spec/{k}", "value": v} for k, v in desired["spec"].items()),
         ]
-        patch: Any = (
-            self.apps.patch_namespaced_deployment
-            if desired["kind"] == "Deployment"
-            else self.core.patch_namespaced_service
+        await self.resources.patch(
+            _kind_of(desired), meta["namespace"], meta["name"], ops, content_type=JSON_PATCH
         )
-        async with translated():
-            await patch(
-                meta["name"],
-                meta["namespace"],
-                ops,
-                field_manager=constants.FIELD_MANAGER,
-                _content_type="application/json-patch+json",
-            )
         ACTIONS.labels(f"tensorboard_{desired['kind'].lower()}_updated").inc()
 
     async def _refused(self, job: dict[str, Any], error: KubeError) -> None:
@@ -160,7 +136,7 @@ class HousekeeperExecutor:
     ) -> None:
         if stored_form(status) == (job.get("status") or {}).get("tensorboard"):
             return
-        await patch_status(self.objects, job["metadata"], {"tensorboard": status}, api_of(job))
+        await patch_status(self.resources, job["metadata"], {"tensorboard": status}, api_of(job))
         ACTIONS.labels("status_written").inc()
 
     # -- deletions -------------------------------------------------------------------------------
@@ -168,17 +144,16 @@ class HousekeeperExecutor:
     async def _delete(
         self,
         what: str,
-        delete: Delete,
+        kind: ResourceKind,
         namespace: str,
         name: str,
         uid: str,
         resource_version: str | None = None,
     ) -> None:
-        preconditions = client.V1Preconditions(uid=uid, resource_version=resource_version or None)
-        body = client.V1DeleteOptions(preconditions=preconditions)
         try:
-            async with translated():
-                await delete(name, namespace, body=body)
+            await self.resources.delete(
+                kind, namespace, name, uid=uid, resource_version=resource_version or None
+            )
         except (NotFound, Conflict):
             # Already gone, replaced under the same name, or changed since it was seen (its
             # update brings the job back to be decided again).
@@ -188,21 +163,12 @@ class HousekeeperExecutor:
 
     async def _delete_job(self, job: dict[str, Any]) -> None:
         meta, api = job["metadata"], api_of(job)
-        # Background: the job goes at once and the garbage collector removes what it owned.
-        body = client.V1DeleteOptions(
-            preconditions=client.V1Preconditions(uid=meta["uid"]),
-            propagation_policy="Background",
-        )
+        jobs = ResourceKind(api.group, api.version, api.plural)
         try:
-            async with translated():
-                await self.objects.delete_namespaced_custom_object(
-                    api.group,
-                    api.version,
-                    meta["namespace"],
-                    api.plural,
-                    meta["name"],
-                    body=body,
-                )
+            # Background: the job goes at once and the garbage collector removes what it owned.
+            await self.resources.delete(
+                jobs, meta["namespace"], meta["name"], uid=meta["uid"], propagation="Background"
+            )
         except (NotFound, Conflict):
             return
         ACTIONS.labels("job_deleted").inc()

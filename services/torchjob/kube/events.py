@@ -20,8 +20,9 @@ from typing import Any, Literal
 import structlog
 from kubernetes_asyncio import client
 
-from torchjob.kube.client import unread
-from torchjob.kube.errors import Conflict, KubeError, NotFound, translated
+from torchjob.kube.errors import Conflict, KubeError, NotFound
+from torchjob.kube.resources import EVENTS
+from torchjob.kube.rest import Resources
 from torchjob.lifecycle.times import format_micro_time
 
 log = structlog.get_logger("torchjob.kube.events")
@@ -39,7 +40,7 @@ NAME_LIMIT = 253
 _SeriesKey = tuple[str, str, str, str, str, str]
 
 
-@dataclass
+@dataclass(slots=True)  # thousands are kept (MAX_SERIES)
 class _Series:
     """One Event object and how often it has been recorded."""
 
@@ -90,7 +91,7 @@ class EventRecorder:
         series_window: float = SERIES_WINDOW,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._events = client.EventsV1Api(api_client)
+        self._resources = Resources(api_client)
         self._component = component
         self._host = host
         self._window = series_window
@@ -205,15 +206,9 @@ class EventRecorder:
             "type": event_type,
             "regarding": regarding,
         }
-        async with translated():
-            await unread(
-                self._events.create_namespaced_event(namespace, body, _preload_content=False)
-            )
+        await self._resources.create(EVENTS, namespace, body)
         return name
 
     async def _count_repeat(self, namespace: str, name: str, count: int) -> None:
         body = {"series": {"count": count, "lastObservedTime": _micro_time()}}
-        async with translated():
-            await unread(
-                self._events.patch_namespaced_event(name, namespace, body, _preload_content=False)
-            )
+        await self._resources.patch(EVENTS, namespace, name, body)

@@ -1,4 +1,4 @@
-"""The kinds the controllers list and watch, the index of what a job controls, and a job's
+"""The kinds the controllers list, watch and write, the index of what a job controls, and a job's
 work-queue key."""
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ PODS = ResourceKind("", "v1", "pods")
 SERVICES = ResourceKind("", "v1", "services")
 DEPLOYMENTS = ResourceKind("apps", "v1", "deployments")
 AUTOSCALERS = ResourceKind("autoscaling", "v2", "horizontalpodautoscalers")
+EVENTS = ResourceKind("events.k8s.io", "v1", "events")
+SECRETS = ResourceKind("", "v1", "secrets")
 # The index (over `informer.controller_uid`) of the objects a job controls, by the job's uid.
 OWNER_INDEX = "owner"
 

@@ -11,6 +11,7 @@ controllers do."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -23,13 +24,14 @@ from torchjob.api.job_api import api_of
 from torchjob.api.jsoncopy import merge_patched
 from torchjob.api.kubeflow import KUBEFLOW_SPEC, KUBEFLOW_STATUS
 from torchjob.api.types import PyTorchTrainingJobSpec
-from torchjob.kube.client import unread
-from torchjob.kube.errors import Conflict, KubeError, NotFound, translated
+from torchjob.kube.errors import Conflict, KubeError, NotFound
 from torchjob.kube.events import EventRecorder
 from torchjob.kube.expectations import Expectations, ObjectRef
+from torchjob.kube.informer import ResourceKind
 from torchjob.kube.jobs import patch_status
 from torchjob.kube.reconcile import JobKey
-from torchjob.kube.resources import AUTOSCALERS
+from torchjob.kube.resources import AUTOSCALERS, PODS, SERVICES
+from torchjob.kube.rest import Resources
 from torchjob.lifecycle.observe import Refusal
 from torchjob.lifecycle.plan import Plan
 from torchjob.lifecycle.status import ours
@@ -60,8 +62,7 @@ class ReconcilerExecutor:
         scheduling: SchedulingSettings,
         metrics: JobMetrics | None = None,
     ) -> None:
-        self.core = client.CoreV1Api(api)
-        self.objects = client.CustomObjectsApi(api)
+        self.resources = Resources(api)
         self.events = events
         self.expectations = expectations
         self.scheduling = scheduling
@@ -146,7 +147,7 @@ class ReconcilerExecutor:
             written = kubeflow_status(meta["name"], stored, status, format_time(now), spec)
             # A second write in the same round (after a refusal) moves on from this one.
             job[KUBEFLOW_STATUS] = merge_patched(stored, written)
-        await patch_status(self.objects, meta, written, api)
+        await patch_status(self.resources, meta, written, api)
         self.metrics.written(meta, before, status, now)
 
     async def ensure_autoscaler(
@@ -160,40 +161,16 @@ class ReconcilerExecutor:
         for (render/kubeflow.py). A refusal (an invalid metric, an autoscaler of that name that is
         not the job's) is a Warning Event on the job; the job itself runs on."""
         meta = desired["metadata"]
-        coordinates = (
-            AUTOSCALERS.group,
-            AUTOSCALERS.version,
-            meta["namespace"],
-            AUTOSCALERS.plural,
-        )
         name = meta["name"]
         try:
-            async with translated():
-                if current is None:
-                    await unread(
-                        self.objects.create_namespaced_custom_object(
-                            *coordinates,
-                            desired,
-                            field_manager=constants.FIELD_MANAGER,
-                            _preload_content=False,
-                        )
-                    )
-                else:
-                    patch: Any = self.objects.patch_namespaced_custom_object
-                    changes = {
-                        "metadata": {"annotations": meta["annotations"]},
-                        "spec": desired["spec"],
-                    }
-                    await unread(
-                        patch(
-                            *coordinates,
-                            name,
-                            changes,
-                            field_manager=constants.FIELD_MANAGER,
-                            _content_type="application/merge-patch+json",
-                            _preload_content=False,
-                        )
-                    )
+            if current is None:
+                await self.resources.create(AUTOSCALERS, meta["namespace"], desired)
+            else:
+                changes = {
+                    "metadata": {"annotations": meta["annotations"]},
+                    "spec": desired["spec"],
+                }
+                await self.resources.patch(AUTOSCALERS, meta["namespace"], name, changes)
         except KubeError as error:
             said = error.message or str(error)
             if isinstance(error, Conflict):
@@ -217,17 +194,7 @@ class ReconcilerExecutor:
         self.expectations.expect_deletions(key, refs)
         for sent, (name, uid) in enumerate(plan.delete_pods):
             try:
-                async with translated():
-                    await unread(
-                        self.core.delete_namespaced_pod(
-                            name,
-                            meta["namespace"],
-                            body=client.V1DeleteOptions(
-                                preconditions=client.V1Preconditions(uid=uid)
-                            ),
-                            _preload_content=False,
-                        )
-                    )
+                await self.resources.delete(PODS, meta["namespace"], name, uid=uid)
             except (NotFound, Conflict):
                 # Already gone, or already replaced: the informer reports what is there now.
                 self.expectations.observed_deletion(key, refs[sent])
@@ -245,12 +212,7 @@ class ReconcilerExecutor:
         # Not expected: a Service the cache still shows is only deleted again (NotFound).
         for name in plan.delete_services:
             try:
-                async with translated():
-                    await unread(
-                        self.core.delete_namespaced_service(
-                            name, job["metadata"]["namespace"], _preload_content=False
-                        )
-                    )
+                await self.resources.delete(SERVICES, job["metadata"]["namespace"], name)
             except NotFound:
                 continue
             await self._done(
@@ -281,7 +243,7 @@ class ReconcilerExecutor:
         self, key: JobKey, job: dict[str, Any], plan: Plan
     ) -> Refusal | None:
         meta = job["metadata"]
-        create = _creator(self.core.create_namespaced_service, meta["namespace"])
+        create = self._creator(SERVICES, meta["namespace"])
         services = [
             (replica_name(meta["name"], r.type, r.index), render_service(meta, r, api_of(job)))
             for r in plan.create_services
@@ -297,7 +259,7 @@ class ReconcilerExecutor:
         gang: Gang | None,
     ) -> Refusal | None:
         meta = job["metadata"]
-        create = _creator(self.core.create_namespaced_pod, meta["namespace"])
+        create = self._creator(PODS, meta["namespace"])
         pods = []
         for p in plan.create_pods:
             pod = render_pod(meta, spec, p.replica, p.annotations, self.t9k_scheduler, api_of(job))
@@ -319,47 +281,26 @@ class ReconcilerExecutor:
         if gang is None or kind is None:
             return None
         meta = job["metadata"]
-        coordinates = (kind.group, kind.version, meta["namespace"], kind.plural)
+        groups = ResourceKind(kind.group, kind.version, kind.plural)
         if plan.delete_group:
             try:
-                async with translated():
-                    await unread(
-                        self.objects.delete_namespaced_custom_object(
-                            *coordinates, gang.name, _preload_content=False
-                        )
-                    )
+                await self.resources.delete(groups, meta["namespace"], gang.name)
             except NotFound:
                 return None
             await self._done(key, job, constants.REASON_SUCCESSFUL_DELETE, _what(gang, "Deleted"))
         if plan.resize_group:
-            async with translated():
-                await unread(
-                    self.objects.patch_namespaced_custom_object(
-                        *coordinates,
-                        gang.name,
-                        min_count_patch(gang),
-                        field_manager=constants.FIELD_MANAGER,
-                        _preload_content=False,
-                    )
-                )
+            await self.resources.patch(groups, meta["namespace"], gang.name, min_count_patch(gang))
         if not plan.create_group:
             return None
         owner = owner_reference(meta, api_of(job))
         body = render_pod_group(meta, gang, owner, shared_priority_class(spec))
         if body is None:
             return None
-
-        async def create(group: Any) -> None:
-            await unread(
-                self.objects.create_namespaced_custom_object(
-                    *coordinates,
-                    group,
-                    field_manager=constants.FIELD_MANAGER,
-                    _preload_content=False,
-                )
-            )
-
+        create = self._creator(groups, meta["namespace"])
         return await self._create_each(key, job, "podgroup", [(gang.name, body)], create)
+
+    def _creator(self, kind: ResourceKind, namespace: str) -> Callable[[Any], Awaitable[None]]:
+        return functools.partial(self.resources.create, kind, namespace)
 
     async def _create_each(
         self,
@@ -380,8 +321,7 @@ class ReconcilerExecutor:
         self.expectations.expect_creations(key, expected)
         for sent, (name, body) in enumerate(objects):
             try:
-                async with translated():
-                    await create(body)  # the client sends a dict as it is
+                await create(body)
             except BaseException as error:
                 for unsent in expected[sent:]:
                     self.expectations.observed_creation(key, unsent)
@@ -397,18 +337,3 @@ class ReconcilerExecutor:
 def _what(gang: Gang, done: str) -> str:
     kind = gang.kind.kind if gang.kind else "group"
     return f"{done} {gang.mode} {kind}: {gang.name}"
-
-
-def _creator(
-    create_in_namespace: Callable[..., Awaitable[Any]], namespace: str
-) -> Callable[[Any], Awaitable[None]]:
-    """Creates an object in `namespace` with our field manager, its reply read, not decoded."""
-
-    async def create(body: Any) -> None:
-        await unread(
-            create_in_namespace(
-                namespace, body, field_manager=constants.FIELD_MANAGER, _preload_content=False
-            )
-        )
-
-    return create

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
+import uvloop
 from aiohttp import web
 from kubernetes_asyncio import client
 from prometheus_client import REGISTRY
@@ -214,8 +215,14 @@ def run_controller_service(
     Its /metrics exports `service_families(service, families)`."""
     runtime_logging.configure(service, settings.log_level)
     exported = service_families(service, families)
-    with contextlib.suppress(KeyboardInterrupt):
-        sys.exit(asyncio.run(_main_async(controller_name, settings, build, exported)))
+    # uvloop, as the webhook runs on: its TLS transports read into buffers that stay unused until
+    # data arrives, where asyncio's fill 256 KiB per connection (a controller keeps one per
+    # watch), and its compiled loop takes less CPU per request.
+    with (
+        contextlib.suppress(KeyboardInterrupt),
+        asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner,
+    ):
+        sys.exit(runner.run(_main_async(controller_name, settings, build, exported)))
 
 
 async def _main_async(
