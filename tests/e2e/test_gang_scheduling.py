@@ -303,6 +303,18 @@ async def test_volcano_and_coscheduling_groups_pass_their_own_schemas(
         else:
             assert pod.metadata.labels[COSCHEDULING_GROUP_LABEL] == "v"
 
+    # A minimum changed by someone else is set back to the job's (a merge patch of the group).
+    lowered = json.dumps({"spec": {"minMember": 1}})
+    gang_plane.kubectl(
+        "patch", group_kind, "v", "-n", gang_namespace, "--type=merge", "-p", lowered
+    )
+
+    async def restored() -> bool:
+        got = gang_plane.kubectl("get", group_kind, "v", "-n", gang_namespace, "-o", "json")
+        return bool(json.loads(got.stdout)["spec"]["minMember"] == REPLICAS)
+
+    await eventually(restored, "the group's minimum set back to the job's")
+
 
 async def test_a_kueue_eviction_stops_the_job_cleanly_and_it_runs_again_when_readmitted(
     gang_plane: ControlPlane, gang_namespace: str, api: client.ApiClient
