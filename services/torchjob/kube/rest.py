@@ -33,6 +33,11 @@ class Resources:
     async def create(self, kind: ResourceKind, namespace: str, body: Any) -> None:
         await self._call("POST", kind.path(namespace), body, manager=True)
 
+    async def replace(self, kind: ResourceKind, namespace: str, name: str, body: Any) -> None:
+        """A PUT of the whole object: with the resourceVersion it was read at, a Conflict if it
+        was written since."""
+        await self._call("PUT", _object_path(kind, namespace, name), body, manager=True)
+
     async def patch(
         self,
         kind: ResourceKind,

@@ -39,8 +39,9 @@ from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB, JobApi
 from torchjob.api.kubeflow_admission import mutate_pytorchjob, validate_pytorchjob_request
 from torchjob.kube import resources
 from torchjob.kube.client import new_api_client
-from torchjob.kube.errors import NotFound, translated
-from torchjob.kube.informer import Informer
+from torchjob.kube.errors import NotFound
+from torchjob.kube.informer import Informer, ResourceKind
+from torchjob.kube.rest import Resources
 from torchjob.kube.slim import job_without_status
 from torchjob.render.pod_admission_handler import (
     decode_job,
@@ -509,12 +510,9 @@ async def _job_of(app: web.Application, body: Any) -> dict[str, Any] | None:
     if admissions.lookups >= MAX_JOB_LOOKUPS:
         raise Busy(f"too many pods of jobs the webhook has not cached yet; retry ({name})")
     admissions.lookups += 1
-    objects = client.CustomObjectsApi(app[API])
+    jobs = ResourceKind(api.group, api.version, api.plural)
     try:
-        async with translated():
-            job = await objects.get_namespaced_custom_object(
-                api.group, api.version, namespace, api.plural, name
-            )
+        job = await Resources(app[API]).get(jobs, namespace, name)
     except NotFound:
         return None
     finally:

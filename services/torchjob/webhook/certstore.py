@@ -14,7 +14,10 @@ from typing import Any, Final
 from kubernetes_asyncio import client
 
 from torchjob.api.constants import FIELD_MANAGER
-from torchjob.kube.errors import Conflict, NotFound, translated
+from torchjob.kube.errors import Conflict, NotFound
+from torchjob.kube.informer import ResourceKind
+from torchjob.kube.resources import SECRETS
+from torchjob.kube.rest import Resources
 from torchjob.webhook import certificate_process
 from torchjob.webhook.certbundle import (
     CA_VALIDITY,
@@ -34,10 +37,17 @@ MANAGED_BY_LABELS: Final = {"app.kubernetes.io/managed-by": FIELD_MANAGER}
 # out of attempts takes replicas that keep disagreeing (different names, skewed clocks).
 MAX_ATTEMPTS: Final = 5
 STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
+MUTATING_CONFIGURATIONS: Final = ResourceKind(
+    "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations"
+)
+VALIDATING_CONFIGURATIONS: Final = ResourceKind(
+    "admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations"
+)
 
 Clock = Callable[[], datetime.datetime]
-# Who owns the Secret: resolved when it is written, None for no owner.
-OwnerLookup = Callable[[], Awaitable[client.V1OwnerReference | None]]
+KubeObject = dict[str, Any]
+# Who owns the Secret (an ownerReference): resolved when it is written, None for no owner.
+OwnerLookup = Callable[[], Awaitable[KubeObject | None]]
 
 
 def utc_now() -> datetime.datetime:
@@ -64,7 +74,7 @@ class SecretCertificateStore:
         cert_validity: datetime.timedelta = CERT_VALIDITY,
         owner: OwnerLookup | None = None,
     ) -> None:
-        self._core = client.CoreV1Api(api_client)
+        self._resources = Resources(api_client)
         self._owner = owner
         self._namespace = namespace
         self._secret_name = secret_name
@@ -93,7 +103,7 @@ class SecretCertificateStore:
         if secret is not None and settled is not None and self._still_holds(secret, settled):
             changed = False
         else:
-            settled = await self._settle(secret.data or {} if secret is not None else None)
+            settled = await self._settle(secret.get("data") or {} if secret is not None else None)
             changed = settled.changed
         if secret is None:
             await self._create(settled.bundle, owner)
@@ -111,10 +121,10 @@ class SecretCertificateStore:
             raise RuntimeError("no bundle yet: call ensure() first")
         return self._settled.not_after
 
-    def _still_holds(self, secret: client.V1Secret, settled: certificate_process.Settled) -> bool:
+    def _still_holds(self, secret: KubeObject, settled: certificate_process.Settled) -> bool:
         """Whether the Secret holds what was settled last, with nothing due yet: then there is
         nothing to look at again, and no child process is started."""
-        return (secret.data or {}) == secret_data(settled.bundle) and (
+        return (secret.get("data") or {}) == secret_data(settled.bundle) and (
             self._clock() < settled.recheck_at
         )
 
@@ -128,70 +138,66 @@ class SecretCertificateStore:
             self._rotate_fraction,
         )
 
-    async def _read(self) -> client.V1Secret | None:
+    async def _read(self) -> KubeObject | None:
         try:
-            async with translated():
-                return await self._core.read_namespaced_secret(self._secret_name, self._namespace)
+            return await self._resources.get(SECRETS, self._namespace, self._secret_name)
         except NotFound:
             return None
 
-    async def _create(
-        self, bundle: CertBundle, owner: client.V1OwnerReference | None
-    ) -> CertBundle:
-        secret = client.V1Secret(
-            metadata=client.V1ObjectMeta(
-                name=self._secret_name,
-                namespace=self._namespace,
-                labels=dict(MANAGED_BY_LABELS),
-                owner_references=[owner] if owner is not None else None,
-            ),
-            type=SECRET_TYPE,
-            data=secret_data(bundle),
-        )
-        async with translated():
-            await self._core.create_namespaced_secret(
-                self._namespace, secret, field_manager=FIELD_MANAGER
-            )
+    async def _create(self, bundle: CertBundle, owner: KubeObject | None) -> CertBundle:
+        metadata: KubeObject = {
+            "name": self._secret_name,
+            "namespace": self._namespace,
+            "labels": dict(MANAGED_BY_LABELS),
+        }
+        if owner is not None:
+            metadata["ownerReferences"] = [owner]
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": metadata,
+            "type": SECRET_TYPE,
+            "data": secret_data(bundle),
+        }
+        await self._resources.create(SECRETS, self._namespace, secret)
         return bundle
 
     async def _replace(
-        self, secret: client.V1Secret, bundle: CertBundle, owner: client.V1OwnerReference | None
+        self, secret: KubeObject, bundle: CertBundle, owner: KubeObject | None
     ) -> CertBundle:
         # The resourceVersion read along with the Secret makes this fail with Conflict if anyone
         # wrote since. The type is left as found: it cannot be changed in place.
-        secret.data = secret_data(bundle)
+        secret["data"] = secret_data(bundle)
+        metadata = secret["metadata"]
         if owner is not None and _lacks_owner(secret, owner):
-            secret.metadata.owner_references = [*(secret.metadata.owner_references or []), owner]
-        async with translated():
-            await self._core.replace_namespaced_secret(
-                self._secret_name, self._namespace, secret, field_manager=FIELD_MANAGER
-            )
+            metadata["ownerReferences"] = [*(metadata.get("ownerReferences") or []), owner]
+        await self._resources.replace(SECRETS, self._namespace, self._secret_name, secret)
         return bundle
 
 
-def _lacks_owner(secret: client.V1Secret, owner: client.V1OwnerReference | None) -> bool:
-    present = {reference.uid for reference in secret.metadata.owner_references or []}
-    return owner is not None and owner.uid not in present
+def _lacks_owner(secret: KubeObject, owner: KubeObject | None) -> bool:
+    references = secret["metadata"].get("ownerReferences") or []
+    present = {reference.get("uid") for reference in references}
+    return owner is not None and owner["uid"] not in present
 
 
 def webhook_configuration_owner(api_client: client.ApiClient, validating_name: str) -> OwnerLookup:
     """The ValidatingWebhookConfiguration as the owner of the Secret: the Secret's CA exists to be
     trusted by that configuration, and goes when it goes (`helm uninstall`), through the garbage
     collector. None while the configuration does not exist."""
-    api = client.AdmissionregistrationV1Api(api_client)
+    resources = Resources(api_client)
 
-    async def lookup() -> client.V1OwnerReference | None:
+    async def lookup() -> KubeObject | None:
         try:
-            async with translated():
-                configuration = await api.read_validating_webhook_configuration(validating_name)
+            configuration = await resources.get(VALIDATING_CONFIGURATIONS, "", validating_name)
         except NotFound:
             return None
-        return client.V1OwnerReference(
-            api_version="admissionregistration.k8s.io/v1",
-            kind="ValidatingWebhookConfiguration",
-            name=validating_name,
-            uid=configuration.metadata.uid,
-        )
+        return {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "name": validating_name,
+            "uid": configuration["metadata"]["uid"],
+        }
 
     return lookup
 
@@ -204,43 +210,26 @@ async def patch_ca_bundle(
 ) -> None:
     """Sets `clientConfig.caBundle` of every webhook in the named configurations (None skips one),
     writing only those that differ. A missing configuration raises NotFound."""
-    api = client.AdmissionregistrationV1Api(api_client)
+    resources = Resources(api_client)
     ca_bundle = base64.b64encode(ca_bundle_pem).decode("ascii")
-    if mutating_name is not None:
-        await _patch_webhooks(
-            api.read_mutating_webhook_configuration,
-            api.patch_mutating_webhook_configuration,
-            mutating_name,
-            ca_bundle,
-        )
-    if validating_name is not None:
-        await _patch_webhooks(
-            api.read_validating_webhook_configuration,
-            api.patch_validating_webhook_configuration,
-            validating_name,
-            ca_bundle,
-        )
-
-
-async def _patch_webhooks(
-    read: Callable[[str], Awaitable[Any]],
-    patch: Callable[..., Awaitable[Any]],
-    name: str,
-    ca_bundle: str,
-) -> None:
-    async with translated():
-        configuration = await read(name)
-        body = _ca_bundle_patch(configuration.webhooks or [], ca_bundle)
+    named = ((MUTATING_CONFIGURATIONS, mutating_name), (VALIDATING_CONFIGURATIONS, validating_name))
+    for kind, name in named:
+        if name is None:
+            continue
+        configuration = await resources.get(kind, "", name)
+        body = _ca_bundle_patch(configuration.get("webhooks") or [], ca_bundle)
         if body is not None:
-            await patch(
-                name, body, field_manager=FIELD_MANAGER, _content_type=STRATEGIC_MERGE_PATCH
-            )
+            await resources.patch(kind, "", name, body, content_type=STRATEGIC_MERGE_PATCH)
 
 
 def _ca_bundle_patch(webhooks: list[Any], ca_bundle: str) -> dict[str, Any] | None:
     # A strategic merge patch matches webhooks by name, not by position, so a configuration
     # edited since it was read (the chart upgraded, a webhook added) is patched correctly.
-    stale = [hook.name for hook in webhooks if hook.client_config.ca_bundle != ca_bundle]
+    stale = [
+        hook["name"]
+        for hook in webhooks
+        if (hook.get("clientConfig") or {}).get("caBundle") != ca_bundle
+    ]
     if not stale:
         return None
     return {"webhooks": [{"name": name, "clientConfig": {"caBundle": ca_bundle}} for name in stale]}
