@@ -13,7 +13,7 @@ import hashlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -37,17 +37,25 @@ NOTE_LIMIT = 1024
 REASON_LIMIT = 128
 NAME_LIMIT = 253
 
-_SeriesKey = tuple[str, str, str, str, str, str]
+# A digest of what makes Events one series, rather than the parts themselves: up to MAX_SERIES are
+# kept, and the note and the object's uid are most of the bytes of each.
+_SeriesKey = bytes
 
 
-@dataclass(slots=True)  # thousands are kept (MAX_SERIES)
+def _series_key(*parts: str) -> _SeriesKey:
+    return hashlib.blake2b("\x00".join(parts).encode(), digest_size=16).digest()
+
+
+@dataclass(slots=True)  # up to MAX_SERIES are kept
 class _Series:
-    """One Event object and how often it has been recorded."""
+    """One Event object and how often it has been recorded. While records of it are in progress,
+    a lock makes them one at a time, so that a repeat counts on the Event the first one made."""
 
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     name: str | None = None
     count: int = 0
     last_seen: float = 0.0
+    writers: int = 0
+    lock: asyncio.Lock | None = None
 
 
 def _micro_time() -> str:
@@ -139,10 +147,17 @@ class EventRecorder:
         namespace = regarding.get("namespace") or "default"
         identity = regarding.get("uid") or regarding.get("name", "")
         series = self._series_for(
-            (namespace, regarding.get("kind", ""), identity, event_type, reason, note)
+            _series_key(namespace, regarding.get("kind", ""), identity, event_type, reason, note)
         )
-        async with series.lock:
-            await self._write(series, namespace, regarding, event_type, reason, note)
+        series.writers += 1
+        lock = series.lock = series.lock or asyncio.Lock()
+        try:
+            async with lock:
+                await self._write(series, namespace, regarding, event_type, reason, note)
+        finally:
+            series.writers -= 1
+            if not series.writers:
+                series.lock = None
 
     def _series_for(self, key: _SeriesKey) -> _Series:
         now = self._clock()
