@@ -22,8 +22,8 @@ Memory. Each service's peak resident set (VmHWM) once every pod is cached, and i
 when idle (VmRSS, after the status samples and a pause with nothing to do). Memory per cached pod:
 the reconciler's resident set once everything is cached less its resident set before the first
 job, divided by the pods (each pod's Service and a quarter of a job included); and the size of
-one pod as the reconciler's cache keeps it (a walk of sys.getsizeof over the decoded object; the
-parts the slim cache shares between pods are counted whole).
+one pod as the slim transform leaves it (a walk of sys.getsizeof over the decoded object) and as
+the cache keeps it (its JSON).
 
 Prints figures; the exit status says nothing about them. Run the full size on a quiet machine:
 
