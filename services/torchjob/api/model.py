@@ -121,20 +121,24 @@ class Model:
     def from_dict(cls, data: object, path: str = "") -> Self:
         """Decode `data`; raise ModelError naming the first field that does not fit."""
         obj = expect_object(data, path)
-        by_key = _fields_by_key(cls)
+        by_key = _FIELDS_BY_KEY.get(cls) or _fields_by_key(cls)
         values: dict[str, Any] = {}
         extra: dict[str, Any] = {}
         # One pass over what is present: admission decodes every job, and most fields are absent.
+        # A field's path is built only for a message below it or an error: every admission pays
+        # for what is built.
         for key, raw in obj.items():
             info = by_key.get(key)
             if info is None:
                 extra[key] = raw
             elif raw is None:  # the apiserver drops nulls; absent and null mean the same
                 continue
-            elif info.kind == "string" and not info.repeated and isinstance(raw, str):
-                values[info.attr] = raw  # the common case, with no path to build
+            elif info.repeated or info.map:
+                values[info.attr] = _decode_field(cls, info, raw, path, key)
+            elif info.kind == "string" and isinstance(raw, str):
+                values[info.attr] = raw  # the common case
             else:
-                values[info.attr] = _decode_field(cls, info, raw, child(path, key))
+                values[info.attr] = _decode(cls, info, raw, path, key)
         values["extra"] = extra
         return cls(**values)
 
@@ -165,18 +169,41 @@ def _fields_by_key(model: type[Model]) -> dict[str, FieldInfo]:
     return by_key
 
 
-def _decode_field(owner: type[Model], info: FieldInfo, raw: object, path: str) -> Any:
+def _decode_field(owner: type[Model], info: FieldInfo, raw: object, path: str, key: str) -> Any:
+    """A repeated or map field's value; `path` is its owner's, `key` its own."""
     if info.map:
-        obj = expect_object(raw, path)
-        return {key: _decode(owner, info, value, child(path, key)) for key, value in obj.items()}
-    if not info.repeated:
-        return _decode(owner, info, raw, path)
+        obj = raw if isinstance(raw, dict) else expect_object(raw, child(path, key))
+        return {name: _decode(owner, info, value, path, key, name) for name, value in obj.items()}
     if not isinstance(raw, list):
-        raise ModelError(path, f"must be an array, not {json_type(raw)}")
-    return [_decode(owner, info, item, child(path, index)) for index, item in enumerate(raw)]
+        raise ModelError(child(path, key), f"must be an array, not {json_type(raw)}")
+    return [_decode(owner, info, item, path, key, index) for index, item in enumerate(raw)]
 
 
-def _decode(owner: type[Model], info: FieldInfo, raw: object, path: str) -> Any:
+def _decode(owner: type[Model], info: FieldInfo, raw: object, path: str, *parts: str | int) -> Any:
+    """One value of `info`, at `child(path, *parts)`: a value that fits as it is is returned
+    without building its path; anything else is decoded, or refused, by `_decode_value`."""
+    kind = info.kind
+    if kind == "string":
+        if isinstance(raw, str):
+            return raw
+    elif kind == "message":
+        return model_of(owner, info.ref).from_dict(raw, child(path, *parts))
+    elif kind == "object":
+        if isinstance(raw, dict):
+            return raw
+    elif kind == "boolean":
+        if isinstance(raw, bool):
+            return raw
+    elif kind in INT_BOUNDS:
+        low, high = INT_BOUNDS[kind]
+        if type(raw) is int and low <= raw <= high:
+            return raw
+    elif kind == "enum" and isinstance(raw, str) and raw in info.values:
+        return raw
+    return _decode_value(owner, info, raw, child(path, *parts))
+
+
+def _decode_value(owner: type[Model], info: FieldInfo, raw: object, path: str) -> Any:
     kind = info.kind
     if kind == "message":
         return model_of(owner, info.ref).from_dict(raw, path)

@@ -321,14 +321,19 @@ def _replica_spec_errors(
 def _replica_type_errors(
     job: PyTorchTrainingJob, replica: ReplicaSpec, path: str, seen: set[str], *, name_refused: bool
 ) -> Iterator[FieldError]:
-    kind, path = replica.type, child(path, "type")
+    kind = replica.type
+    # Paths are built for errors only, here and below: every admission runs these rules.
     if not kind:
-        yield FieldError(path, "is required", Cause.REQUIRED)
+        yield FieldError(child(path, "type"), "is required", Cause.REQUIRED)
         return
     if not DNS_LABEL.match(kind):
-        yield FieldError(path, f"{kind!r} must be a lower-case DNS label (a-z, 0-9, '-')")
+        yield FieldError(
+            child(path, "type"), f"{kind!r} must be a lower-case DNS label (a-z, 0-9, '-')"
+        )
     if kind in seen:
-        yield FieldError(path, f"{kind!r} is used by another replica spec", Cause.DUPLICATE)
+        yield FieldError(
+            child(path, "type"), f"{kind!r} is used by another replica spec", Cause.DUPLICATE
+        )
     seen.add(kind)
     if name_refused:
         return  # the name alone is refused; the names it makes with the type say nothing more
@@ -336,7 +341,7 @@ def _replica_type_errors(
     last = f"{job_name}-{kind}-{_highest_index(job, replica)}"
     if len(last) > constants.DNS_LABEL_MAX:
         yield FieldError(
-            path,
+            child(path, "type"),
             f"replica name {last!r} (its Pod's and its Service's) is {len(last)} characters; job "
             f"name, type and index must fit in {constants.DNS_LABEL_MAX}",
             Cause.TOO_LONG,
@@ -360,13 +365,20 @@ def _template_errors(replica: ReplicaSpec, path: str) -> Iterator[FieldError]:
         yield FieldError(child(path, "template", "spec"), "is required", Cause.REQUIRED)
         return
     containers = pod_spec.get("containers")
-    path = child(path, "template", "spec", "containers")
     if not isinstance(containers, list) or not containers:
-        yield FieldError(path, "must list at least one container", Cause.REQUIRED)
+        yield FieldError(
+            child(path, "template", "spec", "containers"),
+            "must list at least one container",
+            Cause.REQUIRED,
+        )
         return
     for index, container in enumerate(containers):
         if not isinstance(container, dict) or not isinstance(container.get("name"), str):
-            yield FieldError(child(path, index, "name"), "is required", Cause.REQUIRED)
+            yield FieldError(
+                child(path, "template", "spec", "containers", index, "name"),
+                "is required",
+                Cause.REQUIRED,
+            )
 
 
 def _spelling_errors(spec: PyTorchTrainingJobSpec) -> Iterator[FieldError]:
@@ -403,16 +415,16 @@ def _torchrun_errors(spec: PyTorchTrainingJobSpec) -> Iterator[FieldError]:
         container_index, container = queries.training_container(replica)
         if container is None:
             continue
-        path = child("spec.replicaSpecs", index, "template", "spec", "containers", container_index)
+        path = f"spec.replicaSpecs[{index}].template.spec.containers[{container_index}]"
         if not container.get("args"):
             yield FieldError(
-                child(path, "args"),
+                f"{path}.args",
                 "torchrun is enabled, so the container's command is replaced: put the training "
                 "script and its arguments in args",
             )
         if proc == "gpu" and queries.gpu_limit(container) < 1:
             yield FieldError(
-                child(path, "resources", "limits"),
+                f"{path}.resources.limits",
                 'procPerNode "gpu" needs a GPU limit (nvidia.com/gpu) on the training container',
             )
 
@@ -526,10 +538,8 @@ def _warnings(spec: PyTorchTrainingJobSpec) -> Iterator[str]:
         )
     for index, replica in enumerate(spec.replica_specs or []):
         container_index, container = queries.training_container(replica)
-        path = child(
-            "spec.replicaSpecs", index, "template", "spec", "containers", container_index, "env"
-        )
         for env_name in queries.user_env_names(container) & queries.injected_env_names(spec):
+            path = f"spec.replicaSpecs[{index}].template.spec.containers[{container_index}].env"
             yield f"{path}: {env_name} is set by you and wins over the value torchjob would inject"
 
 

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import orjson
 import structlog
-from aiohttp import web
+from aiohttp import hdrs, web
 from kubernetes_asyncio import client
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -222,12 +222,10 @@ class Admissions:
         if self.inflight + cost > room:
             return False
         self.inflight += cost
-        INFLIGHT.set(self.inflight)
         return True
 
     def give(self, cost: int) -> None:
         self.inflight -= cost
-        INFLIGHT.set(self.inflight)
 
     def close(self) -> None:
         self.worker.shutdown(wait=False, cancel_futures=True)
@@ -282,6 +280,35 @@ class Work:
         pending.add_done_callback(lambda _: loop.call_soon_threadsafe(admissions.give, cost))
 
 
+class _Deadline:
+    """The handler timeout: what `asyncio.timeout` does to the request's task, for a third of its
+    CPU (which every admission pays, on uvloop about 12 µs against 4): one timer that cancels the
+    task when it fires, and that cancellation, and only it, taken as the timeout."""
+
+    __slots__ = ("_cancelling", "_expired", "_task", "_timer")
+
+    def __init__(self, seconds: float) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self._cancelling = task.cancelling()
+        self._expired = False
+        self._timer = asyncio.get_running_loop().call_later(seconds, self._expire)
+
+    def _expire(self) -> None:
+        self._expired = True
+        self._task.cancel()
+
+    def expired_with(self, error: BaseException | None) -> bool:
+        """Stop the timer, once the request is over; whether it ended in the cancellation the
+        timer made (asyncio.timeout's rule: ours, unless the task was cancelled again since)."""
+        self._timer.cancel()
+        if not self._expired:
+            return False
+        uncancelled = self._task.uncancel()
+        return isinstance(error, asyncio.CancelledError) and uncancelled <= self._cancelling
+
+
 _WORK: contextvars.ContextVar[Work | None] = contextvars.ContextVar("work", default=None)
 
 
@@ -310,11 +337,16 @@ def _route(endpoint: str, answer: Answer) -> Callable[[web.Request], Awaitable[w
             )
         work = Work(admissions, cost, cost, limits.handler_timeout_seconds)
         bound = _WORK.set(work)
+        deadline = _Deadline(limits.handler_timeout_seconds)
         try:
-            async with asyncio.timeout(limits.handler_timeout_seconds):
-                return await _serve(endpoint, answer, http, work, started)
-        except TimeoutError:
-            return _timed_out(http.app, endpoint, work, started)
+            try:
+                response = await _serve(endpoint, answer, http, work, started)
+            except BaseException as error:
+                if deadline.expired_with(error):
+                    return _timed_out(http.app, endpoint, work, started)
+                raise
+            deadline.expired_with(None)
+            return response
         finally:
             _WORK.reset(bound)
             work.release()
@@ -327,8 +359,13 @@ async def _serve(
 ) -> web.Response:
     limits = work.admissions.limits
     try:
-        async with asyncio.timeout(limits.read_timeout_seconds):
+        if http.content.is_eof():
+            # The whole body has arrived (an ordinary admission, in one read): reading it cannot
+            # wait, so it needs no timer.
             raw = await http.read()
+        else:
+            async with asyncio.timeout(limits.read_timeout_seconds):
+                raw = await http.read()
     except TimeoutError:
         message = f"the body did not arrive within {limits.read_timeout_seconds:g}s"
         return _turned_away(endpoint, "read_timeout", 408, message)
@@ -452,6 +489,10 @@ def _bind_request(fields: dict[str, Any]) -> Mapping[str, contextvars.Token[Any]
     )
 
 
+# The answer's headers, copied into each response: cheaper than `content_type=`, same bytes.
+_JSON: Mapping[str, str] = {hdrs.CONTENT_TYPE: "application/json"}
+
+
 @functools.cache
 def _metrics_of(endpoint: str, outcome: str) -> tuple[Counter, Histogram]:
     """The labelled counter and histogram, looked up once per label pair (labels() takes a lock
@@ -487,7 +528,7 @@ def _answer(
         encoded = orjson.dumps(
             refuse(uid, "the webhook could not encode its answer", 500, "InternalError").review()
         )
-    return web.Response(body=encoded, content_type="application/json")
+    return web.Response(body=encoded, headers=_JSON)
 
 
 async def _job_of(app: web.Application, body: Any) -> dict[str, Any] | None:
@@ -629,7 +670,9 @@ def init_app(settings: Settings) -> web.Application:
     app[SETTINGS] = settings
     app[TLS] = ServingCertificate()
     app[DECODED_JOBS] = DecodedJobs()
-    app[ADMISSIONS_BOUND] = Admissions(limits)
+    admissions = app[ADMISSIONS_BOUND] = Admissions(limits)
+    # Read when /metrics is scraped, rather than set on every admission.
+    INFLIGHT.set_function(lambda: admissions.inflight)
     app.on_startup.append(_resolve_logger)
     # The probes first: they report a stalled loop from the start, and stop last.
     heartbeat = Heartbeat(stall_after=limits.loop_stall_seconds)
