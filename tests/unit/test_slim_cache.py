@@ -1,7 +1,8 @@
-"""The reconciler caches slim pods and Services (kube/slim.py): the lifecycle must see exactly
-the facts the full objects gave. Replays pod events recorded from a real kube-apiserver
-(tests/data/recorded/pod_events.json, made by record_pod_events.py beside it) through two caches,
-one of full objects and one of slim ones, and plans every round from each."""
+"""The reconciler caches slim pods and Services (kube/slim.py), each kept as its JSON
+(informer._Store): the lifecycle must see exactly the facts the full objects gave. Replays pod
+events recorded from a real kube-apiserver (tests/data/recorded/pod_events.json, made by
+record_pod_events.py beside it) through two caches, one of full objects and the informer's store
+of slim ones, and plans every round from each."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from torchjob.api import constants
 from torchjob.api.admission import Request
 from torchjob.api.types import PyTorchTrainingJobSpec
-from torchjob.kube.informer import controller_uid, object_key
+from torchjob.kube.informer import _Store, controller_uid, object_key
 from torchjob.kube.resources import owner_job_key
 from torchjob.kube.slim import job_without_status, slim_pod, slim_service
 from torchjob.lifecycle.backoff import RestartBackoff
@@ -66,18 +67,41 @@ def test_the_recording_covers_what_the_lifecycle_reads() -> None:
     assert {e["type"] for e in EVENTS} == {"ADDED", "MODIFIED", "DELETED"}
 
 
+def stored(store: _Store, event: dict[str, Any]) -> Cache:
+    """What the informer does with a watch event: the slim pod put into (or removed from) its
+    store; the store's contents as it hands them out, by owner as the reconciler reads them."""
+    pod = slim_pod(copy.deepcopy(event["object"]))
+    if event["type"] == "DELETED":
+        store.remove(object_key(pod))
+    else:
+        store.put(pod)
+    owner = controller_uid(event["object"])[0]
+    keys = store.indices["owner"].get(owner, set())
+    return {key: cached for key in sorted(keys) if (cached := store.get(key)) is not None}
+
+
 def test_slim_pods_plan_as_full_ones_after_every_recorded_event() -> None:
     full: Cache = {}
-    slim: Cache = {}
+    store = _Store({"owner": controller_uid})
     services = frozenset(s["metadata"]["name"] for s in rendered_services())
     status: dict[str, Any] = {}
     for event in EVENTS:
         apply(full, event, lambda pod: pod)
-        apply(slim, event, slim_pod)
-        assert [view_pod(p) for p in slim.values()] == [view_pod(p) for p in full.values()]
+        slim = stored(store, event)
+        assert [view_pod(p) for p in slim.values()] == [view_pod(full[k]) for k in slim]
+        assert slim.keys() == full.keys()
         from_full = round_plan(full, status, services)
         assert round_plan(slim, status, services) == from_full, event["object"]["metadata"]
         status = from_full.status  # the next round sees the status this one wrote
+
+
+def test_the_store_hands_out_a_fresh_copy_of_what_was_put() -> None:
+    store = _Store({})
+    pod = slim_pod(EVENTS[-2]["object"])
+    store.put(pod)
+    first, second = store.get(object_key(pod)), store.get(object_key(pod))
+    assert first == second == pod
+    assert first is not second and first is not pod
 
 
 def test_slim_pods_and_services_keep_their_owner_and_key() -> None:
