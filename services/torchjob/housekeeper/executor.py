@@ -17,7 +17,7 @@ from torchjob.kube.errors import Conflict, Invalid, KubeError, NotFound
 from torchjob.kube.events import EventRecorder
 from torchjob.kube.informer import ResourceKind
 from torchjob.kube.jobs import patch_status
-from torchjob.kube.resources import DEPLOYMENTS, PODS, SERVICES
+from torchjob.kube.resources import DEPLOYMENTS, PODS, SERVICES, job_resource
 from torchjob.kube.rest import JSON_PATCH, Resources
 from torchjob.lifecycle.housekeeping import HousekeepingPlan
 from torchjob.lifecycle.tensorboard import failed_status, stored_form
@@ -32,9 +32,9 @@ ACTIONS = Counter(
 )
 
 
-def _kind_of(obj: dict[str, Any]) -> ResourceKind:
-    """Where a TensorBoard object of ours lives: a Deployment or a Service."""
-    return DEPLOYMENTS if obj["kind"] == "Deployment" else SERVICES
+def _resource_of(kind: str) -> ResourceKind:
+    """Where a TensorBoard object of ours of `kind` lives: a Deployment or a Service."""
+    return DEPLOYMENTS if kind == "Deployment" else SERVICES
 
 
 class HousekeeperExecutor:
@@ -76,13 +76,15 @@ class HousekeeperExecutor:
             return False
         namespace = job["metadata"]["namespace"]
         for kind, name, uid in plan.delete_tensorboard:
-            where = _kind_of({"kind": kind})
+            where = _resource_of(kind)
             await self._delete(f"tensorboard_{kind.lower()}", where, namespace, name, uid)
         return True
 
     async def _create(self, job: dict[str, Any], obj: dict[str, Any]) -> None:
         try:
-            await self.resources.create(_kind_of(obj), obj["metadata"]["namespace"], obj)
+            await self.resources.create(
+                _resource_of(obj["kind"]), obj["metadata"]["namespace"], obj
+            )
             ACTIONS.labels(f"tensorboard_{obj['kind'].lower()}_created").inc()
         except Conflict:
             await self._check_ours(job, obj)
@@ -92,7 +94,9 @@ class HousekeeperExecutor:
         by someone else's, which is reported and retried with backoff until it is gone."""
         meta = obj["metadata"]
         try:
-            existing = await self.resources.get(_kind_of(obj), meta["namespace"], meta["name"])
+            existing = await self.resources.get(
+                _resource_of(obj["kind"]), meta["namespace"], meta["name"]
+            )
         except NotFound:
             raise Conflict(409, "Conflict", f"{meta['name']} was deleted; creating again") from None
         owners = existing.get("metadata", {}).get("ownerReferences") or []
@@ -120,7 +124,11 @@ class HousekeeperExecutor:
             *({"op": "add", "path": f"/spec/{k}", "value": v} for k, v in desired["spec"].items()),
         ]
         await self.resources.patch(
-            _kind_of(desired), meta["namespace"], meta["name"], ops, content_type=JSON_PATCH
+            _resource_of(desired["kind"]),
+            meta["namespace"],
+            meta["name"],
+            ops,
+            content_type=JSON_PATCH,
         )
         ACTIONS.labels(f"tensorboard_{desired['kind'].lower()}_updated").inc()
 
@@ -162,8 +170,7 @@ class HousekeeperExecutor:
         log.info("deleted", kind=what, name=name)
 
     async def _delete_job(self, job: dict[str, Any]) -> None:
-        meta, api = job["metadata"], api_of(job)
-        jobs = ResourceKind(api.group, api.version, api.plural)
+        meta, jobs = job["metadata"], job_resource(api_of(job))
         try:
             # Background: the job goes at once and the garbage collector removes what it owned.
             await self.resources.delete(

@@ -141,17 +141,10 @@ def proxy_from_environment(host: str) -> str | None:
     return urllib.request.getproxies().get(url.scheme or "https")
 
 
-async def unread(request: Awaitable[Any]) -> None:
-    """Awaits a request sent with `_preload_content=False`: its reply is read and checked, never
-    decoded into the client's model objects, which costs more CPU than the request (a created
-    pod's reply: about 0.6 ms). A status of 300 or more raises ApiException (see
-    `errors.translated`)."""
-    await reply_body(request)
-
-
 async def reply_body(request: Awaitable[Any]) -> bytes:
-    """The body of the reply to a request sent with `_preload_content=False`, undecoded; a status
-    of 300 or more raises ApiException (see `errors.translated`)."""
+    """The body of the reply to a request sent with `_preload_content=False`, never decoded into
+    the client's model objects, which costs more CPU than the request (a created pod's reply:
+    about 0.6 ms). A status of 300 or more raises ApiException (see `errors.translated`)."""
     response: aiohttp.ClientResponse = await request
     try:
         body: bytes = await response.read()  # read to its end, so that the connection is reused

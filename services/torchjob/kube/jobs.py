@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from torchjob.api.job_api import TRAINING_JOB, JobApi
-from torchjob.kube.informer import ResourceKind
+from torchjob.kube.resources import job_resource
 from torchjob.kube.rest import Resources
 
 
@@ -18,7 +18,6 @@ async def patch_status(
     """A JSON merge patch of the job's status subresource: each key given replaces the stored one
     (a list as a whole), None removes it, and the keys not given are left alone, so the
     reconciler and the housekeeper each write only their own part of the status."""
-    jobs = ResourceKind(api.group, api.version, api.plural)
     await resources.patch(
-        jobs, meta["namespace"], meta["name"], {"status": status}, subresource="status"
+        job_resource(api), meta["namespace"], meta["name"], {"status": status}, subresource="status"
     )

@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from torchjob.api import constants, types
-from torchjob.api.job_api import KUBEFLOW_JOB, api_of
+from torchjob.api.job_api import KUBEFLOW_JOB, JobApi, api_of
 from torchjob.kube.informer import ResourceKind
 from torchjob.kube.reconcile import JobKey
+from torchjob.render.scheduling import GROUP_KINDS, GangMode
 
 JOBS = ResourceKind(types.GROUP, types.VERSION, types.PLURAL)
 KUBEFLOW_JOBS = ResourceKind(KUBEFLOW_JOB.group, KUBEFLOW_JOB.version, KUBEFLOW_JOB.plural)
@@ -18,6 +19,17 @@ DEPLOYMENTS = ResourceKind("apps", "v1", "deployments")
 AUTOSCALERS = ResourceKind("autoscaling", "v2", "horizontalpodautoscalers")
 EVENTS = ResourceKind("events.k8s.io", "v1", "events")
 SECRETS = ResourceKind("", "v1", "secrets")
+# The PodGroup kinds of each gang mode (render/scheduling.py).
+GROUP_RESOURCES: dict[GangMode, ResourceKind] = {
+    mode: ResourceKind(kind.group, kind.version, kind.plural) for mode, kind in GROUP_KINDS.items()
+}
+
+
+def job_resource(api: JobApi) -> ResourceKind:
+    """Where jobs of `api` live: PyTorchTrainingJobs, or Kubeflow's PyTorchJobs."""
+    return KUBEFLOW_JOBS if api == KUBEFLOW_JOB else JOBS
+
+
 # The index (over `informer.controller_uid`) of the objects a job controls, by the job's uid.
 OWNER_INDEX = "owner"
 

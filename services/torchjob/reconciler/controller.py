@@ -22,10 +22,11 @@ from torchjob.api.model import ModelError
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.kube.events import EventRecorder
 from torchjob.kube.expectations import Expectations, ObjectRef
-from torchjob.kube.informer import Informer, ResourceKind, controller_uid
+from torchjob.kube.informer import Informer, controller_uid
 from torchjob.kube.reconcile import JobKey, Result, TerminalError
 from torchjob.kube.resources import (
     AUTOSCALERS,
+    GROUP_RESOURCES,
     JOBS,
     KUBEFLOW_JOBS,
     OWNER_INDEX,
@@ -130,7 +131,7 @@ class Reconciler:
         self.groups = {
             mode: Informer(
                 api,
-                ResourceKind(kind.group, kind.version, kind.plural),
+                GROUP_RESOURCES[mode],
                 label_selector=selector,
                 indexers=indexers,
                 on_add=self._group_added,

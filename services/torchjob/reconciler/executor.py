@@ -30,7 +30,7 @@ from torchjob.kube.expectations import Expectations, ObjectRef
 from torchjob.kube.informer import ResourceKind
 from torchjob.kube.jobs import patch_status
 from torchjob.kube.reconcile import JobKey
-from torchjob.kube.resources import AUTOSCALERS, PODS, SERVICES
+from torchjob.kube.resources import AUTOSCALERS, GROUP_RESOURCES, PODS, SERVICES
 from torchjob.kube.rest import Resources
 from torchjob.lifecycle.observe import Refusal
 from torchjob.lifecycle.plan import Plan
@@ -277,11 +277,10 @@ class ReconcilerExecutor:
         gang: Gang | None,
     ) -> Refusal | None:
         """The job's group object: deleted, created (before any pod) or resized, as planned."""
-        kind = gang.kind if gang is not None else None
-        if gang is None or kind is None:
+        groups = GROUP_RESOURCES.get(gang.mode) if gang is not None else None
+        if gang is None or groups is None:
             return None
         meta = job["metadata"]
-        groups = ResourceKind(kind.group, kind.version, kind.plural)
         if plan.delete_group:
             try:
                 await self.resources.delete(groups, meta["namespace"], gang.name)

@@ -40,7 +40,7 @@ from torchjob.api.kubeflow_admission import mutate_pytorchjob, validate_pytorchj
 from torchjob.kube import resources
 from torchjob.kube.client import new_api_client
 from torchjob.kube.errors import NotFound
-from torchjob.kube.informer import Informer, ResourceKind
+from torchjob.kube.informer import Informer
 from torchjob.kube.rest import Resources
 from torchjob.kube.slim import job_without_status
 from torchjob.render.pod_admission_handler import (
@@ -551,9 +551,8 @@ async def _job_of(app: web.Application, body: Any) -> dict[str, Any] | None:
     if admissions.lookups >= MAX_JOB_LOOKUPS:
         raise Busy(f"too many pods of jobs the webhook has not cached yet; retry ({name})")
     admissions.lookups += 1
-    jobs = ResourceKind(api.group, api.version, api.plural)
     try:
-        job = await Resources(app[API]).get(jobs, namespace, name)
+        job = await Resources(app[API]).get(resources.job_resource(api), namespace, name)
     except NotFound:
         return None
     finally:
