@@ -127,3 +127,76 @@ def test_an_api_class_loads_its_own_module_only() -> None:
     assert isinstance(loaded, list)
     assert "kubernetes_asyncio.client.api.core_v1_api" in loaded
     assert "kubernetes_asyncio.client.api.batch_v1_api" not in loaded
+
+
+@pytest.mark.parametrize("service", ["reconciler", "webhook", "housekeeper"])
+def test_a_service_runs_none_of_the_deferred_modules(service: str) -> None:
+    loaded = run(
+        f"""
+        import json, sys
+        import torchjob.{service}.__main__
+        from torchjob.runtime.lean_imports import DEFERRED
+        ran = {{name: sorted(set(vars(sys.modules[name])) - {{"__getattr__", *DEFERRED[name]}})
+                for name in DEFERRED}}
+        print(json.dumps({{"ran": ran, "parts": [m for m in sys.modules if m.startswith(
+            ("urllib3.", "dateutil.parser.", "dateutil.tz"))]}}))
+        """
+    )
+    assert isinstance(loaded, dict)
+    assert loaded["parts"] == []
+    for name, attributes in loaded["ran"].items():
+        # Only what the import system sets on a module it has not run yet.
+        assert set(attributes) <= {
+            "__name__",
+            "__doc__",
+            "__package__",
+            "__loader__",
+            "__spec__",
+            "__path__",
+            "__file__",
+            "__cached__",
+        }, name
+
+
+def test_a_deferred_module_is_the_real_one_once_used() -> None:
+    script = r"""
+        import asyncio, json, sys
+        FIRST
+        import urllib3, dateutil.parser, multiprocessing.pool
+        from kubernetes_asyncio import client
+
+        async def decoded():
+            api = client.ApiClient()
+            try:
+                meta = api.deserialize(
+                    type("R", (), {"data": '{"creationTimestamp": "2024-01-02T03:04:05Z"}'}),
+                    "V1ObjectMeta",
+                )
+                pool = api.pool
+                pool.close()
+                return [meta.creation_timestamp.isoformat(), type(pool).__qualname__]
+            finally:
+                await api.close()
+
+        used = {
+            "decoded": asyncio.run(decoded()),
+            "headers": urllib3.util.make_headers(basic_auth="user:secret"),
+        }
+        names = {
+            name: sorted(n for n in vars(sys.modules[name]) if not n.startswith("_"))
+            for name in ("urllib3", "dateutil.parser", "multiprocessing.pool")
+        }
+        print(json.dumps({
+            **used,
+            "names": names,
+            "same": [
+                sys.modules["urllib3"] is urllib3,
+                sys.modules["dateutil.parser"] is dateutil.parser,
+            ],
+        }))
+        """
+    deferred = run(script.replace("FIRST", "import torchjob.runtime.lean_imports"))
+    eager = run(script.replace("FIRST", ""))
+    assert isinstance(eager, dict)
+    assert eager["decoded"] == ["2024-01-02T03:04:05+00:00", "ThreadPool"]
+    assert deferred == eager

@@ -24,7 +24,9 @@ import structlog
 from kubernetes_asyncio import client
 from prometheus_client import Gauge
 
-from torchjob.kube.errors import Conflict, KubeError, NotFound, translated
+from torchjob.kube.errors import Conflict, KubeError, NotFound
+from torchjob.kube.resources import LEASES
+from torchjob.kube.rest import Resources
 from torchjob.lifecycle.times import format_micro_time
 
 LOGGER_NAME = "torchjob.kube.leader"
@@ -39,6 +41,15 @@ IS_LEADER = Gauge(
     "1 while this process holds the Lease and may act, else 0",
     ["lease"],
 )
+
+
+# A coordination.k8s.io/v1 Lease, as the apiserver sends it.
+Lease = dict[str, Any]
+
+
+def _spec_of(lease: Lease) -> dict[str, Any]:
+    spec = lease.get("spec")
+    return spec if isinstance(spec, dict) else {}
 
 
 def _micro_time() -> str:
@@ -63,7 +74,9 @@ class LeaderElector:
         if not retry_seconds < renew_deadline < lease_seconds:
             # Renewal must give up (and stop lead()) before another candidate may take over.
             raise ValueError("need retry_seconds < renew_deadline < lease_seconds")
-        self._leases = client.CoordinationV1Api(api_client)
+        # Plain REST calls on the Lease as JSON: the generated CoordinationV1Api and its models
+        # (with the date parser they decode times with) would be loaded for these four calls.
+        self._leases = Resources(api_client)
         self._namespace = namespace
         self._name = lease_name
         self._identity = identity
@@ -168,33 +181,30 @@ class LeaderElector:
             )
             return False
 
-    def _may_take(self, lease: client.V1Lease) -> bool:
-        holder = lease.spec.holder_identity if lease.spec else None
+    def _may_take(self, lease: Lease) -> bool:
+        spec = _spec_of(lease)
+        holder = spec.get("holderIdentity")
         self._holder = holder
         if not holder or holder == self._identity:
             return True
-        version = lease.metadata.resource_version
+        version = lease["metadata"].get("resourceVersion")
         if version != self._observed_version:
             # Any write to the Lease is its holder renewing: its expiry starts again now.
             self._observed_version = version
             self._observed_at = time.monotonic()
-        duration = (lease.spec.lease_duration_seconds if lease.spec else None) or 0
+        duration = spec.get("leaseDurationSeconds") or 0
         return time.monotonic() > self._observed_at + duration
 
-    async def _read(self) -> client.V1Lease | None:
+    async def _read(self) -> Lease | None:
         try:
-            async with translated():
-                lease: client.V1Lease = await self._leases.read_namespaced_lease(
-                    self._name, self._namespace
-                )
-                return lease
+            return await self._leases.get(LEASES, self._namespace, self._name)
         except NotFound:
             return None
 
     async def _create(self) -> None:
         now = _micro_time()
-        # The client sends a dict as it is, with our exact MicroTime strings.
-        body: Any = {
+        # Sent as it is, with our exact MicroTime strings.
+        body: Lease = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
             "metadata": {"name": self._name, "namespace": self._namespace},
@@ -206,18 +216,17 @@ class LeaderElector:
                 "leaseTransitions": 0,
             },
         }
-        async with translated():
-            await self._leases.create_namespaced_lease(self._namespace, body)
+        await self._leases.create(LEASES, self._namespace, body)
 
-    async def _take(self, lease: client.V1Lease) -> None:
+    async def _take(self, lease: Lease) -> None:
         now = _micro_time()
         spec: dict[str, Any] = {
             "leaseDurationSeconds": self._whole_lease_seconds(),
             "renewTime": now,
         }
-        previous = lease.spec.holder_identity if lease.spec else None
+        previous = _spec_of(lease).get("holderIdentity")
         if previous != self._identity:
-            transitions = (lease.spec.lease_transitions if lease.spec else None) or 0
+            transitions = _spec_of(lease).get("leaseTransitions") or 0
             spec |= {
                 "holderIdentity": self._identity,
                 "acquireTime": now,
@@ -230,7 +239,7 @@ class LeaderElector:
         try:
             async with asyncio.timeout(self._renew_deadline):
                 lease = await self._read()
-                if lease is None or not lease.spec or lease.spec.holder_identity != self._identity:
+                if lease is None or _spec_of(lease).get("holderIdentity") != self._identity:
                     return
                 # client-go's release: no holder, and a duration that has already run out.
                 spec = {"holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": _micro_time()}
@@ -241,11 +250,11 @@ class LeaderElector:
                 "could not release the lease", error=f"{type(error).__name__}: {error}"
             )
 
-    async def _patch(self, lease: client.V1Lease, spec: dict[str, Any]) -> None:
+    async def _patch(self, lease: Lease, spec: dict[str, Any]) -> None:
         # The resourceVersion makes the patch conditional: Conflict if anyone wrote since.
-        body = {"metadata": {"resourceVersion": lease.metadata.resource_version}, "spec": spec}
-        async with translated():
-            await self._leases.patch_namespaced_lease(self._name, self._namespace, body)
+        version = lease["metadata"].get("resourceVersion")
+        body = {"metadata": {"resourceVersion": version}, "spec": spec}
+        await self._leases.patch(LEASES, self._namespace, self._name, body)
 
     def _whole_lease_seconds(self) -> int:
         return max(1, round(self._lease_seconds))
