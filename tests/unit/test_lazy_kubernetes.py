@@ -165,6 +165,8 @@ def test_a_deferred_module_is_the_real_one_once_used() -> None:
         import urllib3, dateutil.parser, multiprocessing.pool
         from kubernetes_asyncio import client
 
+        version = urllib3.__version__  # a name the module sets itself, read first
+
         async def decoded():
             api = client.ApiClient()
             try:
@@ -179,6 +181,7 @@ def test_a_deferred_module_is_the_real_one_once_used() -> None:
                 await api.close()
 
         used = {
+            "version": version,
             "decoded": asyncio.run(decoded()),
             "headers": urllib3.util.make_headers(basic_auth="user:secret"),
         }

@@ -74,9 +74,11 @@ def _defer(name: str, imported_names: tuple[str, ...]) -> None:
         return module
 
     def __getattr__(attribute: str) -> Any:
-        if attribute.startswith("__"):
-            raise AttributeError(attribute)  # probes such as __file__ or __all__
-        return getattr(load(), attribute)
+        if attribute == "__path__":
+            # Asked of every module by `from m import name`: a package has one already, set
+            # from its spec, and a plain module has none.
+            raise AttributeError(attribute)
+        return getattr(load(), attribute)  # `__version__` or `__all__` too: the module answers
 
     def stand_in(attribute: str) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
