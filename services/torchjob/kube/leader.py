@@ -52,6 +52,12 @@ def _spec_of(lease: Lease) -> dict[str, Any]:
     return spec if isinstance(spec, dict) else {}
 
 
+def _version_of(lease: Lease) -> str | None:
+    metadata = lease.get("metadata")
+    version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+    return version if isinstance(version, str) else None
+
+
 def _micro_time() -> str:
     return format_micro_time(datetime.now(UTC))
 
@@ -187,7 +193,7 @@ class LeaderElector:
         self._holder = holder
         if not holder or holder == self._identity:
             return True
-        version = lease["metadata"].get("resourceVersion")
+        version = _version_of(lease)
         if version != self._observed_version:
             # Any write to the Lease is its holder renewing: its expiry starts again now.
             self._observed_version = version
@@ -252,7 +258,7 @@ class LeaderElector:
 
     async def _patch(self, lease: Lease, spec: dict[str, Any]) -> None:
         # The resourceVersion makes the patch conditional: Conflict if anyone wrote since.
-        version = lease["metadata"].get("resourceVersion")
+        version = _version_of(lease)
         body = {"metadata": {"resourceVersion": version}, "spec": spec}
         await self._leases.patch(LEASES, self._namespace, self._name, body)
 
