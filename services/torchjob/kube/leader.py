@@ -230,9 +230,9 @@ class LeaderElector:
             "leaseDurationSeconds": self._whole_lease_seconds(),
             "renewTime": now,
         }
-        previous = _spec_of(lease).get("holderIdentity")
-        if previous != self._identity:
-            transitions = _spec_of(lease).get("leaseTransitions") or 0
+        held = _spec_of(lease)
+        if held.get("holderIdentity") != self._identity:
+            transitions = held.get("leaseTransitions") or 0
             spec |= {
                 "holderIdentity": self._identity,
                 "acquireTime": now,
