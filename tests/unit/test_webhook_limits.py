@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp import web
+from kubernetes_asyncio import client as kubernetes_client
 from support.webhook import (
     JOB,
     RECONCILER,
@@ -244,3 +245,34 @@ def test_limits_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> No
     limits = webhook_settings.parse([]).limits
     assert (limits.max_body_bytes, limits.handler_timeout_seconds) == (2097152, 8.0)
     assert limits.loop_stall_seconds > limits.handler_timeout_seconds
+
+
+async def test_a_pod_whose_job_lookup_hangs_is_answered_at_the_handler_timeout() -> None:
+    """The apiserver accepts the job's GET and never answers: the pod route arms the handler
+    timeout before it waits, and the pod is refused in time with its uid."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def silent(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+
+    apiserver = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = apiserver.sockets[0].getsockname()[1]
+    configuration = kubernetes_client.Configuration(host=f"http://127.0.0.1:{port}")
+    app = admission_app(SMALL, job=None)
+    app[webhook_app.API] = kubernetes_client.ApiClient(configuration)
+    try:
+        async with serving(app) as client:
+            pod = review(replica_pod(), user=RECONCILER)
+            response = await asyncio.wait_for(
+                client.post("/mutate/pods", data=orjson.dumps(pod)), WAIT
+            )
+            answer = (await response.json())["response"]
+        assert accepted, "the job was not looked up"
+        assert answer["uid"] == "r1"
+        assert (answer["allowed"], answer["status"]["code"]) == (False, 504)
+    finally:
+        await app[webhook_app.API].close()
+        apiserver.close()
+        for writer in accepted:
+            writer.close()
+        await apiserver.wait_closed()

@@ -24,6 +24,7 @@ import ssl
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -49,6 +50,7 @@ from torchjob.render.pod_admission_handler import (
     job_name_of,
     mutate_pod,
 )
+from torchjob.runtime import logging as runtime_logging
 from torchjob.runtime import metrics as runtime_metrics
 from torchjob.runtime.probes import Heartbeat, serve_threaded_probes
 from torchjob.webhook.certbundle import CertBundle
@@ -237,7 +239,13 @@ _DEFAULT_ADMISSIONS = Admissions(Limits())
 
 
 class Work:
-    """One request's share of the bound: its cost, its deadline, and the worker's task for it."""
+    """One request's share of the bound: its cost, its deadline, and the worker's task for it.
+
+    The handler timeout is a timer armed (`arm`) before the first wait that can last: a body
+    still arriving, the wait for the large-body lock (and then the worker thread), a job looked
+    up from the apiserver. Until then the request runs without yielding to the loop, where no timer
+    could stop it anyway; an ordinary admission, whose body has arrived and whose answer is
+    worked out on the loop, never needs one."""
 
     def __init__(self, admissions: Admissions, cost: int, size: int, timeout: float) -> None:
         self.admissions = admissions
@@ -246,6 +254,17 @@ class Work:
         self.deadline = time.monotonic() + timeout
         self.uid: str | None = None
         self._pending: concurrent.futures.Future[Any] | None = None
+        self._timer: _Deadline | None = None
+
+    def arm(self) -> None:
+        """Start the handler timeout's timer, for what is left of the time, before a wait."""
+        if self._timer is None:
+            self._timer = _Deadline(max(0.0, self.deadline - time.monotonic()))
+
+    def expired_with(self, error: BaseException | None) -> bool:
+        """Stop the timer, once the request is over; whether the request ended in the
+        cancellation the timer made."""
+        return self._timer is not None and self._timer.expired_with(error)
 
     async def compute(self, work: Callable[[], T]) -> T:
         """`work()`, on the loop for a small body, else in the worker thread (with the caller's
@@ -314,13 +333,21 @@ _WORK: contextvars.ContextVar[Work | None] = contextvars.ContextVar("work", defa
 
 async def _compute(work: Callable[[], T]) -> T:
     current = _WORK.get()
-    return work() if current is None else await current.compute(work)
+    if current is None or current.size <= INLINE_BYTES:
+        return work()
+    return await current.compute(work)
 
 
-def _route(endpoint: str, answer: Answer) -> Callable[[web.Request], Awaitable[web.Response]]:
+def _route(
+    endpoint: str, answer: Answer, *, arms_own_waits: bool = False
+) -> Callable[[web.Request], Awaitable[web.Response]]:
     """The aiohttp handler: bound, read, answer, count, encode. Whatever the answer raises becomes
     a refusal with a message, not a 500 page. No middleware: this is the only route kind there
-    is, and a middleware would cost every admission a further call chain."""
+    is, and a middleware would cost every admission a further call chain.
+
+    The handler timeout covers the whole request when the answer may wait on anything; an
+    answer that `arms_own_waits` arms it (`Work.arm`) before each wait of its own, and the
+    request that never waits runs without a timer."""
 
     async def serve(http: web.Request) -> web.Response:
         started = time.perf_counter()
@@ -336,16 +363,17 @@ def _route(endpoint: str, answer: Answer) -> Callable[[web.Request], Awaitable[w
                 endpoint, "throttled", 429, "too many admissions at once; retry", retry_after=1
             )
         work = Work(admissions, cost, cost, limits.handler_timeout_seconds)
+        if not arms_own_waits:
+            work.arm()
         bound = _WORK.set(work)
-        deadline = _Deadline(limits.handler_timeout_seconds)
         try:
             try:
                 response = await _serve(endpoint, answer, http, work, started)
             except BaseException as error:
-                if deadline.expired_with(error):
+                if work.expired_with(error):
                     return _timed_out(http.app, endpoint, work, started)
                 raise
-            deadline.expired_with(None)
+            work.expired_with(None)
             return response
         finally:
             _WORK.reset(bound)
@@ -364,6 +392,7 @@ async def _serve(
             # wait, so it needs no timer.
             raw = await http.read()
         else:
+            work.arm()
             async with asyncio.timeout(limits.read_timeout_seconds):
                 raw = await http.read()
     except TimeoutError:
@@ -379,6 +408,7 @@ async def _serve(
     if raw.count(b"{") + raw.count(b"[") > work.size // MIN_BYTES_PER_CONTAINER:
         message = "the body holds more objects and arrays for its size than Kubernetes objects do"
         return _turned_away(endpoint, "too_dense", 400, message)
+    work.arm()
     async with work.admissions.one_large:
         return await _parse_and_answer(endpoint, answer, http, work, raw, started)
 
@@ -386,16 +416,17 @@ async def _serve(
 async def _parse_and_answer(
     endpoint: str, answer: Answer, http: web.Request, work: Work, raw: bytes, started: float
 ) -> web.Response:
-    body = await work.compute(functools.partial(_loads, raw))
+    body = _loads(raw) if work.size <= INLINE_BYTES else await work.compute(partial(_loads, raw))
     request = _request_fields(body)
     uid = request.get("uid")
     work.uid = uid if isinstance(uid, str) else ""
-    tokens = _bind_request(request)
+    # The request's identity on every log line written while it is handled.
+    bound = runtime_logging.bind_request(request, LOGGED_REQUEST_FIELDS)
     try:
         review = await _answer_or_refuse(answer, http, body, request)
         return _answer(http.app[ADMISSION_LOG], endpoint, review, started)
     finally:
-        structlog.contextvars.reset_contextvars(**tokens)
+        runtime_logging.unbind_request(bound)
 
 
 def _too_large(limits: Limits) -> str:
@@ -450,7 +481,7 @@ async def _answer_or_refuse(
 
 def _pure(handler: Callable[[Request], Response]) -> Answer:
     async def answer(_: web.Application, body: Any) -> dict[str, Any]:
-        return await _compute(functools.partial(handle, body, handler))
+        return await _compute(partial(handle, body, handler))
 
     return answer
 
@@ -460,7 +491,7 @@ async def _mutate_pod(app: web.Application, body: Any) -> dict[str, Any]:
     decode = app[DECODED_JOBS].decode
     job = await _job_of(app, body)
     return await _compute(
-        functools.partial(handle, body, lambda request: mutate_pod(request, job, creators, decode))
+        partial(handle, body, lambda request: mutate_pod(request, job, creators, decode))
     )
 
 
@@ -477,16 +508,7 @@ def _request_fields(body: Any) -> dict[str, Any]:
     return request if isinstance(request, dict) else {}
 
 
-def _bind_request(fields: dict[str, Any]) -> Mapping[str, contextvars.Token[Any]]:
-    """Bind the request's identity to every log line written while it is handled. Bound and
-    reset by token: structlog's `bound_contextvars` manager costs several times as much, on
-    every admission."""
-    return structlog.contextvars.bind_contextvars(
-        uid=fields.get("uid"),
-        namespace=fields.get("namespace"),
-        name=fields.get("name"),
-        operation=fields.get("operation"),
-    )
+LOGGED_REQUEST_FIELDS = ("uid", "namespace", "name", "operation")
 
 
 # The answer's headers, copied into each response: cheaper than `content_type=`, same bytes.
@@ -551,6 +573,9 @@ async def _job_of(app: web.Application, body: Any) -> dict[str, Any] | None:
     if admissions.lookups >= MAX_JOB_LOOKUPS:
         raise Busy(f"too many pods of jobs the webhook has not cached yet; retry ({name})")
     admissions.lookups += 1
+    work = _WORK.get()
+    if work is not None:
+        work.arm()
     try:
         job = await Resources(app[API]).get(resources.job_resource(api), namespace, name)
     except NotFound:
@@ -693,14 +718,17 @@ def add_admission_routes(app: web.Application) -> None:
     `app[SETTINGS]`, `app[DECODED_JOBS]`, `app[JOBS]` and `app[KUBEFLOW_JOBS]` when there is
     one, and `app[API]` for a job not cached. Kubeflow's PyTorchJobs have routes of their own,
     which the webhook configurations name only when Kubeflow's API is served."""
+    # Each of these answers arms the handler timeout before it waits (the worker thread, a job
+    # looked up from the apiserver).
     routes = {
-        f"/mutate/{types.PLURAL}": _route("mutate-jobs", _pure(mutate_job)),
-        f"/validate/{types.PLURAL}": _route("validate-jobs", _pure(validate_job)),
-        f"/mutate/{KUBEFLOW_JOB.plural}": _route("mutate-kubeflow-jobs", _pure(mutate_pytorchjob)),
-        f"/validate/{KUBEFLOW_JOB.plural}": _route(
-            "validate-kubeflow-jobs", _pure(validate_pytorchjob_request)
+        f"/mutate/{types.PLURAL}": ("mutate-jobs", _pure(mutate_job)),
+        f"/validate/{types.PLURAL}": ("validate-jobs", _pure(validate_job)),
+        f"/mutate/{KUBEFLOW_JOB.plural}": ("mutate-kubeflow-jobs", _pure(mutate_pytorchjob)),
+        f"/validate/{KUBEFLOW_JOB.plural}": (
+            "validate-kubeflow-jobs",
+            _pure(validate_pytorchjob_request),
         ),
-        "/mutate/pods": _route("mutate-pods", _mutate_pod),
+        "/mutate/pods": ("mutate-pods", _mutate_pod),
     }
-    for path, serve in routes.items():
-        app.router.add_post(path, serve)
+    for path, (endpoint, answer) in routes.items():
+        app.router.add_post(path, _route(endpoint, answer, arms_own_waits=True))
