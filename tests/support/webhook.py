@@ -97,9 +97,13 @@ class FixedJobs(Informer):
 
     def __init__(self, job: KubeObject | None) -> None:
         self._job = job
+        self._json = None if job is None else orjson.dumps(job)
 
     def get(self, namespace: str, name: str) -> KubeObject | None:
         return self._job
+
+    def get_json(self, namespace: str, name: str) -> bytes | None:
+        return self._json
 
 
 def admission_app(

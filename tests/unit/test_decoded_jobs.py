@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import orjson
 from support.jobs import job_manifest
 
 from torchjob.webhook.app import DecodedJobs
@@ -52,3 +53,27 @@ def test_memory_is_bounded_keeping_the_most_recently_used() -> None:
         assert decoded.decode(jobs[0]) is first  # used again each time: never the one dropped
     assert len(decoded) == 2
     assert decoded.decode(jobs[-1]).metadata == jobs[-1]["metadata"]
+
+
+def test_the_same_cached_json_is_parsed_once_and_a_new_one_again() -> None:
+    decoded = DecodedJobs(parsed_capacity=2)
+    job = stored_job("1")
+    packed = orjson.dumps(job)
+    first = decoded.parsed("ns", "a", packed)
+    assert first == job
+    assert decoded.parsed("ns", "a", packed) is first
+    # The informer stores an updated job as new bytes: equal bytes or not, they are parsed anew.
+    changed = stored_job("2", uid=job["metadata"]["uid"])
+    again = decoded.parsed("ns", "a", orjson.dumps(changed))
+    assert again is not first
+    assert again == changed
+
+
+def test_parsed_jobs_are_bounded_keeping_the_most_recently_used() -> None:
+    decoded = DecodedJobs(parsed_capacity=2)
+    packed = {name: orjson.dumps(stored_job()) for name in "abcd"}
+    kept = decoded.parsed("ns", "a", packed["a"])
+    for name in "bcd":
+        decoded.parsed("ns", name, packed[name])
+        assert decoded.parsed("ns", "a", packed["a"]) is kept  # used again each time
+    assert len(decoded._parsed) == 2  # "a" and "d": "b" and "c" went

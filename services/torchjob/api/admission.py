@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -22,8 +22,10 @@ API_VERSION = "admission.k8s.io/v1"
 MAX_WARNINGS = 32  # kubectl prints each one; a flood helps nobody
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(NamedTuple):
+    """One AdmissionReview's request, as the handlers read it. A named tuple: as immutable as a
+    frozen dataclass, and made in a quarter of the time, once per admission."""
+
     uid: str
     operation: str
     namespace: str

@@ -220,6 +220,12 @@ class Informer:
         """The cached object; pass "" as the namespace of a cluster-scoped one."""
         return self._store.get((namespace, name))
 
+    def get_json(self, namespace: str, name: str) -> bytes | None:
+        """The cached object as the JSON it is kept as, not decoded. The same bytes object stands
+        for the same stored version until the object changes, so a reader that decodes it may
+        keep what it made of it for as long as it is handed the same bytes."""
+        return self._store.by_namespace.get(namespace, {}).get(name)
+
     def by_index(self, index: str, value: str) -> list[KubeObject]:
         keys = self._store.indices[index].get(value, ())
         return [obj for key in keys if (obj := self._store.get(key)) is not None]

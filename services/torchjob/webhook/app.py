@@ -137,13 +137,23 @@ TLS = web.AppKey("tls", ServingCertificate)
 
 class DecodedJobs:
     """The typed model of each cached job, decoded once per stored version (its uid and
-    resourceVersion) rather than once per replica pod. The replicas of a job are admitted one
-    after another, so the models most recently used are the ones kept. A Kubeflow PyTorchJob's
-    model is the PyTorchTrainingJob that runs it."""
+    resourceVersion) rather than once per replica pod, and the job itself parsed once per
+    version of the cache's JSON. The replicas of a job are admitted one after another, so the
+    models most recently used are the ones kept. A Kubeflow PyTorchJob's model is the
+    PyTorchTrainingJob that runs it. What is kept is shared by the admissions that read it:
+    they only read it."""
 
-    def __init__(self, capacity: int = 256) -> None:
+    def __init__(self, capacity: int = 256, parsed_capacity: int = 16) -> None:
         self._capacity = capacity
+        # A parsed job is several times the size of its model: only the jobs whose pods are
+        # being admitted now are kept parsed.
+        self._parsed_capacity = parsed_capacity
         self._decoded: collections.OrderedDict[tuple[str, str], types.PyTorchTrainingJob] = (
+            collections.OrderedDict()
+        )
+        # By namespace and name: the cache's JSON of the job (held, so that its identity stands
+        # for its version) and the job parsed from it.
+        self._parsed: collections.OrderedDict[tuple[str, str], tuple[bytes, dict[str, Any]]] = (
             collections.OrderedDict()
         )
 
@@ -156,17 +166,44 @@ class DecodedJobs:
         )
         if not (isinstance(uid, str) and isinstance(resource_version, str)):
             return decode_job(job)  # not a stored object: nothing names this version
-        version = (uid, resource_version)
-        model = self._decoded.get(version)
-        if model is None:
-            model = self._decoded[version] = decode_job(job)
-            if len(self._decoded) > self._capacity:
-                self._decoded.popitem(last=False)
-        self._decoded.move_to_end(version)
-        return model
+        return _remembered(
+            self._decoded, (uid, resource_version), lambda: decode_job(job), self._capacity
+        )
+
+    def parsed(self, namespace: str, name: str, packed: bytes) -> dict[str, Any]:
+        """The job whose JSON a cache holds under `namespace`/`name` as `packed`."""
+        key = (namespace, name)
+        kept = self._parsed.get(key)
+        if kept is None or kept[0] is not packed:
+            kept = (packed, orjson.loads(packed))
+            self._parsed.pop(key, None)
+        _remember(self._parsed, key, kept, self._parsed_capacity)
+        return kept[1]
 
     def __len__(self) -> int:
         return len(self._decoded)
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _remembered(
+    kept: collections.OrderedDict[K, V], key: K, make: Callable[[], V], capacity: int
+) -> V:
+    value = kept.get(key)
+    if value is None:
+        value = make()
+    _remember(kept, key, value, capacity)
+    return value
+
+
+def _remember(kept: collections.OrderedDict[K, V], key: K, value: V, capacity: int) -> None:
+    """Keep `value` as the most recently used, and at most `capacity` values in all."""
+    kept[key] = value
+    kept.move_to_end(key)
+    if len(kept) > capacity:
+        kept.popitem(last=False)
 
 
 DECODED_JOBS = web.AppKey("decoded_jobs", DecodedJobs)
@@ -565,9 +602,9 @@ async def _job_of(app: web.Application, body: Any) -> dict[str, Any] | None:
         return None
     api = job_api_of_pod(pod)
     cache = _cache_of(app, api)
-    cached = cache.get(namespace, name) if cache is not None else None
+    cached = cache.get_json(namespace, name) if cache is not None else None
     if cached is not None:
-        return cached
+        return app[DECODED_JOBS].parsed(namespace, name, cached)
     # Not cached yet (created a moment ago): ask the apiserver.
     admissions = app.get(ADMISSIONS_BOUND) or _DEFAULT_ADMISSIONS
     if admissions.lookups >= MAX_JOB_LOOKUPS:
