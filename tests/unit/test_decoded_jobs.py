@@ -40,8 +40,8 @@ def test_a_changed_job_is_decoded_again() -> None:
     changed["spec"]["replicaSpecs"][0]["replicas"] = 7
     second = decoded.decode(changed)
     assert second is not first
-    assert second.spec is not None and second.spec.replica_specs is not None
-    assert second.spec.replica_specs[0].replicas == 7
+    assert second.job.spec is not None and second.job.spec.replica_specs is not None
+    assert second.job.spec.replica_specs[0].replicas == 7
 
 
 def test_memory_is_bounded_keeping_the_most_recently_used() -> None:
@@ -52,7 +52,7 @@ def test_memory_is_bounded_keeping_the_most_recently_used() -> None:
         decoded.decode(job)
         assert decoded.decode(jobs[0]) is first  # used again each time: never the one dropped
     assert len(decoded) == 2
-    assert decoded.decode(jobs[-1]).metadata == jobs[-1]["metadata"]
+    assert decoded.decode(jobs[-1]).job.metadata == jobs[-1]["metadata"]
 
 
 def test_the_same_cached_json_is_parsed_once_and_a_new_one_again() -> None:

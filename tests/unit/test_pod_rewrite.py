@@ -14,7 +14,7 @@ from support.jobs import JobBuilder
 
 from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJob
-from torchjob.render.pod_rewrite import PodRewriteError, rewrite_pod
+from torchjob.render.pod_rewrite import PodRewriteError, PreparedJob, rewrite_pod
 from torchjob.render.wait import WAIT_FOR_MASTER, WAIT_SCRIPT
 
 # Two workers; each test gives them its containers (after an init container of the user's).
@@ -176,8 +176,20 @@ def test_resume_spec_applies_only_to_resuming_pods() -> None:
 
 @pytest.mark.parametrize(
     "spec",
-    [{}, {"torchrunConfig": {"enabled": True}}, {"runMode": {"debug": {"enabled": True}}}],
-    ids=["plain", "torchrun", "debug"],
+    [
+        {},
+        {"torchrunConfig": {"enabled": True}},
+        {"runMode": {"debug": {"enabled": True}}},
+        {
+            "runMode": {
+                "debug": {
+                    "enabled": True,
+                    "replicaSpecs": [{"type": "worker", "skipInitContainer": True}],
+                }
+            }
+        },
+    ],
+    ids=["plain", "torchrun", "debug", "debug-without-init-containers"],
 )
 def test_rewrite_is_idempotent_and_its_patch_reproduces_it(spec: dict[str, Any]) -> None:
     job = WORKERS.clone().pod_spec(containers=[SIDECAR, TRAINER]).spec(**spec).decoded()
@@ -185,14 +197,7 @@ def test_rewrite_is_idempotent_and_its_patch_reproduces_it(spec: dict[str, Any])
     as_admitted = copy.deepcopy(original)
     first = rewrite_pod(job, original)
     assert original == as_admitted  # the rewrite shares parts of it, but changes none
-    patched = copy.deepcopy(original)
-    for op in first.patch:
-        key = op["path"].removeprefix("/spec/")
-        if op["op"] == "remove":
-            del patched["spec"][key]
-        else:
-            patched["spec"][key] = op["value"]
-    assert patched == first.pod
+    assert patched(original, first.patch) == first.pod
     second = rewrite_pod(job, first.pod)
     assert second.pod == first.pod
     assert second.patch == []
@@ -323,3 +328,60 @@ def test_the_wait_script_ends_once_the_name_resolves_and_says_it_waits_until_the
     assert all(
         line.startswith("waiting for no-such-replica.invalid to resolve (") for line in lines
     )
+
+
+def test_replicas_rewritten_from_one_prepared_job_are_rewritten_as_each_alone() -> None:
+    """The webhook prepares a job once and rewrites every replica pod from it: each pod comes
+    out as it would from the job alone, ranks and GPU counts of its own included."""
+    builder = (
+        JobBuilder()
+        .metadata(namespace="ns", uid="u1")
+        .replicas("master", 1, template={"spec": {"containers": [dict(TRAINER)]}})
+        .replicas("worker", 3, template={"spec": {"containers": [dict(TRAINER)]}})
+        .torchrun(enabled=True, procPerNode="gpu")
+        .elastic(enabled=True, minReplicas=2, maxReplicas=6)
+    )
+    job = builder.decoded()
+    shared = PreparedJob(job)
+    ranks = []
+    for kind, index, gpus in (("worker", 2, 4), ("master", 0, 8), ("worker", 0, 1)):
+        pod = make_typed_pod(job, kind, index)
+        pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
+        alone = rewrite_pod(job, copy.deepcopy(pod))
+        together = rewrite_pod(shared, copy.deepcopy(pod))
+        assert together.pod == alone.pod
+        assert together.patch == alone.patch
+        assert patched(pod, together.patch) == together.pod
+        env = {e["name"]: e["value"] for e in together.pod["spec"]["containers"][0]["env"]}
+        assert env["PET_NPROC_PER_NODE"] == str(gpus)
+        ranks.append(env["RANK"])
+    assert ranks == ["3", "0", "1"]
+
+
+def make_typed_pod(job: PyTorchTrainingJob, kind: str, index: int) -> dict[str, Any]:
+    assert job.spec and job.spec.replica_specs
+    replica = next(r for r in job.spec.replica_specs if r.type == kind)
+    assert replica.template
+    labels = {
+        constants.LABEL_JOB_NAME: "j",
+        constants.LABEL_REPLICA_TYPE: kind,
+        constants.LABEL_REPLICA_INDEX: str(index),
+    }
+    return {
+        "metadata": {"name": f"j-{kind}-{index}", "labels": labels},
+        "spec": copy.deepcopy(replica.template.spec),
+    }
+
+
+def patched(pod: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
+    """`pod` with the rewrite's JSONPatch applied: operations on fields of /spec."""
+    spec = copy.deepcopy(pod["spec"])
+    for op in patch:
+        key = op["path"].removeprefix("/spec/")
+        assert "/" not in key, op
+        if op["op"] == "remove":
+            del spec[key]
+        else:
+            assert (op["op"] == "replace") == (key in spec), op
+            spec[key] = op["value"]
+    return {**pod, "spec": spec}

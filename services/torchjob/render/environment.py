@@ -9,6 +9,7 @@ WORLD_SIZE (replicas x procPerNode).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from torchjob.api import queries
@@ -35,30 +36,71 @@ def replica_env(
     master_port: int = DEFAULT_MASTER_PORT,
 ) -> list[EnvVar]:
     """The variables injected into the training container, in a stable order."""
+    shared = job_environment(
+        spec, job_name=job_name, namespace=namespace, job_uid=job_uid, master_port=master_port
+    )
+    return shared.for_replica(replica, container)
+
+
+@dataclass(frozen=True, slots=True)
+class JobEnvironment:
+    """The variables of every replica of one job, worked out once: those all replicas share,
+    with the rank and the processes per node, which vary, filled in by `for_replica`."""
+
+    plain: tuple[tuple[str, str], ...]  # before RANK
+    # With torchrun: PET_NNODES, and how many processes a node runs ("gpu": the container's
+    # GPU limit), then what follows PET_NODE_RANK; None without torchrun.
+    nnodes: str | None
+    proc_per_node: str
+    torchrun: tuple[tuple[str, str], ...]
+
+    def for_replica(self, replica: Replica, container: dict[str, Any]) -> list[EnvVar]:
+        rank = str(replica.rank)
+        values = [*self.plain, ("RANK", rank), ("PYTHONUNBUFFERED", "1")]
+        if self.nnodes is not None:
+            procs = self.proc_per_node
+            if procs == "gpu":
+                procs = str(queries.gpu_limit(container))
+            values += [
+                ("PET_NNODES", self.nnodes),
+                ("PET_NPROC_PER_NODE", procs),
+                ("PET_NODE_RANK", rank),
+                *self.torchrun,
+            ]
+        return [{"name": name, "value": value} for name, value in values]
+
+
+def job_environment(
+    spec: PyTorchTrainingJobSpec,
+    *,
+    job_name: str,
+    namespace: str,
+    job_uid: str,
+    master_port: int = DEFAULT_MASTER_PORT,
+) -> JobEnvironment:
     master_type, master_index = master_of(spec)
     master_addr = service_host(job_name, namespace, master_type, master_index)
     world = world_size(spec)
-    values: list[tuple[str, str]] = [
+    plain = (
         ("MASTER_ADDR", master_addr),
         ("MASTER_PORT", str(master_port)),
         ("WORLD_SIZE", str(world)),
-        ("RANK", str(replica.rank)),
-        ("PYTHONUNBUFFERED", "1"),
-    ]
-    if queries.torchrun_enabled(spec):
-        config = spec.torchrun_config or TorchrunConfig()
-        values += [
-            ("PET_NNODES", nnodes(spec, world)),
-            ("PET_NPROC_PER_NODE", str(proc_per_node(config, container))),
-            ("PET_NODE_RANK", str(replica.rank)),
-            ("PET_MASTER_ADDR", master_addr),
-            ("PET_MASTER_PORT", str(master_port)),
-            ("PET_RDZV_BACKEND", config.rdzv_backend or "c10d"),
-            ("PET_RDZV_ENDPOINT", f"{master_addr}:{master_port}"),
-            ("PET_RDZV_ID", job_uid),
-            ("PET_MAX_RESTARTS", str(config.max_restarts or 0)),
-        ]
-    return [{"name": name, "value": value} for name, value in values]
+    )
+    if not queries.torchrun_enabled(spec):
+        return JobEnvironment(plain, None, "", ())
+    config = spec.torchrun_config or TorchrunConfig()
+    procs = config.proc_per_node or "1"
+    torchrun = (
+        ("PET_MASTER_ADDR", master_addr),
+        ("PET_MASTER_PORT", str(master_port)),
+        ("PET_RDZV_BACKEND", config.rdzv_backend or "c10d"),
+        ("PET_RDZV_ENDPOINT", f"{master_addr}:{master_port}"),
+        ("PET_RDZV_ID", job_uid),
+        ("PET_MAX_RESTARTS", str(config.max_restarts or 0)),
+    )
+    return JobEnvironment(
+        plain, nnodes(spec, world), procs if procs == "gpu" else str(int(procs)), torchrun
+    )
 
 
 def nnodes(spec: PyTorchTrainingJobSpec, world: int) -> str:
@@ -67,11 +109,6 @@ def nnodes(spec: PyTorchTrainingJobSpec, world: int) -> str:
     if low is None and high is None:
         return str(world)
     return f"{low or 1}:{high or world}"
-
-
-def proc_per_node(config: TorchrunConfig, container: dict[str, Any]) -> int:
-    value = config.proc_per_node or "1"
-    return queries.gpu_limit(container) if value == "gpu" else int(value)
 
 
 def torchrun_argv(spec: PyTorchTrainingJobSpec, env: list[EnvVar], args: list[str]) -> list[str]:

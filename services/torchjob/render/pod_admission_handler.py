@@ -16,7 +16,7 @@ from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB, JobApi, api_of
 from torchjob.api.kubeflow import as_training_job
 from torchjob.api.model import ModelError
 from torchjob.api.types import PyTorchTrainingJob
-from torchjob.render.pod_rewrite import PodRewriteError, rewrite_replica_pod
+from torchjob.render.pod_rewrite import PodRewriteError, PreparedJob, rewrite_replica_pod
 
 
 def job_name_of(pod: Any) -> str | None:
@@ -36,13 +36,14 @@ def job_api_of_pod(pod: Any) -> JobApi:
     return TRAINING_JOB
 
 
-def decode_job(job: dict[str, Any]) -> PyTorchTrainingJob:
-    """The typed job a pod is rendered from: the job itself, or for a Kubeflow PyTorchJob the
-    PyTorchTrainingJob that runs it."""
-    return PyTorchTrainingJob.from_dict(as_training_job(job) if api_of(job).kubeflow else job)
+def decode_job(job: dict[str, Any]) -> PreparedJob:
+    """The typed job a pod is rendered from, prepared for rendering its replicas: the job
+    itself, or for a Kubeflow PyTorchJob the PyTorchTrainingJob that runs it."""
+    typed = PyTorchTrainingJob.from_dict(as_training_job(job) if api_of(job).kubeflow else job)
+    return PreparedJob(typed)
 
 
-JobDecoder = Callable[[dict[str, Any]], PyTorchTrainingJob]
+JobDecoder = Callable[[dict[str, Any]], PreparedJob]
 
 
 def mutate_pod(
@@ -54,9 +55,9 @@ def mutate_pod(
     """Rewrite a replica's pod; refuse a job-labelled pod from anyone but `creators`.
 
     `job` is the job the pod's controller names (`job_api_of_pod`), looked up by the job label.
-    `decode` turns the job into its typed model (`decode_job`); the webhook passes one that
-    remembers the result, since every replica of a job is admitted against the same stored
-    object."""
+    `decode` turns the job into its typed model, prepared for rendering (`decode_job`); the
+    webhook passes one that remembers the result, since every replica of a job is admitted
+    against the same stored object."""
     if request.operation != "CREATE" or job_name_of(request.object) is None:
         return Response(request.uid, True)
     if request.username not in creators:

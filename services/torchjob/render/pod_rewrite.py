@@ -18,9 +18,15 @@ from torchjob.api import constants, queries
 from torchjob.api.jsoncopy import json_copy
 from torchjob.api.kubeflow import DEFAULT_CONTAINER, MASTER
 from torchjob.api.types import PyTorchTrainingJob, PyTorchTrainingJobSpec, ReplicaSpec
-from torchjob.render.environment import replica_env, torchrun_argv
+from torchjob.render.environment import JobEnvironment, job_environment, torchrun_argv
 from torchjob.render.kubeflow import kubeflow_env
-from torchjob.render.topology import DEFAULT_MASTER_PORT, MASTER_PORT_NAME, Replica, replica_at
+from torchjob.render.topology import (
+    DEFAULT_MASTER_PORT,
+    MASTER_PORT_NAME,
+    Layout,
+    Replica,
+    layout_of,
+)
 from torchjob.render.wait import add_wait_for_master, python_of, wants_wait
 
 DEFAULT_DEBUG_COMMAND = ["sleep", "inf"]
@@ -36,13 +42,51 @@ class Rewrite:
     patch: list[dict[str, Any]] = field(default_factory=list)
 
 
-def rewrite_pod(job: PyTorchTrainingJob, pod: dict[str, Any]) -> Rewrite:
+class PreparedJob:
+    """A job's typed model, and what the rewrite of each of its replica pods shares (where each
+    replica stands, the environment they have in common), worked out on first use. The webhook
+    keeps one per stored job version: every replica pod of a job is admitted against the same
+    one. It is only read once made."""
+
+    __slots__ = ("_environment", "_layout", "job")
+
+    def __init__(self, job: PyTorchTrainingJob) -> None:
+        self.job = job
+        self._layout: Layout | None = None
+        self._environment: JobEnvironment | None = None
+
+    @property
+    def spec(self) -> PyTorchTrainingJobSpec:
+        return self.job.spec or PyTorchTrainingJobSpec()
+
+    def layout(self) -> Layout:
+        if self._layout is None:
+            self._layout = layout_of(self.spec)
+        return self._layout
+
+    def environment(self) -> JobEnvironment:
+        if self._environment is None:
+            meta = self.job.metadata or {}
+            self._environment = job_environment(
+                self.spec,
+                job_name=str(meta.get("name", "")),
+                namespace=str(meta.get("namespace", "")),
+                job_uid=str(meta.get("uid", "")),
+            )
+        return self._environment
+
+
+def prepared(job: PyTorchTrainingJob | PreparedJob) -> PreparedJob:
+    return job if isinstance(job, PreparedJob) else PreparedJob(job)
+
+
+def rewrite_pod(job: PyTorchTrainingJob | PreparedJob, pod: dict[str, Any]) -> Rewrite:
     """The rewritten pod and the JSONPatch (against `pod`) that makes it. `pod` is left as it was;
     the rewritten pod shares with it whatever the rewrite does not change."""
-    spec = job.spec or PyTorchTrainingJobSpec()
-    meta = job.metadata or {}
+    job = prepared(job)
+    spec = job.spec
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    replica, replica_spec = _locate(spec, labels)
+    replica, replica_spec = _locate(job, labels)
     # Copy on write: the spec and its container list are new, and only the training container,
     # which is changed in place, is copied whole; the rest is shared with `pod`.
     pod_spec = dict(pod.get("spec") or {})
@@ -54,14 +98,7 @@ def rewrite_pod(job: PyTorchTrainingJob, pod: dict[str, Any]) -> Rewrite:
     python = python_of(containers[container_index])  # before torchrun replaces the command
     container = containers[container_index] = json_copy(containers[container_index])
     pod_spec["containers"] = containers
-    env = replica_env(
-        spec,
-        replica,
-        job_name=str(meta.get("name", "")),
-        namespace=str(meta.get("namespace", "")),
-        job_uid=str(meta.get("uid", "")),
-        container=container,
-    )
+    env = job.environment().for_replica(replica, container)
     _merge_env(container, env)
     _ensure_master_port(container)
     _apply_command(spec, replica_spec, container, env, resuming=_resuming(pod), pod_spec=pod_spec)
@@ -72,7 +109,9 @@ def rewrite_pod(job: PyTorchTrainingJob, pod: dict[str, Any]) -> Rewrite:
 
 
 def rewrite_replica_pod(
-    job: PyTorchTrainingJob, pod: dict[str, Any], kubeflow_spec: Mapping[str, Any] | None
+    job: PyTorchTrainingJob | PreparedJob,
+    pod: dict[str, Any],
+    kubeflow_spec: Mapping[str, Any] | None,
 ) -> Rewrite:
     """The rewrite of a replica's pod: `rewrite_kubeflow_pod` when the job is a Kubeflow
     PyTorchJob (`kubeflow_spec` its own spec), else `rewrite_pod`."""
@@ -82,16 +121,16 @@ def rewrite_replica_pod(
 
 
 def rewrite_kubeflow_pod(
-    job: PyTorchTrainingJob, kubeflow_spec: Mapping[str, Any], pod: dict[str, Any]
+    job: PyTorchTrainingJob | PreparedJob, kubeflow_spec: Mapping[str, Any], pod: dict[str, Any]
 ) -> Rewrite:
     """`rewrite_pod` for a Kubeflow PyTorchJob (`job` is the PyTorchTrainingJob that runs it,
     api/kubeflow.py): every container gets Kubeflow's environment (render/kubeflow.py; the
     user's own variables win), the `pytorch` container its port, and with a Master every pod
     waits until the master's name resolves."""
-    spec = job.spec or PyTorchTrainingJobSpec()
-    meta = job.metadata or {}
+    job = prepared(job)
+    meta = job.job.metadata or {}
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    replica, _ = _locate(spec, labels)
+    replica, _ = _locate(job, labels)
     pod_spec = dict(pod.get("spec") or {})
     out = {**pod, "spec": pod_spec}
     containers = [json_copy(c) for c in pod_spec.get("containers") or []]
@@ -110,14 +149,14 @@ def rewrite_kubeflow_pod(
     return Rewrite(out, _patch(pod.get("spec") or {}, pod_spec))
 
 
-def _locate(spec: PyTorchTrainingJobSpec, labels: dict[str, Any]) -> tuple[Replica, ReplicaSpec]:
+def _locate(job: PreparedJob, labels: dict[str, Any]) -> tuple[Replica, ReplicaSpec]:
     kind = labels.get(constants.LABEL_REPLICA_TYPE)
     index_text = labels.get(constants.LABEL_REPLICA_INDEX, "")
     index = int(index_text) if isinstance(index_text, str) and index_text.isdigit() else -1
-    replica = replica_at(spec, kind, index) if isinstance(kind, str) else None
+    replica = job.layout().replica_at(kind, index) if isinstance(kind, str) else None
     if replica is None:
         raise PodRewriteError(f"the job has no replica {kind}/{index_text}")
-    return replica, queries.replica_spec(spec, replica.type)
+    return replica, queries.replica_spec(job.spec, replica.type)
 
 
 def _merge_env(container: dict[str, Any], injected: list[dict[str, Any]]) -> None:
@@ -190,10 +229,18 @@ def _apply_resume(
             pod_spec.pop("initContainers", None)
 
 
+# The fields of a pod's spec a rewrite may set or remove, in the order the patch names them: it
+# leaves every other field as it was, shared with the pod it was given.
+REWRITTEN_FIELDS = ("containers", "initContainers", "restartPolicy")
+
+
 def _patch(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
-    """Top-level JSONPatch operations on /spec turning `before` into `after`."""
+    """Top-level JSONPatch operations on /spec turning `before` into `after`, which differ in
+    REWRITTEN_FIELDS at most."""
     ops: list[dict[str, Any]] = []
-    for key in sorted(set(before) | set(after)):
+    for key in REWRITTEN_FIELDS:
+        if key not in before and key not in after:
+            continue
         if key not in after:
             ops.append({"op": "remove", "path": f"/spec/{key}"})
         elif before.get(key) != after[key]:

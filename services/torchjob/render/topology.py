@@ -80,18 +80,34 @@ def world_size(spec: PyTorchTrainingJobSpec) -> int:
 def replica_at(spec: PyTorchTrainingJobSpec, replica_type: str, index: int) -> Replica | None:
     """The replica `replica_type`/`index` with its rank, as `replicas_of` would place it, worked
     out from the replica spec counts alone: admitting each pod of a large job stays cheap."""
-    master = master_of(spec)
-    if (replica_type, index) == master:
-        return Replica(replica_type, index, 0)
-    rank = 1  # after the master
-    for kind, count in replica_counts(spec):
-        if kind == replica_type:
-            if not 0 <= index < count:
-                return None
-            # The master is index 0 of its type and already counted first.
-            return Replica(replica_type, index, rank + index - (replica_type == master[0]))
-        rank += count - (kind == master[0])
-    return None
+    return layout_of(spec).replica_at(replica_type, index)
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The master and each replica type's count: all that placing a replica needs, worked out
+    once for every replica of a job."""
+
+    master: tuple[str, int]
+    counts: tuple[tuple[str, int], ...]
+
+    def replica_at(self, replica_type: str, index: int) -> Replica | None:
+        master = self.master
+        if (replica_type, index) == master:
+            return Replica(replica_type, index, 0)
+        rank = 1  # after the master
+        for kind, count in self.counts:
+            if kind == replica_type:
+                if not 0 <= index < count:
+                    return None
+                # The master is index 0 of its type and already counted first.
+                return Replica(replica_type, index, rank + index - (replica_type == master[0]))
+            rank += count - (kind == master[0])
+        return None
+
+
+def layout_of(spec: PyTorchTrainingJobSpec) -> Layout:
+    return Layout(master_of(spec), tuple(replica_counts(spec)))
 
 
 def service_host(job_name: str, namespace: str, replica_type: str, index: int) -> str:

@@ -86,7 +86,7 @@ def wait_container(training: dict[str, Any], python: str | None) -> dict[str, An
         "image": training.get("image"),
         "command": [python or DEFAULT_PYTHON, "-c", WAIT_SCRIPT],
         "env": [
-            json_copy(e)
+            _copied_variable(e)
             for e in training.get("env") or []
             if isinstance(e, dict) and e.get("name") == "MASTER_ADDR"
         ],
@@ -96,6 +96,13 @@ def wait_container(training: dict[str, Any], python: str | None) -> dict[str, An
         if key in training:
             container[key] = json_copy(training[key])
     return container
+
+
+def _copied_variable(variable: dict[str, Any]) -> dict[str, Any]:
+    # A name and a value need no deep copy; a valueFrom does.
+    if all(type(value) is str for value in variable.values()):
+        return dict(variable)
+    return json_copy(variable)
 
 
 def copied_resources(training: dict[str, Any]) -> dict[str, Any]:

@@ -50,6 +50,7 @@ from torchjob.render.pod_admission_handler import (
     job_name_of,
     mutate_pod,
 )
+from torchjob.render.pod_rewrite import PreparedJob
 from torchjob.runtime import logging as runtime_logging
 from torchjob.runtime import metrics as runtime_metrics
 from torchjob.runtime.probes import Heartbeat, serve_threaded_probes
@@ -136,19 +137,19 @@ TLS = web.AppKey("tls", ServingCertificate)
 
 
 class DecodedJobs:
-    """The typed model of each cached job, decoded once per stored version (its uid and
-    resourceVersion) rather than once per replica pod, and the job itself parsed once per
-    version of the cache's JSON. The replicas of a job are admitted one after another, so the
-    models most recently used are the ones kept. A Kubeflow PyTorchJob's model is the
-    PyTorchTrainingJob that runs it. What is kept is shared by the admissions that read it:
-    they only read it."""
+    """The typed model of each cached job, decoded and prepared for rendering once per stored
+    version (its uid and resourceVersion) rather than once per replica pod, and the job itself
+    parsed once per version of the cache's JSON. The replicas of a job are admitted one after
+    another, so the models most recently used are the ones kept. A Kubeflow PyTorchJob's model
+    is the PyTorchTrainingJob that runs it. What is kept is shared by the admissions that read
+    it: they only read it."""
 
     def __init__(self, capacity: int = 256, parsed_capacity: int = 16) -> None:
         self._capacity = capacity
         # A parsed job is several times the size of its model: only the jobs whose pods are
         # being admitted now are kept parsed.
         self._parsed_capacity = parsed_capacity
-        self._decoded: collections.OrderedDict[tuple[str, str], types.PyTorchTrainingJob] = (
+        self._decoded: collections.OrderedDict[tuple[str, str], PreparedJob] = (
             collections.OrderedDict()
         )
         # By namespace and name: the cache's JSON of the job (held, so that its identity stands
@@ -157,7 +158,7 @@ class DecodedJobs:
             collections.OrderedDict()
         )
 
-    def decode(self, job: dict[str, Any]) -> types.PyTorchTrainingJob:
+    def decode(self, job: dict[str, Any]) -> PreparedJob:
         metadata = job.get("metadata")
         uid, resource_version = (
             (metadata.get("uid"), metadata.get("resourceVersion"))
