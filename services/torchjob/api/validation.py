@@ -463,23 +463,30 @@ def _elastic_count_errors(spec: PyTorchTrainingJobSpec) -> Iterator[FieldError]:
     replica_specs = spec.replica_specs or []
     counts = [(r.type or "?", 1 if r.replicas is None else r.replicas) for r in replica_specs]
     total = sum(count for _, count in counts)
-    are = "is" if total == 1 else "are"
-    if len(counts) == 1:
-        path, what = "spec.replicaSpecs[0].replicas", f"{_counted(total, 'replica')} {are}"
-    else:
-        path = "spec.replicaSpecs"
-        by_type = ", ".join(f"{kind} {count}" for kind, count in counts)
-        what = f"{_counted(total, 'replica')} in all ({by_type}) {are}"
-    bounds = _bounds_text(low, low_field, high)
+    # The messages are worked out only for a count out of bounds: every admission runs this.
     if counts and low is not None and total < low:
+        path, what = _counts_text(counts, total)
+        bounds = _bounds_text(low, low_field, high)
         yield FieldError(path, f"{what} fewer than {low_field} {low}; {bounds}")
     if counts and high is not None and total > high:
+        path, what = _counts_text(counts, total)
+        bounds = _bounds_text(low, low_field, high)
         yield FieldError(path, f"{what} more than spec.elastic.maxReplicas {high}; {bounds}")
     expected = elastic.expected_replicas if elastic else None
     if expected is not None and (
         (low is not None and expected < low) or (high is not None and expected > high)
     ):
+        bounds = _bounds_text(low, low_field, high)
         yield FieldError("spec.elastic.expectedReplicas", f"{expected} is out of bounds: {bounds}")
+
+
+def _counts_text(counts: list[tuple[str, int]], total: int) -> tuple[str, str]:
+    """The field that holds the replica counts, and what they add up to, for a message."""
+    are = "is" if total == 1 else "are"
+    if len(counts) == 1:
+        return "spec.replicaSpecs[0].replicas", f"{_counted(total, 'replica')} {are}"
+    by_type = ", ".join(f"{kind} {count}" for kind, count in counts)
+    return "spec.replicaSpecs", f"{_counted(total, 'replica')} in all ({by_type}) {are}"
 
 
 def _bounds_text(low: int | None, low_field: str, high: int | None) -> str:
@@ -538,7 +545,10 @@ def _warnings(spec: PyTorchTrainingJobSpec) -> Iterator[str]:
         )
     for index, replica in enumerate(spec.replica_specs or []):
         container_index, container = queries.training_container(replica)
-        for env_name in queries.user_env_names(container) & queries.injected_env_names(spec):
+        user_names = queries.user_env_names(container)
+        if not user_names:
+            continue
+        for env_name in user_names & queries.injected_env_names(spec):
             path = f"spec.replicaSpecs[{index}].template.spec.containers[{container_index}].env"
             yield f"{path}: {env_name} is set by you and wins over the value torchjob would inject"
 
