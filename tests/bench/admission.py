@@ -12,11 +12,17 @@ per request, from the decoded body to the review, on the job as the apiserver se
 job with four replica types of a template using much of the Pod schema. `--in-process` prints
 only these figures.
 
-    .venv/bin/python tests/bench/admission.py [--in-process]
+`--baseline REV` also runs the webhook of an earlier revision of this repository (its `services`
+tree, taken with `git archive`), measured by the same client in the same alternating rounds as
+the floor and the current webhook: the `cpu x base` column is the current webhook's CPU per
+request over the earlier one's.
+
+    .venv/bin/python tests/bench/admission.py [--in-process] [--baseline REV]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import copy
@@ -167,21 +173,36 @@ def stop_process_group(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def webhook_server(plane: ControlPlane, tls: TlsFiles) -> Iterator[tuple[int, int]]:
-    """The webhook's port and process id."""
+def webhook_server(
+    plane: ControlPlane, tls: TlsFiles, sources: Path | None = None
+) -> Iterator[tuple[int, int]]:
+    """The webhook's port and process id; run from the package in `sources` when given."""
     port, probe_port = free_port(), free_port()
     args = [
         *("--host", LOOPBACK, "--port", str(port), "--probe-port", str(probe_port)),
         *("--cert-file", str(tls.cert), "--key-file", str(tls.key)),
         *("--kubeconfig", str(plane.kubeconfig), "--pod-creators", RECONCILER),
     ]
-    server = ServiceProcess("torchjob.webhook", args, probe_port)
+    env = {"PYTHONPATH": str(sources)} if sources is not None else None
+    server = ServiceProcess("torchjob.webhook", args, probe_port, env=env)
     try:
         server.start().wait_ready(SERVER_START_TIMEOUT)
         assert server.process is not None
         yield port, server.process.pid
     finally:
         server.close()
+
+
+def baseline_sources(revision: str, directory: Path) -> Path:
+    """The `services` tree of `revision` of this repository, extracted under `directory`."""
+    repository = TESTS_DIR.parent
+    archive = subprocess.run(
+        ["git", "-C", str(repository), "archive", revision, "services"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(directory)], input=archive, check=True)
+    return directory / "services"
 
 
 def negotiated_tls(port: int, context: ssl.SSLContext) -> str:
@@ -327,6 +348,19 @@ class Case:
 class Pair:
     floor: Case
     webhook: Case
+    baseline: Case | None = None
+
+    @property
+    def cases(self) -> tuple[Case, ...]:
+        return (
+            (self.floor, self.webhook)
+            if self.baseline is None
+            else (
+                self.floor,
+                self.baseline,
+                self.webhook,
+            )
+        )
 
 
 @dataclass
@@ -348,25 +382,35 @@ class Figures:
 
 
 def pairs_to_measure(
-    floor: tuple[int, int], webhook: tuple[int, int], reviews: Reviews
+    floor: tuple[int, int],
+    webhook: tuple[int, int],
+    reviews: Reviews,
+    baseline: tuple[int, int] | None = None,
 ) -> list[Pair]:
-    (floor_port, floor_pid), (webhook_port, webhook_pid) = floor, webhook
+    """Each route's case on the floor, the webhook and, when given, the baseline webhook."""
 
     def url(port: int, path: str) -> str:
         return f"https://{LOOPBACK}:{port}{path}"
 
-    validate, mutate = "/validate/pytorchtrainingjobs", "/mutate/pods"
-    body, pod_body = reviews.job_validation, reviews.pod_mutation
-    return [
-        Pair(
-            Case("floor, job body", url(floor_port, validate), body, floor_pid),
-            Case("validate job", url(webhook_port, validate), body, webhook_pid),
-        ),
-        Pair(
-            Case("floor, pod body", url(floor_port, mutate), pod_body, floor_pid),
-            Case("mutate pod", url(webhook_port, mutate), pod_body, webhook_pid, True),
-        ),
-    ]
+    validate = f"/validate/{types.PLURAL}"
+    routes = (
+        ("validate job", "job body", validate, reviews.job_validation, False),
+        ("mutate pod", "pod body", "/mutate/pods", reviews.pod_mutation, True),
+    )
+    pairs = []
+    for name, body_name, path, body, patched in routes:
+        (floor_port, floor_pid), (port, pid) = floor, webhook
+        base = None
+        if baseline is not None:
+            base = Case(f"{name} (base)", url(baseline[0], path), body, baseline[1], patched)
+        pairs.append(
+            Pair(
+                Case(f"floor, {body_name}", url(floor_port, path), body, floor_pid),
+                Case(name, url(port, path), body, pid, patched),
+                base,
+            )
+        )
+    return pairs
 
 
 async def run_all(pairs: list[Pair], context: ssl.SSLContext) -> None:
@@ -374,17 +418,18 @@ async def run_all(pairs: list[Pair], context: ssl.SSLContext) -> None:
     print_table_header()
     for concurrency in CONCURRENCIES:
         for pair in pairs:
-            floor, webhook = await measure_pair(pair, concurrency, context)
-            print_row(floor, floor)
-            print_row(webhook, floor)
+            figures = await measure_cases(pair.cases, concurrency, context)
+            floor, webhook = figures[0], figures[-1]
+            baseline = figures[1] if pair.baseline is not None else None
+            for measured in figures:
+                print_row(measured, floor, baseline if measured is webhook else None)
 
 
-async def measure_pair(
-    pair: Pair, concurrency: int, context: ssl.SSLContext
-) -> tuple[Figures, Figures]:
-    """The floor and the webhook in alternating rounds, each round a share of the requests: a
-    machine that slows down or speeds up mid-run then weighs on both alike."""
-    cases = (pair.floor, pair.webhook)
+async def measure_cases(
+    cases: tuple[Case, ...], concurrency: int, context: ssl.SSLContext
+) -> list[Figures]:
+    """The cases in alternating rounds, each round a share of the requests: a machine that slows
+    down or speeds up mid-run then weighs on all alike."""
     async with contextlib.AsyncExitStack() as stack:
         sessions = [
             await stack.enter_async_context(new_session(concurrency, context)) for _ in cases
@@ -396,10 +441,7 @@ async def measure_pair(
         for _ in range(ROUNDS):
             for session, case, tally in zip(sessions, cases, tallies, strict=True):
                 await tally.round(session, case, concurrency)
-    floor, webhook = (
-        tally.figures(case, concurrency) for case, tally in zip(cases, tallies, strict=True)
-    )
-    return floor, webhook
+    return [tally.figures(case, concurrency) for case, tally in zip(cases, tallies, strict=True)]
 
 
 def new_session(concurrency: int, context: ssl.SSLContext) -> aiohttp.ClientSession:
@@ -504,7 +546,7 @@ def percentile_ms(latencies: list[float], percent: int) -> float:
 
 # -- report --------------------------------------------------------------------------------------
 
-ROW = "{:<16} {:>4} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>6} {:>6}  {}"
+ROW = "{:<20} {:>4} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>6} {:>6} {:>6}  {}"
 
 
 def print_machine() -> None:
@@ -536,13 +578,17 @@ def print_setup(
 def print_table_header() -> None:
     print()
     header = ("case", "conc", "req/s", "p50 ms", "p99 ms", "p50 x", "p99 x", "cpu us", "cpu x")
-    print(ROW.format(*header, "errors", ""))
-    print(ROW.format("", "", "", "", "", "floor", "floor", "/req", "floor", "", "goal"))
+    print(ROW.format(*header, "cpu x", "errors", ""))
+    print(ROW.format("", "", "", "", "", "floor", "floor", "/req", "floor", "base", "", "goal"))
 
 
-def print_row(figures: Figures, floor: Figures) -> None:
+def print_row(figures: Figures, floor: Figures, baseline: Figures | None = None) -> None:
+    """One case's figures; `baseline`, for the webhook's row, the earlier webhook's."""
     p50_ratio = figures.p50_ms / floor.p50_ms
     p99_ratio = figures.p99_ms / floor.p99_ms
+    against_baseline = (
+        f"{figures.server_cpu_us / baseline.server_cpu_us:.2f}" if baseline is not None else "-"
+    )
     cells = (
         figures.case.name,
         figures.concurrency,
@@ -553,6 +599,7 @@ def print_row(figures: Figures, floor: Figures) -> None:
         f"{p99_ratio:.2f}",
         f"{figures.server_cpu_us:.0f}",
         f"{figures.server_cpu_us / floor.server_cpu_us:.2f}",
+        against_baseline,
         figures.errors,
         goal_check(figures, p50_ratio, p99_ratio, is_floor=figures is floor),
     )
@@ -688,6 +735,12 @@ def print_schema_check_cost(job_review: bytes) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description="Admission CPU and latency, next to a floor.")
+    parser.add_argument("--in-process", action="store_true", help="only the in-process figures")
+    parser.add_argument(
+        "--baseline", metavar="REV", help="also measure the webhook of this git revision"
+    )
+    options = parser.parse_args()
     # SIGTERM unwinds like Ctrl-C, through the clean-up of every process and directory.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     print_machine()
@@ -697,11 +750,17 @@ def main() -> None:
         with floor_server(tls) as floor, ControlPlane() as plane:
             reviews = prepare_cluster(plane)
             print_schema_check_cost(reviews.job_validation)
-            if "--in-process" in sys.argv[1:]:
+            if options.in_process:
                 return
-            with webhook_server(plane, tls) as webhook:
+            with contextlib.ExitStack() as servers:
+                webhook = servers.enter_context(webhook_server(plane, tls))
+                baseline = None
+                if options.baseline:
+                    sources = baseline_sources(options.baseline, Path(directory))
+                    baseline = servers.enter_context(webhook_server(plane, tls, sources))
+                    print(f"base:    the webhook of {options.baseline}")
                 print_setup(floor[0], webhook[0], context, reviews)
-                pairs = pairs_to_measure(floor, webhook, reviews)
+                pairs = pairs_to_measure(floor, webhook, reviews, baseline)
                 asyncio.run(run_all(pairs, context))
 
 
