@@ -276,3 +276,26 @@ async def test_a_pod_whose_job_lookup_hangs_is_answered_at_the_handler_timeout()
         for writer in accepted:
             writer.close()
         await apiserver.wait_closed()
+
+
+async def test_a_large_job_validated_too_slowly_is_refused_at_the_handler_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The validation route as served: a large body is answered in the worker thread, and the
+    timeout armed before it waits still refuses it in time when the work there runs long."""
+    release = threading.Event()
+
+    def slow(body: Any, handler: Any) -> dict[str, Any]:
+        release.wait(WAIT)
+        return admission.handle(body, handler)
+
+    monkeypatch.setattr(webhook_app, "handle", slow)
+    try:
+        async with serving(admission_app(SMALL)) as client:
+            large = orjson.dumps(review(padded_job(INLINE_BYTES * 2)))
+            response = await asyncio.wait_for(client.post(VALIDATE, data=large), WAIT)
+            answer = (await response.json())["response"]
+            assert (answer["allowed"], answer["status"]["code"]) == (False, 504)
+            assert answer["uid"] == "r1"
+    finally:
+        release.set()
