@@ -161,6 +161,9 @@ def _locate(job: PreparedJob, labels: dict[str, Any]) -> tuple[Replica, ReplicaS
 
 def _merge_env(container: dict[str, Any], injected: list[dict[str, Any]]) -> None:
     env = container.setdefault("env", [])
+    if not env:  # most containers set none of their own
+        env.extend(injected)
+        return
     present = {e.get("name") for e in env if isinstance(e, dict)}
     env.extend(e for e in injected if e["name"] not in present)
 
