@@ -434,3 +434,26 @@ def test_map_of_strings_decodes_names_bad_values_and_round_trips() -> None:
     with pytest.raises(ModelError) as caught:
         Labelled.from_dict({"labels": {"a": 1}})
     assert caught.value.path == "labels.a"
+
+
+@dataclass(slots=True)
+class Tree(Model):
+    """A message that holds messages of its own kind."""
+
+    name: str | None = None
+    children: list[Tree] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
+        FieldInfo("name", "name", "string"),
+        FieldInfo("children", "children", "message", repeated=True, ref="Tree"),
+    )
+
+
+def test_a_message_that_holds_its_own_kind_decodes_at_any_depth() -> None:
+    data = {"name": "a", "children": [{"name": "b", "children": [{"name": "c", "x": 1}]}]}
+    tree = Tree.from_dict(data)
+    assert tree.to_dict() == data
+    with pytest.raises(ModelError) as error:
+        Tree.from_dict({"children": [{"children": [{"name": 3}]}]})
+    assert error.value.path == "children[0].children[0].name"

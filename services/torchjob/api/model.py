@@ -8,6 +8,7 @@ this module does the work for all of them, so the generated file stays declarati
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
@@ -151,12 +152,29 @@ Decoder = Callable[[object, str], "Model"]
 _DECODERS: dict[type[Model], Decoder] = {}
 
 
+# Compiling is once per class, but may first happen in two threads at once (the webhook decodes
+# large bodies in a worker thread): one compiles, the other waits for it.
+_COMPILING = threading.RLock()
+_IN_PROGRESS: set[type[Model]] = set()
+
+
 def _decoder_of(model: type[Model]) -> Decoder:
     decoder = _DECODERS.get(model)
-    if decoder is None:
-        # A message that holds itself, at any depth, reaches this decoder through the table.
-        _DECODERS[model] = lambda data, path: _DECODERS[model](data, path)
-        decoder = _DECODERS[model] = _compiled_decoder(model)
+    if decoder is not None:
+        return decoder
+    with _COMPILING:
+        decoder = _DECODERS.get(model)
+        if decoder is not None:
+            return decoder
+        if model in _IN_PROGRESS:
+            # A message that holds itself, at any depth: its decoder is looked up when called,
+            # by which time it is made.
+            return lambda data, path: _decoder_of(model)(data, path)
+        _IN_PROGRESS.add(model)
+        try:
+            decoder = _DECODERS[model] = _compiled_decoder(model)
+        finally:
+            _IN_PROGRESS.discard(model)
     return decoder
 
 
