@@ -48,12 +48,13 @@ class PreparedJob:
     keeps one per stored job version: every replica pod of a job is admitted against the same
     one. It is only read once made."""
 
-    __slots__ = ("_environment", "_layout", "job")
+    __slots__ = ("_environment", "_layout", "_replica_specs", "job")
 
     def __init__(self, job: PyTorchTrainingJob) -> None:
         self.job = job
         self._layout: Layout | None = None
         self._environment: JobEnvironment | None = None
+        self._replica_specs: dict[str, ReplicaSpec] | None = None
 
     @property
     def spec(self) -> PyTorchTrainingJobSpec:
@@ -63,6 +64,15 @@ class PreparedJob:
         if self._layout is None:
             self._layout = layout_of(self.spec)
         return self._layout
+
+    def replica_spec(self, replica_type: str) -> ReplicaSpec:
+        """The replica spec of type `replica_type` (which the job has)."""
+        if self._replica_specs is None:
+            by_type: dict[str, ReplicaSpec] = {}
+            for replica_spec in self.spec.replica_specs or []:
+                by_type.setdefault(replica_spec.type or "", replica_spec)
+            self._replica_specs = by_type
+        return self._replica_specs[replica_type]
 
     def environment(self) -> JobEnvironment:
         if self._environment is None:
@@ -156,7 +166,7 @@ def _locate(job: PreparedJob, labels: dict[str, Any]) -> tuple[Replica, ReplicaS
     replica = job.layout().replica_at(kind, index) if isinstance(kind, str) else None
     if replica is None:
         raise PodRewriteError(f"the job has no replica {kind}/{index_text}")
-    return replica, queries.replica_spec(job.spec, replica.type)
+    return replica, job.replica_spec(replica.type)
 
 
 def _merge_env(container: dict[str, Any], injected: list[dict[str, Any]]) -> None:

@@ -108,8 +108,10 @@ def _copied_variable(variable: dict[str, Any]) -> dict[str, Any]:
 def copied_resources(training: dict[str, Any]) -> dict[str, Any]:
     resources = training.get("resources")
     out: dict[str, Any] = {}
+    if not resources or not isinstance(resources, dict):
+        return out
     for kind in ("requests", "limits"):
-        given = resources.get(kind) if isinstance(resources, dict) else None
+        given = resources.get(kind)
         kept = {k: v for k, v in (given or {}).items() if k in COPIED_RESOURCES}
         if kept:
             out[kind] = kept
