@@ -13,6 +13,7 @@ it; a new job starts from scratch.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -159,6 +160,12 @@ def main() -> None:
         metrics = {"test_accuracy": test_accuracy, "epochs": args.epochs, "world_size": world}
         (log_dir / "metrics.json").write_text(json.dumps(metrics))
         print(f"test accuracy {test_accuracy:.4f}", flush=True)
+    # The model's DistributedDataParallel holds the process group and the work of its last
+    # collectives: freed after the group is destroyed, the last of them can be released on one of
+    # gloo's own threads, which then aborts the process at exit (SIGABRT, "terminate called
+    # without an active exception"), failing the replica after its training succeeded.
+    del model, optimizer
+    gc.collect()
     dist.destroy_process_group()
 
 
