@@ -111,9 +111,12 @@ class _Store:
         self.indices: dict[str, dict[str, set[ObjectKey]]] = {name: {} for name in indexers}
 
     def get(self, key: ObjectKey) -> KubeObject | None:
-        namespace, name = key
-        packed = self.by_namespace.get(namespace, {}).get(name)
+        packed = self.packed(key)
         return None if packed is None else _unpacked(packed)
+
+    def packed(self, key: ObjectKey) -> bytes | None:
+        namespace, name = key
+        return self.by_namespace.get(namespace, {}).get(name)
 
     def values(self) -> list[KubeObject]:
         return [
@@ -224,7 +227,7 @@ class Informer:
         """The cached object as the JSON it is kept as, not decoded. The same bytes object stands
         for the same stored version until the object changes, so a reader that decodes it may
         keep what it made of it for as long as it is handed the same bytes."""
-        return self._store.by_namespace.get(namespace, {}).get(name)
+        return self._store.packed((namespace, name))
 
     def by_index(self, index: str, value: str) -> list[KubeObject]:
         keys = self._store.indices[index].get(value, ())

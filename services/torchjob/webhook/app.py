@@ -177,7 +177,6 @@ class DecodedJobs:
         kept = self._parsed.get(key)
         if kept is None or kept[0] is not packed:
             kept = (packed, orjson.loads(packed))
-            self._parsed.pop(key, None)
         _remember(self._parsed, key, kept, self._parsed_capacity)
         return kept[1]
 
@@ -294,6 +293,11 @@ class Work:
         self._pending: concurrent.futures.Future[Any] | None = None
         self._timer: _Deadline | None = None
 
+    @property
+    def inline(self) -> bool:
+        """Whether the body is small enough to be parsed and answered on the loop."""
+        return self.size <= INLINE_BYTES
+
     def arm(self) -> None:
         """Start the handler timeout's timer, for what is left of the time, before a wait."""
         if self._timer is None:
@@ -308,7 +312,7 @@ class Work:
         """`work()`, on the loop for a small body, else in the worker thread (with the caller's
         context, so that log lines keep the request's identity). A task the worker reaches after
         the deadline is dropped without running."""
-        if self.size <= INLINE_BYTES:
+        if self.inline:
             return work()
         context, deadline = contextvars.copy_context(), self.deadline
 
@@ -371,7 +375,7 @@ _WORK: contextvars.ContextVar[Work | None] = contextvars.ContextVar("work", defa
 
 async def _compute(work: Callable[[], T]) -> T:
     current = _WORK.get()
-    if current is None or current.size <= INLINE_BYTES:
+    if current is None or current.inline:
         return work()
     return await current.compute(work)
 
@@ -441,7 +445,7 @@ async def _serve(
     except Exception as error:  # the client went away, or sent a body aiohttp cannot decode
         return _turned_away(endpoint, "unreadable", 400, f"the body could not be read: {error}")
     work.size = len(raw)
-    if work.size <= INLINE_BYTES:
+    if work.inline:
         return await _parse_and_answer(endpoint, answer, http, work, raw, started)
     if raw.count(b"{") + raw.count(b"[") > work.size // MIN_BYTES_PER_CONTAINER:
         message = "the body holds more objects and arrays for its size than Kubernetes objects do"
@@ -454,7 +458,7 @@ async def _serve(
 async def _parse_and_answer(
     endpoint: str, answer: Answer, http: web.Request, work: Work, raw: bytes, started: float
 ) -> web.Response:
-    body = _loads(raw) if work.size <= INLINE_BYTES else await work.compute(partial(_loads, raw))
+    body = _loads(raw) if work.inline else await work.compute(partial(_loads, raw))
     request = _request_fields(body)
     uid = request.get("uid")
     work.uid = uid if isinstance(uid, str) else ""
