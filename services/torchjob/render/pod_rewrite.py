@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchjob.api import constants, queries
-from torchjob.api.jsoncopy import json_copy
 from torchjob.api.kubeflow import DEFAULT_CONTAINER, MASTER
 from torchjob.api.types import PyTorchTrainingJob, PyTorchTrainingJobSpec, ReplicaSpec
 from torchjob.render.environment import JobEnvironment, job_environment, torchrun_argv
@@ -97,8 +96,9 @@ def rewrite_pod(job: PyTorchTrainingJob | PreparedJob, pod: dict[str, Any]) -> R
     spec = job.spec
     labels = (pod.get("metadata") or {}).get("labels") or {}
     replica, replica_spec = _locate(job, labels)
-    # Copy on write: the spec and its container list are new, and only the training container,
-    # which is changed in place, is copied whole; the rest is shared with `pod`.
+    # Copy on write: the spec, its container list and the training container are new, and each
+    # of the container's fields the rewrite changes is replaced, never changed in place; the rest
+    # is shared with `pod`.
     pod_spec = dict(pod.get("spec") or {})
     out = {**pod, "spec": pod_spec}
     container_index, _ = queries.training_container_in(pod_spec)
@@ -106,7 +106,7 @@ def rewrite_pod(job: PyTorchTrainingJob | PreparedJob, pod: dict[str, Any]) -> R
     if not containers:
         raise PodRewriteError("the pod has no container")
     python = python_of(containers[container_index])  # before torchrun replaces the command
-    container = containers[container_index] = json_copy(containers[container_index])
+    container = containers[container_index] = dict(containers[container_index])
     pod_spec["containers"] = containers
     env = job.environment().for_replica(replica, container)
     _merge_env(container, env)
@@ -143,7 +143,7 @@ def rewrite_kubeflow_pod(
     replica, _ = _locate(job, labels)
     pod_spec = dict(pod.get("spec") or {})
     out = {**pod, "spec": pod_spec}
-    containers = [json_copy(c) for c in pod_spec.get("containers") or []]
+    containers = [dict(c) for c in pod_spec.get("containers") or []]
     if not containers:
         raise PodRewriteError("the pod has no container")
     pod_spec["containers"] = containers
@@ -169,22 +169,25 @@ def _locate(job: PreparedJob, labels: dict[str, Any]) -> tuple[Replica, ReplicaS
     return replica, job.replica_spec(replica.type)
 
 
+# The helpers below replace a field of a copied container rather than change it in place: the
+# field's value is still the pod's own.
+
+
 def _merge_env(container: dict[str, Any], injected: list[dict[str, Any]]) -> None:
-    env = container.setdefault("env", [])
-    if not env:  # most containers set none of their own
-        env.extend(injected)
+    own = container.get("env")
+    if not own:  # most containers set none of their own
+        container["env"] = list(injected)
         return
-    present = {e.get("name") for e in env if isinstance(e, dict)}
-    env.extend(e for e in injected if e["name"] not in present)
+    present = {e.get("name") for e in own if isinstance(e, dict)}
+    container["env"] = [*own, *(e for e in injected if e["name"] not in present)]
 
 
 def _ensure_master_port(container: dict[str, Any]) -> None:
-    ports = container.setdefault("ports", [])
+    ports = container.get("ports") or []
     taken = {p.get("containerPort") for p in ports} | {p.get("name") for p in ports}
     if DEFAULT_MASTER_PORT not in taken and MASTER_PORT_NAME not in taken:
-        ports.append(
-            {"name": MASTER_PORT_NAME, "containerPort": DEFAULT_MASTER_PORT, "protocol": "TCP"}
-        )
+        master = {"name": MASTER_PORT_NAME, "containerPort": DEFAULT_MASTER_PORT, "protocol": "TCP"}
+        container["ports"] = [*ports, master]
 
 
 def _resuming(pod: dict[str, Any]) -> bool:

@@ -213,6 +213,9 @@ ADMISSION_LOG = web.AppKey("admission_log", structlog.typing.FilteringBoundLogge
 
 
 Answer = Callable[[web.Application, Any], Awaitable[dict[str, Any]]]
+# An answer worked out without waiting for anything, or None when it has to wait (a job not
+# cached yet): the `Answer` of the same route then answers.
+AtOnce = Callable[[web.Application, Any], dict[str, Any] | None]
 T = TypeVar("T")
 
 # Bodies up to this size are parsed and answered on the event loop: a few milliseconds at worst
@@ -255,13 +258,16 @@ class Admissions:
         self.lookups = 0
 
     def take(self, cost: int) -> bool:
-        room = self.limits.max_inflight_bytes
-        if cost <= INLINE_BYTES:
-            room += SMALL_RESERVE_BYTES
-        if self.inflight + cost > room:
+        if not self.has_room(cost):
             return False
         self.inflight += cost
         return True
+
+    def has_room(self, cost: int) -> bool:
+        room = self.limits.max_inflight_bytes
+        if cost <= INLINE_BYTES:
+            room += SMALL_RESERVE_BYTES
+        return self.inflight + cost <= room
 
     def give(self, cost: int) -> None:
         self.inflight -= cost
@@ -381,7 +387,11 @@ async def _compute(work: Callable[[], T]) -> T:
 
 
 def _route(
-    endpoint: str, answer: Answer, *, arms_own_waits: bool = False
+    endpoint: str,
+    answer: Answer,
+    *,
+    arms_own_waits: bool = False,
+    at_once: AtOnce | None = None,
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
     """The aiohttp handler: bound, read, answer, count, encode. Whatever the answer raises becomes
     a refusal with a message, not a 500 page. No middleware: this is the only route kind there
@@ -389,7 +399,13 @@ def _route(
 
     The handler timeout covers the whole request when the answer may wait on anything; an
     answer that `arms_own_waits` arms it (`Work.arm`) before each wait of its own, and the
-    request that never waits runs without a timer."""
+    request that never waits runs without a timer.
+
+    A route with an `at_once` answer answers an ordinary admission (a small body, all of it
+    arrived) in one go, without a task switch or a share of the bound taken and given back: it
+    never yields to the loop, so no other request sees its share; it still needs the room for it.
+    When `at_once` cannot answer without waiting, the request goes on as any other, its body
+    already read."""
 
     async def serve(http: web.Request) -> web.Response:
         started = time.perf_counter()
@@ -398,6 +414,18 @@ def _route(
         length = http.content_length
         if length is not None and length > limits.max_body_bytes:
             return _turned_away(endpoint, "too_large", 413, _too_large(limits))
+        read: Read | None = None
+        if (
+            at_once is not None
+            and length is not None
+            and length <= INLINE_BYTES
+            and http.content.is_eof()
+            and admissions.has_room(length)
+        ):
+            read = Read(http.content.read_nowait())
+            response = _answered_at_once(endpoint, at_once, http, read, started)
+            if response is not None:
+                return response
         # A body without Content-Length (chunked) may be as large as any.
         cost = length if length is not None else limits.max_body_bytes
         if not admissions.take(cost):
@@ -410,7 +438,7 @@ def _route(
         bound = _WORK.set(work)
         try:
             try:
-                response = await _serve(endpoint, answer, http, work, started)
+                response = await _serve(endpoint, answer, http, work, started, read)
             except BaseException as error:
                 if work.expired_with(error):
                     return _timed_out(http.app, endpoint, work, started)
@@ -424,9 +452,55 @@ def _route(
     return serve
 
 
+class Read:
+    """A body read whole, and what it parses to (parsed once, on first use)."""
+
+    __slots__ = ("_body", "raw")
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+        self._body: Any = _UNPARSED
+
+    @property
+    def body(self) -> Any:
+        if self._body is _UNPARSED:
+            self._body = _loads(self.raw)
+        return self._body
+
+
+_UNPARSED: Any = object()
+
+
+def _answered_at_once(
+    endpoint: str, at_once: AtOnce, http: web.Request, read: Read, started: float
+) -> web.Response | None:
+    """The answer to a small body read whole, when `at_once` can work it out without waiting."""
+    body = read.body
+    request = _request_fields(body)
+    bound = runtime_logging.bind_request(request, LOGGED_REQUEST_FIELDS)
+    try:
+        try:
+            review = at_once(http.app, body)
+        except Exception:
+            review = _failed(http, request)
+        if review is None:
+            return None
+        return _answer(http.app[ADMISSION_LOG], endpoint, review, started)
+    finally:
+        runtime_logging.unbind_request(bound)
+
+
 async def _serve(
-    endpoint: str, answer: Answer, http: web.Request, work: Work, started: float
+    endpoint: str,
+    answer: Answer,
+    http: web.Request,
+    work: Work,
+    started: float,
+    read: Read | None = None,
 ) -> web.Response:
+    if read is not None:  # read, and found to need a wait, by the at-once answer
+        work.size = len(read.raw)
+        return await _parse_and_answer(endpoint, answer, http, work, read.raw, started, read)
     limits = work.admissions.limits
     try:
         if http.content.is_eof():
@@ -456,9 +530,18 @@ async def _serve(
 
 
 async def _parse_and_answer(
-    endpoint: str, answer: Answer, http: web.Request, work: Work, raw: bytes, started: float
+    endpoint: str,
+    answer: Answer,
+    http: web.Request,
+    work: Work,
+    raw: bytes,
+    started: float,
+    read: Read | None = None,
 ) -> web.Response:
-    body = _loads(raw) if work.inline else await work.compute(partial(_loads, raw))
+    if read is not None:
+        body = read.body
+    else:
+        body = _loads(raw) if work.inline else await work.compute(partial(_loads, raw))
     request = _request_fields(body)
     uid = request.get("uid")
     work.uid = uid if isinstance(uid, str) else ""
@@ -515,26 +598,53 @@ async def _answer_or_refuse(
     except Busy as busy:
         return refuse(uid, str(busy), 429, "TooManyRequests").review()
     except Exception:
-        log.exception("admission handler failed", path=http.path)
-        return refuse(
-            uid, "the webhook failed to process the request; see its log", 500, "InternalError"
-        ).review()
+        return _failed(http, request)
 
 
-def _pure(handler: Callable[[Request], Response]) -> Answer:
+def _failed(http: web.Request, request: dict[str, Any]) -> dict[str, Any]:
+    """The refusal of a request whose answer raised, logged with the error."""
+    log.exception("admission handler failed", path=http.path)
+    uid = request.get("uid")
+    return refuse(
+        uid if isinstance(uid, str) else "",
+        "the webhook failed to process the request; see its log",
+        500,
+        "InternalError",
+    ).review()
+
+
+def _pure(handler: Callable[[Request], Response]) -> tuple[Answer, AtOnce]:
+    """A pure handler's answer, and the same answer at once (it never waits)."""
+
     async def answer(_: web.Application, body: Any) -> dict[str, Any]:
         return await _compute(partial(handle, body, handler))
 
-    return answer
+    def at_once(_: web.Application, body: Any) -> dict[str, Any]:
+        return handle(body, handler)
+
+    return answer, at_once
 
 
 async def _mutate_pod(app: web.Application, body: Any) -> dict[str, Any]:
+    job = await _job_of(app, body)
+    return await _compute(partial(_rewrite_pod, app, body, job))
+
+
+def _mutate_pod_at_once(app: web.Application, body: Any) -> dict[str, Any] | None:
+    """The pod's rewrite when its job is cached (or it claims none); None when it must be read
+    from the apiserver first."""
+    claimed = _claimed_job(body)
+    if claimed is None:
+        return _rewrite_pod(app, body, None)
+    namespace, name, pod = claimed
+    job = _cached_job(app, job_api_of_pod(pod), namespace, name)
+    return None if job is None else _rewrite_pod(app, body, job)
+
+
+def _rewrite_pod(app: web.Application, body: Any, job: dict[str, Any] | None) -> dict[str, Any]:
     creators = app[SETTINGS].pod_creators
     decode = app[DECODED_JOBS].decode
-    job = await _job_of(app, body)
-    return await _compute(
-        partial(handle, body, lambda request: mutate_pod(request, job, creators, decode))
-    )
+    return handle(body, lambda request: mutate_pod(request, job, creators, decode))
 
 
 def _loads(raw: bytes) -> Any:
@@ -595,21 +705,37 @@ def _answer(
     return web.Response(body=encoded, headers=_JSON)
 
 
-async def _job_of(app: web.Application, body: Any) -> dict[str, Any] | None:
-    """The job a pod under admission claims (a PyTorchTrainingJob, or a Kubeflow PyTorchJob when
-    the pod's controller is one), from the cache of its kind, else read from the apiserver (None
-    when absent)."""
+def _claimed_job(body: Any) -> tuple[str, str, Any] | None:
+    """The namespace and name of the job a pod under admission claims by its label, and the pod;
+    None when it claims none."""
     request = body.get("request") if isinstance(body, dict) else None
     namespace = request.get("namespace") if isinstance(request, dict) else None
     pod = request.get("object") if isinstance(request, dict) else None
     name = job_name_of(pod)
     if not isinstance(namespace, str) or name is None:
         return None
-    api = job_api_of_pod(pod)
+    return namespace, name, pod
+
+
+def _cached_job(app: web.Application, api: JobApi, namespace: str, name: str) -> Any:
+    """The job of `api` named so, from the cache of its kind (None when not cached)."""
     cache = _cache_of(app, api)
     cached = cache.get_json(namespace, name) if cache is not None else None
+    return None if cached is None else app[DECODED_JOBS].parsed(namespace, name, cached)
+
+
+async def _job_of(app: web.Application, body: Any) -> dict[str, Any] | None:
+    """The job a pod under admission claims (a PyTorchTrainingJob, or a Kubeflow PyTorchJob when
+    the pod's controller is one), from the cache of its kind, else read from the apiserver (None
+    when absent)."""
+    claimed = _claimed_job(body)
+    if claimed is None:
+        return None
+    namespace, name, pod = claimed
+    api = job_api_of_pod(pod)
+    cached: dict[str, Any] | None = _cached_job(app, api, namespace, name)
     if cached is not None:
-        return app[DECODED_JOBS].parsed(namespace, name, cached)
+        return cached
     # Not cached yet (created a moment ago): ask the apiserver.
     admissions = app.get(ADMISSIONS_BOUND) or _DEFAULT_ADMISSIONS
     if admissions.lookups >= MAX_JOB_LOOKUPS:
@@ -770,7 +896,7 @@ def add_admission_routes(app: web.Application) -> None:
             "validate-kubeflow-jobs",
             _pure(validate_pytorchjob_request),
         ),
-        "/mutate/pods": ("mutate-pods", _mutate_pod),
+        "/mutate/pods": ("mutate-pods", (_mutate_pod, _mutate_pod_at_once)),
     }
-    for path, (endpoint, answer) in routes.items():
-        app.router.add_post(path, _route(endpoint, answer, arms_own_waits=True))
+    for path, (endpoint, (answer, at_once)) in routes.items():
+        app.router.add_post(path, _route(endpoint, answer, arms_own_waits=True, at_once=at_once))
