@@ -217,7 +217,7 @@ def test_pod_admission_answers_alike_from_a_job_without_its_status() -> None:
     assert "status" not in cached and "managedFields" not in cached["metadata"]
     for event in EVENTS[:3]:  # the pods as created: the reconciler's, before admission
         pod = copy.deepcopy(event["object"])
-        request = Request("uid", "CREATE", pod["metadata"]["namespace"], "", "r", (), pod, None)
+        request = Request("uid", "CREATE", pod["metadata"]["namespace"], "", "r", pod, None)
         assert mutate_pod(request, cached, {"r"}) == mutate_pod(request, job, {"r"})
         assert mutate_pod(request, cached, {"r"}).patch
 

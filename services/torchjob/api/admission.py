@@ -31,7 +31,6 @@ class Request(NamedTuple):
     namespace: str
     name: str
     username: str
-    groups: tuple[str, ...]
     object: Any
     old_object: Any
 
@@ -53,19 +52,16 @@ def parse_request(body: Any) -> Request:
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise MalformedReview("", "request.uid must be a non-empty string")
-    raw_user = request.get("userInfo")
-    user: dict[str, Any] = raw_user if isinstance(raw_user, dict) else {}
-    raw_groups = user.get("groups")
-    groups: list[Any] = raw_groups if isinstance(raw_groups, list) else []
+    user = request.get("userInfo")
+    username = user.get("username") if isinstance(user, dict) else None
     return Request(
-        uid=uid,
-        operation=_text(request.get("operation")),
-        namespace=_text(request.get("namespace")),
-        name=_text(request.get("name")),
-        username=_text(user.get("username")),
-        groups=tuple(g for g in groups if isinstance(g, str)),
-        object=request.get("object"),
-        old_object=request.get("oldObject"),
+        uid,
+        _text(request.get("operation")),
+        _text(request.get("namespace")),
+        _text(request.get("name")),
+        _text(username),
+        request.get("object"),
+        request.get("oldObject"),
     )
 
 

@@ -94,7 +94,8 @@ def wait_container(training: dict[str, Any], python: str | None) -> dict[str, An
     }
     for key in ("imagePullPolicy", "securityContext"):
         if key in training:
-            container[key] = json_copy(training[key])
+            value = training[key]
+            container[key] = value if type(value) is str else json_copy(value)
     return container
 
 

@@ -19,7 +19,6 @@ import collections
 import concurrent.futures
 import contextvars
 import datetime
-import functools
 import ssl
 import tempfile
 import time
@@ -32,7 +31,7 @@ import orjson
 import structlog
 from aiohttp import hdrs, web
 from kubernetes_asyncio import client
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Gauge
 
 from torchjob.api import types
 from torchjob.api.admission import Request, Response, handle, mutate_job, refuse, validate_job
@@ -54,6 +53,8 @@ from torchjob.render.pod_rewrite import PreparedJob
 from torchjob.runtime import logging as runtime_logging
 from torchjob.runtime import metrics as runtime_metrics
 from torchjob.runtime.probes import Heartbeat, serve_threaded_probes
+from torchjob.webhook import admission_metrics
+from torchjob.webhook.admission_metrics import AdmissionTally
 from torchjob.webhook.certbundle import CertBundle
 from torchjob.webhook.certstore import (
     FileCertificateSource,
@@ -65,15 +66,8 @@ from torchjob.webhook.settings import Limits, MiB, Settings
 
 log = structlog.get_logger("torchjob.webhook")
 
-ADMISSIONS = Counter(
-    "torchjob_admission_requests_total", "Admission requests answered", ["endpoint", "outcome"]
-)
-LATENCY = Histogram(
-    "torchjob_admission_duration_seconds",
-    "Time to answer an admission request",
-    ["endpoint", "outcome"],
-    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
-)
+ADMISSIONS = AdmissionTally()
+REGISTRY.register(ADMISSIONS)
 INFLIGHT = Gauge(
     "torchjob_admission_inflight_bytes", "Bytes of admission bodies being read or answered"
 )
@@ -81,8 +75,8 @@ INFLIGHT = Gauge(
 # What the webhook's /metrics exports: its own families, not the controllers' it imports.
 FAMILIES = runtime_metrics.Families(
     {
-        "torchjob_admission_requests",
-        "torchjob_admission_duration_seconds",
+        admission_metrics.REQUESTS,
+        admission_metrics.DURATION,
         "torchjob_admission_inflight_bytes",
     }
     | runtime_metrics.KUBE_CLIENT
@@ -157,8 +151,19 @@ class DecodedJobs:
         self._parsed: collections.OrderedDict[tuple[str, str], tuple[bytes, dict[str, Any]]] = (
             collections.OrderedDict()
         )
+        # The job decoded last, by identity: the replicas of a job come one after another, each
+        # with the job parsed once (`parsed`), and then need no lookup by version.
+        self._last: tuple[dict[str, Any], PreparedJob] | None = None
 
     def decode(self, job: dict[str, Any]) -> PreparedJob:
+        last = self._last
+        if last is not None and last[0] is job:
+            return last[1]
+        prepared = self._decode(job)
+        self._last = (job, prepared)
+        return prepared
+
+    def _decode(self, job: dict[str, Any]) -> PreparedJob:
         metadata = job.get("metadata")
         uid, resource_version = (
             (metadata.get("uid"), metadata.get("resourceVersion"))
@@ -564,7 +569,7 @@ def _turned_away(
     """A plain HTTP refusal, for a request turned away before its uid was read: the apiserver
     applies the webhook's failurePolicy (Fail), or retries a 429 that says when. The connection
     is closed rather than drained of what is left of the body."""
-    _metrics_of(endpoint, outcome)[0].inc()
+    ADMISSIONS.count(endpoint, outcome)
     # Debug, not info: a flood would flood the log too. The counter's outcome label tells.
     log.debug("admission turned away", endpoint=endpoint, status=status, reason=message)
     headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
@@ -667,13 +672,6 @@ LOGGED_REQUEST_FIELDS = ("uid", "namespace", "name", "operation")
 _JSON: Mapping[str, str] = {hdrs.CONTENT_TYPE: "application/json"}
 
 
-@functools.cache
-def _metrics_of(endpoint: str, outcome: str) -> tuple[Counter, Histogram]:
-    """The labelled counter and histogram, looked up once per label pair (labels() takes a lock
-    and builds a key on every call)."""
-    return ADMISSIONS.labels(endpoint, outcome), LATENCY.labels(endpoint, outcome)
-
-
 def _answer(
     logger: structlog.typing.FilteringBoundLogger,
     endpoint: str,
@@ -687,9 +685,7 @@ def _answer(
         if response.get("patch"):
             outcome = "patched"
     elapsed = time.perf_counter() - started
-    count, latency = _metrics_of(endpoint, outcome)
-    count.inc()
-    latency.observe(elapsed)
+    ADMISSIONS.answered(endpoint, outcome, elapsed)
     if response["allowed"]:
         logger.debug("admitted", endpoint=endpoint, outcome=outcome, seconds=elapsed)
     else:
