@@ -17,7 +17,7 @@ from typing import Any, Final
 from torchjob.api.model import child, json_type
 from torchjob.api.pod_schema import DEFINITIONS, KUBERNETES_VERSION
 
-__all__ = ["KUBERNETES_VERSION", "Problem", "problems"]
+__all__ = ["KUBERNETES_VERSION", "Problem", "fits", "problems"]
 
 UNKNOWN_FIELD: Final = "unknown field"
 
@@ -70,6 +70,11 @@ def _compile_all() -> dict[str, dict[str, Node]]:
 
 
 _OBJECTS: Final = _compile_all()
+
+
+def fits(value: Any, definition: str) -> bool:
+    """Whether `value` has no problem as an object of the Kubernetes definition `definition`."""
+    return _fits(value, (_OBJECT, _OBJECTS[definition]))
 
 
 def problems(value: Any, definition: str, path: str) -> list[Problem]:

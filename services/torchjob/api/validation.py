@@ -147,7 +147,9 @@ def unknown_field_errors(job: PyTorchTrainingJob) -> list[FieldError]:
     errors = [FieldError(key, pod_fields.UNKNOWN_FIELD, Cause.NOT_SUPPORTED) for key in job.extra]
     if job.metadata is not None:
         _embedded_errors(job.metadata, "ObjectMeta", "metadata", errors)
-    if job.spec is not None:
+    # Nearly every spec has no unknown field: a check that builds no path says so, and only a
+    # spec with one is walked again to name them.
+    if job.spec is not None and not _fits_model(job.spec):
         _model_unknown_errors(job.spec, "spec", errors)
     return errors
 
@@ -167,6 +169,28 @@ def _walked(model: type[Model]) -> tuple[tuple[str, str, bool, str], ...]:
             if info.kind == "message" or (model, info.key) in EMBEDDED
         )
     return walked
+
+
+def _fits_model(message: Model) -> bool:
+    """Whether `message` and the messages and embedded objects within it have no unknown field
+    and no value of the wrong type (what `_model_unknown_errors` would report)."""
+    if message.extra:
+        return False
+    for attr, _, repeated, definition in _walked(type(message)):
+        value = getattr(message, attr)
+        if value is None:
+            continue
+        if definition:
+            if not pod_fields.fits(value, definition):
+                return False
+        elif not repeated:
+            if not _fits_model(value):
+                return False
+        else:
+            for item in value:
+                if not _fits_model(item):
+                    return False
+    return True
 
 
 def _model_unknown_errors(message: Model, path: str, errors: list[FieldError]) -> None:
