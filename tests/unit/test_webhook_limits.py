@@ -30,7 +30,13 @@ from support.webhook import (
 from torchjob.api import admission
 from torchjob.webhook import app as webhook_app
 from torchjob.webhook import settings as webhook_settings
-from torchjob.webhook.app import ADMISSIONS_BOUND, INLINE_BYTES, Admissions, _route
+from torchjob.webhook.app import (
+    ADMISSIONS_BOUND,
+    INLINE_BYTES,
+    SMALL_RESERVE_BYTES,
+    Admissions,
+    _route,
+)
 from torchjob.webhook.settings import Limits
 
 VALIDATE = "/validate/pytorchtrainingjobs"
@@ -106,6 +112,41 @@ async def test_bodies_beyond_the_bound_in_flight_are_told_to_retry() -> None:
             assert ordinary.status == 200
             assert (await ordinary.json())["response"]["allowed"] is True
         await _until(lambda: bound.inflight == 0)
+
+
+async def test_an_admission_with_no_room_left_is_told_to_retry_without_its_at_once_answer() -> None:
+    """The at-once answer takes no share of the bound, but needs the room for one: one byte short
+    of it, the admission is refused with a 429 and neither answer is called; with just the room,
+    it is answered at once."""
+    called: list[str] = []
+
+    def at_once(_: web.Application, body: Any) -> dict[str, Any] | None:
+        called.append("at once")
+        return {"response": {"uid": body["request"]["uid"], "allowed": True}}
+
+    async def answer(_: web.Application, body: Any) -> dict[str, Any]:
+        called.append("answer")
+        return {"response": {"uid": body["request"]["uid"], "allowed": True}}
+
+    app = admission_app(SMALL)
+    app.router.add_post("/x", _route("x", answer, at_once=at_once))
+    bound = app[ADMISSIONS_BOUND]
+    body = orjson.dumps(review(JOB))
+    full = SMALL.max_inflight_bytes + SMALL_RESERVE_BYTES
+    async with serving(app) as client:
+        bound.inflight = full - len(body) + 1
+        refused = await client.post("/x", data=body)
+        assert refused.status == 429
+        assert refused.headers["Retry-After"] == "1"
+        assert called == []
+        assert bound.inflight == full - len(body) + 1
+        bound.inflight = full - len(body)
+        answered = await client.post("/x", data=body)
+        assert answered.status == 200
+        assert (await answered.json())["response"]["allowed"] is True
+        assert called == ["at once"]
+        assert bound.inflight == full - len(body)
+        bound.inflight = 0
 
 
 async def test_a_large_body_is_answered_off_the_loop() -> None:

@@ -8,8 +8,8 @@ import asyncio
 import base64
 import contextlib
 import copy
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
 from unittest import mock
 
 import orjson
@@ -18,11 +18,22 @@ import structlog
 from aiohttp import web
 from aiohttp.streams import StreamReader
 from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
+from prometheus_client import REGISTRY
+from structlog.testing import capture_logs
 from support.webhook import KUBEFLOW_JOB, RECONCILER, admission_app, kubeflow_replica_pod, review
 from support.webhook import serving as serving_app
 
 from torchjob.runtime.logging import merge_request
-from torchjob.webhook.app import ADMISSION_LOG, ADMISSIONS, Answer, _route
+from torchjob.webhook.app import (
+    ADMISSION_LOG,
+    ADMISSIONS,
+    ADMISSIONS_BOUND,
+    Admissions,
+    Answer,
+    AtOnce,
+    _route,
+)
+from torchjob.webhook.settings import Limits
 
 REVIEW = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}
 
@@ -43,17 +54,37 @@ async def _context_echo(_: web.Application, body: Any) -> dict[str, Any]:
     return {**REVIEW, "response": response}
 
 
+def _context_echo_at_once(_: web.Application, body: Any) -> dict[str, Any] | None:
+    bound = _logged_context()
+    uid = body["request"]["uid"]
+    response = {"uid": uid, "allowed": True, "warnings": [f"at once, bound uid {bound.get('uid')}"]}
+    return {**REVIEW, "response": response}
+
+
+def _failing_at_once(_: web.Application, body: Any) -> dict[str, Any] | None:
+    raise RuntimeError("boom at once")
+
+
+def _waiting_at_once(_: web.Application, body: Any) -> dict[str, Any] | None:
+    return None
+
+
+class Post(Protocol):
+    async def __call__(self, uid: str, **fields: Any) -> dict[str, Any]: ...
+
+
 @contextlib.asynccontextmanager
-async def serving(answer: Answer) -> AsyncIterator[Callable[[str], Awaitable[dict[str, Any]]]]:
-    """`answer` behind the webhook's route on a loopback port; yields a function that posts a
-    review with the given uid and returns the review that came back."""
+async def serving(answer: Answer, at_once: AtOnce | None = None) -> AsyncIterator[Post]:
+    """`answer` (and `at_once`) behind the webhook's route on a loopback port; yields a function
+    that posts a review with the given uid (and further request `fields`) and returns the review
+    that came back."""
     app = web.Application()
     app[ADMISSION_LOG] = structlog.get_logger().bind()
-    app.router.add_post("/x", _route("x", answer))
+    app.router.add_post("/x", _route("x", answer, at_once=at_once))
     async with TestClient(TestServer(app)) as client:
 
-        async def post(uid: str) -> dict[str, Any]:
-            body = {**REVIEW, "request": {"uid": uid}}
+        async def post(uid: str, **fields: Any) -> dict[str, Any]:
+            body = {**REVIEW, "request": {"uid": uid, **fields}}
             response = await client.post("/x", data=orjson.dumps(body))
             assert response.status == 200
             review: dict[str, Any] = orjson.loads(await response.read())
@@ -91,11 +122,93 @@ async def test_the_request_binding_is_gone_once_answered() -> None:
 
 
 def posted(app: web.Application, review: dict[str, Any]) -> web.Request:
-    """An aiohttp request carrying `review` as its body, for calling a route directly."""
+    """An aiohttp request carrying `review` as its body, all of it arrived, for calling a route
+    directly."""
+    data = orjson.dumps(review)
     payload = StreamReader(mock.Mock(_reading_paused=False), 2**16, loop=asyncio.get_running_loop())
-    payload.feed_data(orjson.dumps(review))
+    payload.feed_data(data)
     payload.feed_eof()
-    return make_mocked_request("POST", "/x", app=app, payload=payload)
+    headers = {"Content-Length": str(len(data))}
+    return make_mocked_request("POST", "/x", headers=headers, app=app, payload=payload)
+
+
+# --- the at-once answer ----------------------------------------------------------------------
+
+
+async def _allowing(_: web.Application, body: Any) -> dict[str, Any]:
+    return {**REVIEW, "response": {"uid": body["request"]["uid"], "allowed": True}}
+
+
+@pytest.mark.asyncio
+async def test_an_at_once_answer_that_raises_is_a_refusal_with_the_uid() -> None:
+    with capture_logs(processors=[merge_request]) as logs:
+        async with serving(_allowing, at_once=_failing_at_once) as post:
+            answer = (await post("u-3"))["response"]
+    assert answer["uid"] == "u-3"
+    assert answer["allowed"] is False  # not answered again by the allowing `answer`
+    assert answer["status"]["code"] == 500
+    assert answer["status"]["reason"] == "InternalError"
+    assert "see its log" in answer["status"]["message"]
+    [failed] = [line for line in logs if line["event"] == "admission handler failed"]
+    assert failed["log_level"] == "error"
+    assert failed["exc_info"] is True
+    assert failed["uid"] == "u-3"
+
+
+@pytest.mark.asyncio
+async def test_an_at_once_answer_that_must_wait_leaves_the_body_parsed_once_to_the_answer() -> None:
+    seen: list[tuple[str, Any]] = []
+
+    def at_once(_: web.Application, body: Any) -> dict[str, Any] | None:
+        seen.append(("at once", body))
+        return None
+
+    async def answer(_: web.Application, body: Any) -> dict[str, Any]:
+        seen.append(("answer", body))
+        request = body["request"]
+        response = {"uid": request["uid"], "allowed": True, "warnings": [request["pad"]]}
+        return {**REVIEW, "response": response}
+
+    pad = "p" * 8192
+    before = _answered("x", "allowed")
+    async with serving(answer, at_once=at_once) as post:
+        response = (await post("u-4", pad=pad))["response"]
+    assert (response["uid"], response["allowed"], response["warnings"]) == ("u-4", True, [pad])
+    assert [by for by, _ in seen] == ["at once", "answer"]
+    assert seen[0][1] is seen[1][1], "the body was parsed again"
+    assert _answered("x", "allowed") == before + 1
+
+
+def _answered(endpoint: str, outcome: str) -> float:
+    labels = {"endpoint": endpoint, "outcome": outcome}
+    return REGISTRY.get_sample_value("torchjob_admission_requests_total", labels) or 0.0
+
+
+@pytest.mark.asyncio
+async def test_each_request_answered_at_once_has_its_own_uid_bound() -> None:
+    async with serving(_failing, at_once=_context_echo_at_once) as post:
+        warnings = [(await post(uid))["response"]["warnings"][0] for uid in ("third", "fourth")]
+    assert warnings == ["at once, bound uid third", "at once, bound uid fourth"]
+
+
+@pytest.mark.asyncio
+async def test_the_at_once_path_leaves_nothing_bound_once_answered() -> None:
+    """Called in this test's own task, as above; whether answered at once, refused for raising,
+    or handed on to the ordinary answer, nothing stays bound, nor any of the bound taken."""
+    app = web.Application()
+    app[ADMISSION_LOG] = structlog.get_logger().bind()
+    admissions = app[ADMISSIONS_BOUND] = Admissions(Limits())
+    try:
+        for at_once in (_context_echo_at_once, _failing_at_once, _waiting_at_once):
+            called: list[str] = []
+            serve = _route("x", _context_echo, at_once=_recorded(at_once, called))
+            response = await serve(posted(app, {**REVIEW, "request": {"uid": "u-5"}}))
+            assert response.status == 200
+            assert called == ["u-5"]
+            assert _logged_context().get("uid") is None
+            assert admissions.inflight == 0
+    finally:
+        admissions.close()
 
 
 # --- Kubeflow's PyTorchJob ------------------------------------------------------------------
@@ -148,3 +261,13 @@ async def _posted(client: Any, path: str, body: dict[str, Any]) -> dict[str, Any
     assert response.status == 200
     answer: dict[str, Any] = orjson.loads(await response.read())["response"]
     return answer
+
+
+def _recorded(at_once: AtOnce, called: list[str]) -> AtOnce:
+    """`at_once`, noting in `called` the uid of each request it is called for."""
+
+    def recorded(app: web.Application, body: Any) -> dict[str, Any] | None:
+        called.append(body["request"]["uid"])
+        return at_once(app, body)
+
+    return recorded
