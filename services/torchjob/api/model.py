@@ -223,13 +223,16 @@ def _value_expression(model: type[Model], info: FieldInfo, n: int, scope: dict[s
         return f"_decode_field(Model, F{n}, raw, path, key)"
     if info.kind == "message":
         scope[f"D{n}"] = _decoder_of(model_of(model, info.ref))
+        # The field's path, `child(path, key)` written out for this key: every nested message
+        # of every decoded job has its path made, error or not.
+        here = f"(path + {'.' + info.key!r} if path else {info.key!r})"
         if info.repeated:
             return (
-                f"[D{n}(item, f'{{here}}[{{index}}]') for here in (child(path, key),) "
+                f"[D{n}(item, f'{{here}}[{{index}}]') for here in ({here},) "
                 "for index, item in enumerate(raw)] if isinstance(raw, list) "
                 f"else _decode_field(Model, F{n}, raw, path, key)"
             )
-        return f"D{n}(raw, child(path, key))"
+        return f"D{n}(raw, {here})"
     if info.repeated:
         return f"_decode_field(Model, F{n}, raw, path, key)"
     if info.kind in INT_BOUNDS:
