@@ -8,6 +8,8 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from prometheus_client.registry import Collector
+
 # A sample line: its name, then labels or the value.
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]")
 _TYPE = re.compile(r"^# TYPE (\S+) (\S+)$")
@@ -75,7 +77,19 @@ def label_names_in_process() -> dict[str, set[str]]:
         for family in metrics.COLLECTOR.collect():
             for sample in family.samples:
                 labels.setdefault(sample.name, set()).update(sample.labels)
+    for admitted in _admission_tally_shown().collect():
+        for sample in admitted.samples:
+            labels.setdefault(sample.name, set()).update(sample.labels)
     return labels
+
+
+def _admission_tally_shown() -> Collector:
+    """The webhook's admission metrics as they are once an admission has been answered."""
+    from torchjob.webhook.admission_metrics import AdmissionTally
+
+    tally = AdmissionTally()
+    tally.answered("validate-jobs", "allowed", 0.001)
+    return tally
 
 
 def exported_in_process() -> dict[str, set[str]]:

@@ -151,19 +151,14 @@ class DecodedJobs:
         self._parsed: collections.OrderedDict[tuple[str, str], tuple[bytes, dict[str, Any]]] = (
             collections.OrderedDict()
         )
-        # The job decoded last, by identity: the replicas of a job come one after another, each
-        # with the job parsed once (`parsed`), and then need no lookup by version.
+        # The stored job decoded last, by identity: the replicas of a job come one after another,
+        # each with the job parsed once (`parsed`), and then need no lookup by version.
         self._last: tuple[dict[str, Any], PreparedJob] | None = None
 
     def decode(self, job: dict[str, Any]) -> PreparedJob:
         last = self._last
         if last is not None and last[0] is job:
             return last[1]
-        prepared = self._decode(job)
-        self._last = (job, prepared)
-        return prepared
-
-    def _decode(self, job: dict[str, Any]) -> PreparedJob:
         metadata = job.get("metadata")
         uid, resource_version = (
             (metadata.get("uid"), metadata.get("resourceVersion"))
@@ -172,9 +167,11 @@ class DecodedJobs:
         )
         if not (isinstance(uid, str) and isinstance(resource_version, str)):
             return decode_job(job)  # not a stored object: nothing names this version
-        return _remembered(
+        prepared = _remembered(
             self._decoded, (uid, resource_version), lambda: decode_job(job), self._capacity
         )
+        self._last = (job, prepared)
+        return prepared
 
     def parsed(self, namespace: str, name: str, packed: bytes) -> dict[str, Any]:
         """The job whose JSON a cache holds under `namespace`/`name` as `packed`."""
