@@ -47,13 +47,14 @@ class PreparedJob:
     keeps one per stored job version: every replica pod of a job is admitted against the same
     one. It is only read once made."""
 
-    __slots__ = ("_environment", "_layout", "_replica_specs", "job")
+    __slots__ = ("_environment", "_layout", "_replica_specs", "_torchrun_command", "job")
 
     def __init__(self, job: PyTorchTrainingJob) -> None:
         self.job = job
         self._layout: Layout | None = None
         self._environment: JobEnvironment | None = None
         self._replica_specs: dict[str, ReplicaSpec] | None = None
+        self._torchrun_command: tuple[str, ...] | None = None
 
     @property
     def spec(self) -> PyTorchTrainingJobSpec:
@@ -72,6 +73,16 @@ class PreparedJob:
                 by_type.setdefault(replica_spec.type or "", replica_spec)
             self._replica_specs = by_type
         return self._replica_specs[replica_type]
+
+    def torchrun_command(self, env: list[dict[str, Any]]) -> list[str]:
+        """The torchrun command line of a replica whose injected variables are `env`. It is the
+        same for every replica unless the processes per node follow each container's GPUs."""
+        if self._torchrun_command is not None:
+            return list(self._torchrun_command)
+        command = torchrun_argv(self.spec, env, [])
+        if self.environment().proc_per_node != "gpu":
+            self._torchrun_command = tuple(command)
+        return command
 
     def environment(self) -> JobEnvironment:
         if self._environment is None:
@@ -111,7 +122,7 @@ def rewrite_pod(job: PyTorchTrainingJob | PreparedJob, pod: dict[str, Any]) -> R
     env = job.environment().for_replica(replica, container)
     _merge_env(container, env)
     _ensure_master_port(container)
-    _apply_command(spec, replica_spec, container, env, resuming=_resuming(pod), pod_spec=pod_spec)
+    _apply_command(job, replica_spec, container, env, resuming=_resuming(pod), pod_spec=pod_spec)
     if wants_wait(spec):
         add_wait_for_master(pod_spec, container, python)
     pod_spec["restartPolicy"] = "Never"
@@ -196,7 +207,7 @@ def _resuming(pod: dict[str, Any]) -> bool:
 
 
 def _apply_command(
-    spec: PyTorchTrainingJobSpec,
+    job: PreparedJob,
     replica_spec: ReplicaSpec,
     container: dict[str, Any],
     env: list[dict[str, Any]],
@@ -204,6 +215,7 @@ def _apply_command(
     resuming: bool,
     pod_spec: dict[str, Any],
 ) -> None:
+    spec = job.spec
     if queries.debug_enabled(spec):
         debug = _debug_spec(spec, replica_spec.type or "")
         container["command"] = list(debug.get("command") or DEFAULT_DEBUG_COMMAND)
@@ -214,8 +226,7 @@ def _apply_command(
     if resuming:
         _apply_resume(spec, replica_spec.type or "", container, pod_spec)
     if queries.torchrun_enabled(spec):
-        argv = torchrun_argv(spec, env, [])
-        container["command"] = argv
+        container["command"] = job.torchrun_command(env)
     # args stay as written: torchrun's script and its arguments, or python's
 
 
