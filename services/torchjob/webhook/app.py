@@ -218,6 +218,8 @@ Answer = Callable[[web.Application, Any], Awaitable[dict[str, Any]]]
 # An answer worked out without waiting for anything, or None when it has to wait (a job not
 # cached yet): the `Answer` of the same route then answers.
 AtOnce = Callable[[web.Application, Any], dict[str, Any] | None]
+# A body read whole, and what it parses to.
+Parsed = tuple[bytes, Any]
 T = TypeVar("T")
 
 # Bodies up to this size are parsed and answered on the event loop: a few milliseconds at worst
@@ -416,7 +418,7 @@ def _route(
         length = http.content_length
         if length is not None and length > limits.max_body_bytes:
             return _turned_away(endpoint, "too_large", 413, _too_large(limits))
-        read: Read | None = None
+        parsed: Parsed | None = None
         if (
             at_once is not None
             and length is not None
@@ -424,8 +426,9 @@ def _route(
             and http.content.is_eof()
             and admissions.has_room(length)
         ):
-            read = Read(http.content.read_nowait())
-            response = _answered_at_once(endpoint, at_once, http, read, started)
+            raw = http.content.read_nowait()
+            parsed = (raw, _loads(raw))
+            response = _answered_at_once(endpoint, at_once, http, parsed[1], started)
             if response is not None:
                 return response
         # A body without Content-Length (chunked) may be as large as any.
@@ -440,7 +443,7 @@ def _route(
         bound = _WORK.set(work)
         try:
             try:
-                response = await _serve(endpoint, answer, http, work, started, read)
+                response = await _serve(endpoint, answer, http, work, started, parsed)
             except BaseException as error:
                 if work.expired_with(error):
                     return _timed_out(http.app, endpoint, work, started)
@@ -454,30 +457,10 @@ def _route(
     return serve
 
 
-class Read:
-    """A body read whole, and what it parses to (parsed once, on first use)."""
-
-    __slots__ = ("_body", "raw")
-
-    def __init__(self, raw: bytes) -> None:
-        self.raw = raw
-        self._body: Any = _UNPARSED
-
-    @property
-    def body(self) -> Any:
-        if self._body is _UNPARSED:
-            self._body = _loads(self.raw)
-        return self._body
-
-
-_UNPARSED: Any = object()
-
-
 def _answered_at_once(
-    endpoint: str, at_once: AtOnce, http: web.Request, read: Read, started: float
+    endpoint: str, at_once: AtOnce, http: web.Request, body: Any, started: float
 ) -> web.Response | None:
     """The answer to a small body read whole, when `at_once` can work it out without waiting."""
-    body = read.body
     request = _request_fields(body)
     bound = runtime_logging.bind_request(request, LOGGED_REQUEST_FIELDS)
     try:
@@ -498,11 +481,12 @@ async def _serve(
     http: web.Request,
     work: Work,
     started: float,
-    read: Read | None = None,
+    parsed: Parsed | None = None,
 ) -> web.Response:
-    if read is not None:  # read, and found to need a wait, by the at-once answer
-        work.size = len(read.raw)
-        return await _parse_and_answer(endpoint, answer, http, work, read.raw, started, read)
+    if parsed is not None:  # read, and found to need a wait, by the at-once answer
+        raw, body = parsed
+        work.size = len(raw)
+        return await _answer_parsed(endpoint, answer, http, work, body, started)
     limits = work.admissions.limits
     try:
         if http.content.is_eof():
@@ -532,18 +516,15 @@ async def _serve(
 
 
 async def _parse_and_answer(
-    endpoint: str,
-    answer: Answer,
-    http: web.Request,
-    work: Work,
-    raw: bytes,
-    started: float,
-    read: Read | None = None,
+    endpoint: str, answer: Answer, http: web.Request, work: Work, raw: bytes, started: float
 ) -> web.Response:
-    if read is not None:
-        body = read.body
-    else:
-        body = _loads(raw) if work.inline else await work.compute(partial(_loads, raw))
+    body = _loads(raw) if work.inline else await work.compute(partial(_loads, raw))
+    return await _answer_parsed(endpoint, answer, http, work, body, started)
+
+
+async def _answer_parsed(
+    endpoint: str, answer: Answer, http: web.Request, work: Work, body: Any, started: float
+) -> web.Response:
     request = _request_fields(body)
     uid = request.get("uid")
     work.uid = uid if isinstance(uid, str) else ""
@@ -710,7 +691,9 @@ def _claimed_job(body: Any) -> tuple[str, str, Any] | None:
     return namespace, name, pod
 
 
-def _cached_job(app: web.Application, api: JobApi, namespace: str, name: str) -> Any:
+def _cached_job(
+    app: web.Application, api: JobApi, namespace: str, name: str
+) -> dict[str, Any] | None:
     """The job of `api` named so, from the cache of its kind (None when not cached)."""
     cache = _cache_of(app, api)
     cached = cache.get_json(namespace, name) if cache is not None else None
@@ -726,7 +709,7 @@ async def _job_of(app: web.Application, body: Any) -> dict[str, Any] | None:
         return None
     namespace, name, pod = claimed
     api = job_api_of_pod(pod)
-    cached: dict[str, Any] | None = _cached_job(app, api, namespace, name)
+    cached = _cached_job(app, api, namespace, name)
     if cached is not None:
         return cached
     # Not cached yet (created a moment ago): ask the apiserver.
