@@ -45,29 +45,37 @@ def replica_env(
 @dataclass(frozen=True, slots=True)
 class JobEnvironment:
     """The variables of every replica of one job, worked out once: those all replicas share,
-    with the rank and the processes per node, which vary, filled in by `for_replica`."""
+    with the rank and the processes per node, which vary, filled in by `for_replica`. Each shared
+    variable is made once, and every replica's list holds that same one: no one changes them."""
 
-    plain: tuple[tuple[str, str], ...]  # before RANK
+    plain: tuple[EnvVar, ...]  # before RANK
     # With torchrun: PET_NNODES, and how many processes a node runs ("gpu": the container's
     # GPU limit), then what follows PET_NODE_RANK; None without torchrun.
     nnodes: str | None
     proc_per_node: str
-    torchrun: tuple[tuple[str, str], ...]
+    torchrun: tuple[EnvVar, ...]
 
     def for_replica(self, replica: Replica, container: dict[str, Any]) -> list[EnvVar]:
         rank = str(replica.rank)
-        values = [*self.plain, ("RANK", rank), ("PYTHONUNBUFFERED", "1")]
+        env = [*self.plain, _variable("RANK", rank), _UNBUFFERED]
         if self.nnodes is not None:
             procs = self.proc_per_node
             if procs == "gpu":
                 procs = str(queries.gpu_limit(container))
-            values += [
-                ("PET_NNODES", self.nnodes),
-                ("PET_NPROC_PER_NODE", procs),
-                ("PET_NODE_RANK", rank),
+            env += [
+                _variable("PET_NNODES", self.nnodes),
+                _variable("PET_NPROC_PER_NODE", procs),
+                _variable("PET_NODE_RANK", rank),
                 *self.torchrun,
             ]
-        return [{"name": name, "value": value} for name, value in values]
+        return env
+
+
+def _variable(name: str, value: str) -> EnvVar:
+    return {"name": name, "value": value}
+
+
+_UNBUFFERED = _variable("PYTHONUNBUFFERED", "1")
 
 
 def job_environment(
@@ -82,21 +90,21 @@ def job_environment(
     master_addr = service_host(job_name, namespace, master_type, master_index)
     world = world_size(spec)
     plain = (
-        ("MASTER_ADDR", master_addr),
-        ("MASTER_PORT", str(master_port)),
-        ("WORLD_SIZE", str(world)),
+        _variable("MASTER_ADDR", master_addr),
+        _variable("MASTER_PORT", str(master_port)),
+        _variable("WORLD_SIZE", str(world)),
     )
     if not queries.torchrun_enabled(spec):
         return JobEnvironment(plain, None, "", ())
     config = spec.torchrun_config or TorchrunConfig()
     procs = config.proc_per_node or "1"
     torchrun = (
-        ("PET_MASTER_ADDR", master_addr),
-        ("PET_MASTER_PORT", str(master_port)),
-        ("PET_RDZV_BACKEND", config.rdzv_backend or "c10d"),
-        ("PET_RDZV_ENDPOINT", f"{master_addr}:{master_port}"),
-        ("PET_RDZV_ID", job_uid),
-        ("PET_MAX_RESTARTS", str(config.max_restarts or 0)),
+        _variable("PET_MASTER_ADDR", master_addr),
+        _variable("PET_MASTER_PORT", str(master_port)),
+        _variable("PET_RDZV_BACKEND", config.rdzv_backend or "c10d"),
+        _variable("PET_RDZV_ENDPOINT", f"{master_addr}:{master_port}"),
+        _variable("PET_RDZV_ID", job_uid),
+        _variable("PET_MAX_RESTARTS", str(config.max_restarts or 0)),
     )
     return JobEnvironment(
         plain, nnodes(spec, world), procs if procs == "gpu" else str(int(procs)), torchrun

@@ -42,23 +42,33 @@ class Rewrite:
 
 
 class PreparedJob:
-    """A job's typed model, and what the rewrite of each of its replica pods shares (where each
-    replica stands, the environment they have in common), worked out on first use. The webhook
-    keeps one per stored job version: every replica pod of a job is admitted against the same
-    one. It is only read once made."""
+    """A job's typed model, and what the rewrite of each of its replica pods shares (which of the
+    rewrite's steps apply, where each replica stands, the environment they have in common), each
+    worked out once. The webhook keeps one per stored job version: every replica pod of a job is
+    admitted against the same one. It is only read once made."""
 
-    __slots__ = ("_environment", "_layout", "_replica_specs", "_torchrun_command", "job")
+    __slots__ = (
+        "_environment",
+        "_layout",
+        "_replica_specs",
+        "_torchrun_command",
+        "debug",
+        "job",
+        "spec",
+        "torchrun",
+        "waits_for_master",
+    )
 
     def __init__(self, job: PyTorchTrainingJob) -> None:
         self.job = job
+        self.spec = spec = job.spec or PyTorchTrainingJobSpec()
+        self.debug = queries.debug_enabled(spec)
+        self.torchrun = queries.torchrun_enabled(spec)
+        self.waits_for_master = wants_wait(spec)
         self._layout: Layout | None = None
         self._environment: JobEnvironment | None = None
         self._replica_specs: dict[str, ReplicaSpec] | None = None
         self._torchrun_command: tuple[str, ...] | None = None
-
-    @property
-    def spec(self) -> PyTorchTrainingJobSpec:
-        return self.job.spec or PyTorchTrainingJobSpec()
 
     def layout(self) -> Layout:
         if self._layout is None:
@@ -104,7 +114,6 @@ def rewrite_pod(job: PyTorchTrainingJob | PreparedJob, pod: dict[str, Any]) -> R
     """The rewritten pod and the JSONPatch (against `pod`) that makes it. `pod` is left as it was;
     the rewritten pod shares with it whatever the rewrite does not change."""
     job = prepared(job)
-    spec = job.spec
     labels = (pod.get("metadata") or {}).get("labels") or {}
     replica, replica_spec = _locate(job, labels)
     # Copy on write: the spec, its container list and the training container are new, and each
@@ -123,7 +132,7 @@ def rewrite_pod(job: PyTorchTrainingJob | PreparedJob, pod: dict[str, Any]) -> R
     _merge_env(container, env)
     _ensure_master_port(container)
     _apply_command(job, replica_spec, container, env, resuming=_resuming(pod), pod_spec=pod_spec)
-    if wants_wait(spec):
+    if job.waits_for_master:
         add_wait_for_master(pod_spec, container, python)
     pod_spec["restartPolicy"] = "Never"
     return Rewrite(out, _patch(pod.get("spec") or {}, pod_spec))
@@ -195,10 +204,11 @@ def _merge_env(container: dict[str, Any], injected: list[dict[str, Any]]) -> Non
 
 def _ensure_master_port(container: dict[str, Any]) -> None:
     ports = container.get("ports") or []
-    taken = {p.get("containerPort") for p in ports} | {p.get("name") for p in ports}
-    if DEFAULT_MASTER_PORT not in taken and MASTER_PORT_NAME not in taken:
-        master = {"name": MASTER_PORT_NAME, "containerPort": DEFAULT_MASTER_PORT, "protocol": "TCP"}
-        container["ports"] = [*ports, master]
+    for port in ports:
+        if port.get("containerPort") == DEFAULT_MASTER_PORT or port.get("name") == MASTER_PORT_NAME:
+            return
+    master = {"name": MASTER_PORT_NAME, "containerPort": DEFAULT_MASTER_PORT, "protocol": "TCP"}
+    container["ports"] = [*ports, master]
 
 
 def _resuming(pod: dict[str, Any]) -> bool:
@@ -216,7 +226,7 @@ def _apply_command(
     pod_spec: dict[str, Any],
 ) -> None:
     spec = job.spec
-    if queries.debug_enabled(spec):
+    if job.debug:
         debug = _debug_spec(spec, replica_spec.type or "")
         container["command"] = list(debug.get("command") or DEFAULT_DEBUG_COMMAND)
         container.pop("args", None)
@@ -225,7 +235,7 @@ def _apply_command(
         return
     if resuming:
         _apply_resume(spec, replica_spec.type or "", container, pod_spec)
-    if queries.torchrun_enabled(spec):
+    if job.torchrun:
         container["command"] = job.torchrun_command(env)
     # args stay as written: torchrun's script and its arguments, or python's
 
@@ -259,6 +269,7 @@ def _apply_resume(
 # The fields of a pod's spec a rewrite may set or remove, in the order the patch names them: it
 # leaves every other field as it was, shared with the pod it was given.
 REWRITTEN_FIELDS = ("containers", "initContainers", "restartPolicy")
+_PATHS = {key: f"/spec/{key}" for key in REWRITTEN_FIELDS}
 
 
 def _patch(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
@@ -269,12 +280,12 @@ def _patch(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]
         if key not in before and key not in after:
             continue
         if key not in after:
-            ops.append({"op": "remove", "path": f"/spec/{key}"})
+            ops.append({"op": "remove", "path": _PATHS[key]})
         elif before.get(key) != after[key]:
             ops.append(
                 {
                     "op": "add" if key not in before else "replace",
-                    "path": f"/spec/{key}",
+                    "path": _PATHS[key],
                     "value": after[key],
                 }
             )
