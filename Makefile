@@ -100,7 +100,7 @@ lua: ## a Lua interpreter (Debian's lua5.4) for the Argo CD health check's tests
 	hack/install-lua.sh
 
 .PHONY: demo
-demo: $(EXAMPLE_STAMP) ## train examples/mnist-ddp locally with `torchjob run` (installs torch)
+demo: $(STAMP) $(EXAMPLE_STAMP) ## train examples/mnist-ddp locally with `torchjob run` (installs torch)
 	cd examples/mnist-ddp && PATH="$(CURDIR)/$(BIN):$$PATH" torchjob run --logs runs/logs job.yaml
 	@$(BIN)/python -c 'import json; m = json.load(open("examples/mnist-ddp/runs/mnist-ddp/metrics.json")); print("test accuracy: %.4f" % m["test_accuracy"])'
 
