@@ -77,6 +77,7 @@ def bash_script(parser: argparse.ArgumentParser, prog: str = "torchjob") -> str:
     prev="${{COMP_WORDS[COMP_CWORD-1]}}"
     for ((i = 1; i < COMP_CWORD; i++)); do
         case "${{COMP_WORDS[i]}}" in
+            --kubeconfig|--context|-n|--namespace) ((i++)) ;;
             -*) ;;
             *) if [[ -z "$command" ]]; then command="${{COMP_WORDS[i]}}";
                elif [[ "$command" == top && "${{COMP_WORDS[i]}}" =~ ^(job|node)$ ]]; then

@@ -32,7 +32,12 @@ from torchjob.cli.completion import candidates, job_names
 from torchjob.cli.console import Console
 from torchjob.cli.convert import add_convert_command, run_convert
 from torchjob.cli.manifest import AdmittedJob, InvalidManifest, admit, read_manifest
-from torchjob.cli.parsers import add_cluster_commands, run_cluster_command
+from torchjob.cli.parsers import (
+    add_cluster_commands,
+    add_cluster_flags,
+    misplaced_cluster_flags,
+    run_cluster_command,
+)
 from torchjob.cli.runner import (
     LocalRunner,
     RunResult,
@@ -57,6 +62,11 @@ def parser(prog: str = "torchjob") -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog=prog, description="PyTorchTrainingJob (and Kubeflow PyTorchJob) tools"
     )
+    add_cluster_flags(
+        top.add_argument_group("cluster (before or after the command, as kubectl takes them)"),
+        everywhere=True,
+        after_verb=False,
+    )
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = commands.add_parser(
         "run",
@@ -78,8 +88,10 @@ def parser(prog: str = "torchjob") -> argparse.ArgumentParser:
     run.add_argument(
         "-n",
         "--namespace",
+        default=argparse.SUPPRESS,  # set before the verb, or here
         help="the namespace when the manifest names none (default: default)",
     )
+    run.set_defaults(cluster_flags=("namespace",))
     run.add_argument("--logs", metavar="DIR", type=Path, help="also write each replica's log here")
     run.add_argument(
         "--grace-period",
@@ -112,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     prog = "kubectl torchjob" if Path(sys.argv[0]).name.startswith("kubectl-") else "torchjob"
     top = parser(prog)
     args = top.parse_args(argv)
+    misplaced = misplaced_cluster_flags(args)
+    if misplaced:
+        top.error(f"{', '.join(misplaced)}: `{args.command}` does not take it")
     if args.command == "convert":
         return run_convert(args)
     if args.command != "run":

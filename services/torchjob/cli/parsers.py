@@ -48,20 +48,56 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _cluster_options(everywhere: bool = False) -> argparse.ArgumentParser:
-    options = argparse.ArgumentParser(add_help=False)
-    group = options.add_argument_group("cluster")
+# The cluster flags, by their attribute on the parsed arguments, as the user writes them.
+CLUSTER_FLAGS: dict[str, str] = {
+    "kubeconfig": "--kubeconfig",
+    "context": "--context",
+    "namespace": "-n/--namespace",
+    "all_namespaces": "-A/--all-namespaces",
+}
+
+
+def add_cluster_flags(group: Any, *, everywhere: bool, after_verb: bool) -> None:
+    """--kubeconfig, --context, -n and (everywhere) -A, on the top parser (before the verb, as
+    kubectl users type them) or on a verb's. After the verb a flag is set only when given, so
+    that it does not overwrite the same flag given before the verb."""
+    unset: dict[str, Any] = {"default": argparse.SUPPRESS} if after_verb else {}
     group.add_argument(
         "--kubeconfig",
         metavar="FILE",
         help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)",
+        **unset,
     )
-    group.add_argument("--context", help="the kubeconfig context to use (default: its current one)")
     group.add_argument(
-        "-n", "--namespace", help="the namespace (default: the context's, else default)"
+        "--context", help="the kubeconfig context to use (default: its current one)", **unset
+    )
+    group.add_argument(
+        "-n",
+        "--namespace",
+        help="the namespace (default: the context's, else default)",
+        **unset,
     )
     if everywhere:
-        group.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
+        group.add_argument(
+            "-A", "--all-namespaces", action="store_true", help="every namespace", **unset
+        )
+
+
+def misplaced_cluster_flags(args: argparse.Namespace) -> list[str]:
+    """The cluster flags given (before the verb) that the chosen verb does not take."""
+    accepted = getattr(args, "cluster_flags", ())
+    return [
+        written
+        for name, written in CLUSTER_FLAGS.items()
+        if getattr(args, name, None) and name not in accepted
+    ]
+
+
+def _cluster_options(everywhere: bool = False) -> argparse.ArgumentParser:
+    options = argparse.ArgumentParser(add_help=False)
+    add_cluster_flags(options.add_argument_group("cluster"), everywhere=everywhere, after_verb=True)
+    accepted = [name for name in CLUSTER_FLAGS if everywhere or name != "all_namespaces"]
+    options.set_defaults(cluster_flags=tuple(accepted))
     return options
 
 
