@@ -10,6 +10,7 @@ import asyncio
 import sys
 from collections.abc import Callable
 
+from torchjob.cli.command_parser import CommandParser
 from torchjob.cli.commands import EXIT_SUCCEEDED, target_of
 from torchjob.cli.connection import CliError, connect
 
@@ -20,34 +21,27 @@ TAKES_JOB = ("get", "logs", "delete", "pause", "resume", "wait", "tensorboard", 
 TAKES_FILE = ("run", "convert")
 
 
-def _options(parser: argparse.ArgumentParser) -> list[str]:
+def _options(parser: CommandParser) -> list[str]:
     return sorted(
-        {s for action in parser._actions for s in action.option_strings if s.startswith("--")}
-        | {s for action in parser._actions for s in action.option_strings if len(s) == 2}
+        {s for option in parser.options for s in option.strings if s.startswith("--")}
+        | {s for option in parser.options for s in option.strings if len(s) == 2}
     )
 
 
-def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
-    return {}
-
-
-def _choices(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
+def _choices(parser: CommandParser) -> dict[str, list[str]]:
     return {
-        option: [str(c) for c in action.choices]
-        for action in parser._actions
-        if action.choices and action.option_strings
-        for option in action.option_strings
+        written: list(option.choices)
+        for option in parser.options
+        if option.choices
+        for written in option.strings
     }
 
 
-def bash_script(parser: argparse.ArgumentParser, prog: str = "torchjob") -> str:
-    commands = _subparsers(parser)
+def _command_cases(commands: dict[str, CommandParser]) -> list[str]:
+    """A `case` branch per command (per `top job` and `top node` for a nested one)."""
     cases = []
     for name, sub in sorted(commands.items()):
-        nested = _subparsers(sub)
+        nested = sub.commands
         if nested:
             for inner, inner_parser in sorted(nested.items()):
                 cases.append(_case(f"{name} {inner}", inner_parser))
@@ -55,6 +49,12 @@ def bash_script(parser: argparse.ArgumentParser, prog: str = "torchjob") -> str:
             cases.append(f'        "{name}") words="{words}" ;;')
         else:
             cases.append(_case(name, sub))
+    return cases
+
+
+def bash_script(parser: CommandParser, prog: str = "torchjob") -> str:
+    commands = parser.commands
+    cases = _command_cases(commands)
     function = "_" + prog.replace("-", "_").replace(" ", "_")
     takes_job = " ".join(c.replace(" ", "_") for c in TAKES_JOB)
     takes_file = "|".join(TAKES_FILE)
@@ -107,7 +107,7 @@ complete -o default -F {function} {prog}
 """
 
 
-def _case(name: str, parser: argparse.ArgumentParser) -> str:
+def _case(name: str, parser: CommandParser) -> str:
     lines = [f'        "{name}")', f'            words="{" ".join(_options(parser))}"']
     choices = _choices(parser)
     if choices:
@@ -119,7 +119,7 @@ def _case(name: str, parser: argparse.ArgumentParser) -> str:
     return "\n".join(lines)
 
 
-def zsh_script(parser: argparse.ArgumentParser, prog: str = "torchjob") -> str:
+def zsh_script(parser: CommandParser, prog: str = "torchjob") -> str:
     return (
         f"# zsh completion for {prog}; load it with: source <({prog} completion zsh)\n"
         "autoload -U +X compinit && compinit\n"
@@ -128,21 +128,19 @@ def zsh_script(parser: argparse.ArgumentParser, prog: str = "torchjob") -> str:
 
 
 async def completion(args: argparse.Namespace) -> int:
-    parser: argparse.ArgumentParser = args.parser
+    parser: CommandParser = args.parser
     script = bash_script if args.shell == "bash" else zsh_script
     sys.stdout.write(script(parser))
     return EXIT_SUCCEEDED
 
 
-def _takes_value(parser: argparse.ArgumentParser, option: str) -> bool:
-    for action in parser._actions:
-        if option in action.option_strings:
-            return action.nargs != 0
-    return False
+def _takes_value(parser: CommandParser, written: str) -> bool:
+    option = parser.option(written)
+    return option is not None and option.takes_value
 
 
 def candidates(
-    parser: argparse.ArgumentParser, words: list[str], jobs: Callable[[list[str]], list[str]]
+    parser: CommandParser, words: list[str], jobs: Callable[[list[str]], list[str]]
 ) -> list[str]:
     """What may come in place of the last of `words` (the words typed after the program's name,
     the last one being completed); `jobs(cluster_flags)` lists job names when one is wanted."""
@@ -162,7 +160,7 @@ def candidates(
                 cluster_flags.append(word)
             skip = "=" not in word and _takes_value(chosen, word)
             continue
-        nested = _subparsers(chosen)
+        nested = chosen.commands
         if word in nested:
             command.append(word)
             chosen = nested[word]
@@ -174,8 +172,8 @@ def candidates(
         found = choices[prev]
     elif current.startswith("-"):
         found = _options(chosen)
-    elif _subparsers(chosen):
-        found = sorted(_subparsers(chosen))
+    elif chosen.commands:
+        found = sorted(chosen.commands)
     elif " ".join(command) in TAKES_JOB:
         found = jobs(cluster_flags)
     else:

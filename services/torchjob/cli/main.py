@@ -28,6 +28,7 @@ import yaml
 
 from torchjob.api import queries
 from torchjob.cli.cluster import admitted_pod, dry_run_documents, first_plan
+from torchjob.cli.command_parser import CommandParser
 from torchjob.cli.completion import candidates, job_names
 from torchjob.cli.console import Console
 from torchjob.cli.convert import add_convert_command, run_convert
@@ -58,12 +59,10 @@ from torchjob.render.topology import replicas_of, service_host, world_size
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
-def parser(prog: str = "torchjob") -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(
-        prog=prog, description="PyTorchTrainingJob (and Kubeflow PyTorchJob) tools"
-    )
+def parser(prog: str = "torchjob") -> CommandParser:
+    top = CommandParser(prog=prog, description="PyTorchTrainingJob (and Kubeflow PyTorchJob) tools")
     add_cluster_flags(
-        top.add_argument_group("cluster (before or after the command, as kubectl takes them)"),
+        top.option_group("cluster (before or after the command, as kubectl takes them)"),
         everywhere=True,
         after_verb=False,
     )

@@ -11,6 +11,7 @@ from typing import Any
 
 from torchjob.api import types
 from torchjob.cli import commands
+from torchjob.cli.command_parser import CommandParser
 from torchjob.cli.completion import completion as completion_command
 from torchjob.cli.connection import CliError
 from torchjob.cli.logs import logs as logs_command
@@ -93,9 +94,9 @@ def misplaced_cluster_flags(args: argparse.Namespace) -> list[str]:
     ]
 
 
-def _cluster_options(everywhere: bool = False) -> argparse.ArgumentParser:
-    options = argparse.ArgumentParser(add_help=False)
-    add_cluster_flags(options.add_argument_group("cluster"), everywhere=everywhere, after_verb=True)
+def _cluster_options(everywhere: bool = False) -> CommandParser:
+    options = CommandParser(add_help=False)
+    add_cluster_flags(options.option_group("cluster"), everywhere=everywhere, after_verb=True)
     accepted = [name for name in CLUSTER_FLAGS if everywhere or name != "all_namespaces"]
     options.set_defaults(cluster_flags=tuple(accepted))
     return options
@@ -137,7 +138,7 @@ def add_cluster_commands(commands_: Any) -> None:
         "--all for every replica (lines prefixed with the replica).",
     )
     logs.add_argument("job", metavar="NAME")
-    which = logs.add_mutually_exclusive_group()
+    which = logs.exclusive_group()
     which.add_argument("-r", "--replica", metavar="TYPE-INDEX", help="e.g. worker-1")
     which.add_argument("--all", action="store_true", help="every replica, prefixed")
     logs.add_argument("-c", "--container", help="default: the training container")
@@ -235,7 +236,7 @@ def add_cluster_commands(commands_: Any) -> None:
     completion.set_defaults(run=completion_command)
 
 
-def _submit(commands_: Any, cluster: argparse.ArgumentParser) -> None:
+def _submit(commands_: Any, cluster: CommandParser) -> None:
     submit = commands_.add_parser(
         "submit",
         parents=[cluster],
@@ -259,7 +260,7 @@ def _submit(commands_: Any, cluster: argparse.ArgumentParser) -> None:
     )
     submit.add_argument("--timeout", type=_seconds, metavar="DURATION", help="with --wait")
 
-    job = submit.add_argument_group("the job (Arena's flags)")
+    job = submit.option_group("the job (Arena's flags)")
     job.add_argument("--name", help="the job's name")
     job.add_argument("--image", help="the training image")
     job.add_argument("--workers", type=_positive, default=1, help="replicas (default: 1)")
@@ -310,7 +311,7 @@ def _submit(commands_: Any, cluster: argparse.ArgumentParser) -> None:
     job.add_argument("--queue", help="the T9k scheduler queue (spec.scheduler.t9kScheduler)")
     job.add_argument("--queue-priority", type=int, metavar="0-100", help="priority in the queue")
 
-    ours = submit.add_argument_group("torchrun and the run policy")
+    ours = submit.option_group("torchrun and the run policy")
     ours.add_argument("--torchrun", action="store_true", help="start the command with torchrun")
     ours.add_argument("--nproc-per-node", metavar="N|gpu", help="torchrun processes per replica")
     ours.add_argument("--max-restarts", type=_not_negative, help="torchrun's worker group restarts")

@@ -19,7 +19,7 @@ import signal
 import sys
 
 from torchjob.cli.commands import EXIT_SUCCEEDED, target_of
-from torchjob.cli.connection import CliError, connect, kubeconfig_path
+from torchjob.cli.connection import CliError, Cluster, connect, kubeconfig_path
 from torchjob.render.tensorboard import PORT, tensorboard_name
 
 FORWARDING = re.compile(r"Forwarding from (?P<address>[0-9.]+):(?P<port>\d+) ->")
@@ -40,20 +40,8 @@ def kubectl_path(given: str | None) -> str:
 async def tensorboard(args: argparse.Namespace) -> int:
     target = target_of(args)
     async with connect(target) as cluster:
-        job = await cluster.get_job(args.job)
-        if not (job.get("spec") or {}).get("tensorboardSpec"):
-            raise CliError(
-                f"job {args.job} has no TensorBoard: submit it with --tensorboard --logdir DIR, "
-                "or give it spec.tensorboardSpec"
-            )
-        service = tensorboard_name(args.job)
-        if await cluster.service(service) is None:
-            raise CliError(
-                f"the TensorBoard Service {service} does not exist yet: the housekeeper creates "
-                "it (is the operator's housekeeper running?); torchjob get shows its state"
-            )
+        service, ready = await _board_of(cluster, args.job)
         namespace = cluster.namespace
-        ready = ((job.get("status") or {}).get("tensorboard") or {}).get("ready")
     argv = [kubectl_path(args.kubectl), "port-forward"]
     kubeconfig = kubeconfig_path(target)
     if kubeconfig:
@@ -75,21 +63,46 @@ async def tensorboard(args: argparse.Namespace) -> int:
         stderr=asyncio.subprocess.PIPE,
         start_new_session=True,
     )
+    if await _forward_until_stopped(process, f"{namespace}/{args.job}"):
+        sys.stdout.write("Stopped forwarding.\n")
+    return EXIT_SUCCEEDED
+
+
+async def _board_of(cluster: Cluster, job_name: str) -> tuple[str, bool]:
+    """The job's TensorBoard Service, and whether the board is ready; a CliError saying what to
+    do when the job has none or its Service is not there yet."""
+    job = await cluster.get_job(job_name)
+    if not (job.get("spec") or {}).get("tensorboardSpec"):
+        raise CliError(
+            f"job {job_name} has no TensorBoard: submit it with --tensorboard --logdir DIR, "
+            "or give it spec.tensorboardSpec"
+        )
+    service = tensorboard_name(job_name)
+    if await cluster.service(service) is None:
+        raise CliError(
+            f"the TensorBoard Service {service} does not exist yet: the housekeeper creates "
+            "it (is the operator's housekeeper running?); torchjob get shows its state"
+        )
+    ready = ((job.get("status") or {}).get("tensorboard") or {}).get("ready")
+    return service, bool(ready)
+
+
+async def _forward_until_stopped(process: asyncio.subprocess.Process, job: str) -> bool:
+    """Prints the URL once kubectl forwards, relays its errors, and waits until it ends or the
+    user stops it; True when stopped by the user (SIGTERM or Ctrl-C). kubectl, in a session of
+    its own, is stopped on the way out rather than left running."""
     assert process.stdout is not None and process.stderr is not None
-    # SIGTERM stops the forwarding as Ctrl-C does: kubectl, in a session of its own, is stopped
-    # on the way out rather than left running.
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     assert main is not None
-    loop.add_signal_handler(signal.SIGTERM, main.cancel)
+    loop.add_signal_handler(signal.SIGTERM, main.cancel)  # SIGTERM stops it as Ctrl-C does
     relay: asyncio.Task[None] | None = None
-    stopped = False
     try:
         url = await asyncio.wait_for(_forwarding(process.stdout), READY_TIMEOUT)
         if url is None:
             error = (await process.stderr.read()).decode(errors="replace").strip()
             raise CliError(f"kubectl port-forward failed: {error or 'no output'}")
-        sys.stdout.write(f"TensorBoard of {namespace}/{args.job}: {url}\n")
+        sys.stdout.write(f"TensorBoard of {job}: {url}\n")
         sys.stdout.write("Forwarding with kubectl port-forward; Ctrl-C to stop.\n")
         sys.stdout.flush()
         relay = asyncio.create_task(_relay(process.stderr))
@@ -100,24 +113,27 @@ async def tensorboard(args: argparse.Namespace) -> int:
     except TimeoutError as error:
         raise CliError(f"kubectl port-forward did not start in {READY_TIMEOUT:g}s") from error
     except asyncio.CancelledError:
-        stopped = True  # SIGTERM, or Ctrl-C (asyncio.run cancels the main task on SIGINT)
+        # SIGTERM, or Ctrl-C (asyncio.run cancels the main task on SIGINT)
         if main.cancelling() > 1:
             raise
+        return True
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
         if relay is not None:
             relay.cancel()
+        await _stop(process)
+    return False
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(process.wait(), 10)
         if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGTERM)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(process.wait(), 10)
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-    if stopped:
-        sys.stdout.write("Stopped forwarding.\n")
-    return EXIT_SUCCEEDED
+            process.kill()
+            await process.wait()
 
 
 async def _forwarding(stdout: asyncio.StreamReader) -> str | None:
