@@ -1,5 +1,6 @@
-"""What the cluster commands print (render/tables.py): the list, the description of a job, top by
-job and by node, ages, quantities and name suggestions; and the completion script."""
+"""What the cluster commands print (cli/views/: tables.py, description.py, quantities.py): the
+list, the description of a job, top by job and by node, ages, quantities and name suggestions;
+and the completion script."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from support.jobs import JobBuilder
 from torchjob.api import constants
 from torchjob.cli.completion import bash_script, zsh_script
 from torchjob.cli.main import parser
-from torchjob.render import tables
+from torchjob.cli.views import description, quantities, tables
 
 NOW = datetime(2026, 1, 2, 12, 0, 0, tzinfo=UTC)
 
@@ -95,7 +96,7 @@ def test_ages_read_as_kubectl_writes_them(seconds: int, text: str) -> None:
     ],
 )
 def test_quantities(value: Any, number: Decimal) -> None:
-    assert tables.quantity(value) == number
+    assert quantities.quantity(value) == number
 
 
 def test_the_list_shows_running_over_total_restarts_gpus_and_age() -> None:
@@ -187,7 +188,7 @@ def test_a_job_is_described_with_conditions_replicas_events_and_its_tensorboard(
             "lastTimestamp": ago(100),
         },
     ]
-    text = tables.describe(described, pods, events, NOW, tensorboard_pods=[])
+    text = description.describe(described, pods, events, NOW, tensorboard_pods=[])
     assert "Phase:       Failed" in text
     assert "Restarts:    1 (backoffLimit 1)" in text
     assert "Requests:    4 GPU(s), 2000m CPU, 2048Mi memory in all" in text
@@ -230,7 +231,7 @@ def test_top_job_counts_what_the_spec_asks_and_what_pods_on_nodes_hold() -> None
     ]
     lines = tables.top_job_table(jobs, pods).splitlines()
     assert lines[1].split() == ["train", "Pending", "4", "2", "2000m", "1000m", "2048Mi", "1024Mi"]
-    usage = {("ns", "train-worker-0"): tables.Resources(Decimal("0.25"), Decimal(2**29))}
+    usage = {("ns", "train-worker-0"): quantities.Resources(Decimal("0.25"), Decimal(2**29))}
     used = tables.top_job_table(jobs, pods, usage=usage).splitlines()
     assert used[0].split()[-2:] == ["CPU(USED)", "MEMORY(USED)"]
     assert used[1].split()[-2:] == ["250m", "512Mi"]
@@ -277,7 +278,7 @@ def test_an_init_container_larger_than_the_containers_sets_the_pod_request() -> 
         "containers": [{"resources": {"requests": {"cpu": "1"}}}],
         "initContainers": [{"resources": {"requests": {"cpu": "3"}}}],
     }
-    assert tables.pod_spec_requests(spec).cpu == Decimal(3)
+    assert quantities.pod_spec_requests(spec).cpu == Decimal(3)
 
 
 @pytest.mark.parametrize(
@@ -385,6 +386,6 @@ def test_events_are_ordered_by_time_whatever_its_precision() -> None:
             "involvedObject": {"kind": "Pod", "name": "p"},
         },
     ]
-    text = tables.describe(job(), [], events, NOW)
+    text = description.describe(job(), [], events, NOW)
     lines = text.split("Events:")[1].splitlines()
     assert "Early" in lines[2] and "Late" in lines[3]

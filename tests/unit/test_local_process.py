@@ -1,4 +1,4 @@
-"""A replica's pod as a local process (render/local.py) and the pod status a local process stands
+"""A replica's pod as a local process (cli/views/local.py) and the pod status a local process stands
 for (lifecycle/local.py)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from support.jobs import JobBuilder
 
 from torchjob.api.types import PyTorchTrainingJob, PyTorchTrainingJobSpec
+from torchjob.cli.views.local import LocalRenderError, expand, gpu_shares, local_command, localize
 from torchjob.lifecycle.local import exit_code_of, local_pod_status
 from torchjob.lifecycle.observe import view_pod
-from torchjob.render.local import LocalRenderError, expand, gpu_shares, local_command, localize
 from torchjob.render.pod_rewrite import rewrite_pod
 from torchjob.render.replica_objects import render_pod
 from torchjob.render.topology import replicas_of

@@ -18,8 +18,8 @@ from torchjob.api import types
 from torchjob.api.constants import LABEL_TENSORBOARD
 from torchjob.cli.connection import CliError, Cluster, Target, connect, context_namespace
 from torchjob.cli.manifest import InvalidManifest, admit, read_manifest
-from torchjob.render import tables
-from torchjob.render.submission import Submission, SubmissionError, build_job
+from torchjob.cli.views import description, tables
+from torchjob.cli.views.submission import Submission, SubmissionError, build_job
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_TIMEOUT = 0, 1, 2, 124
 FINISHED = ("Succeeded", "Failed")
@@ -192,7 +192,7 @@ async def get(args: argparse.Namespace) -> int:
         boards = None
         if (job.get("spec") or {}).get("tensorboardSpec"):
             boards = await cluster.pods(f"{LABEL_TENSORBOARD}={args.job}", all_namespaces=False)
-        sys.stdout.write(tables.describe(job, pods, events, now(), tensorboard_pods=boards))
+        sys.stdout.write(description.describe(job, pods, events, now(), tensorboard_pods=boards))
     return EXIT_SUCCEEDED
 
 

@@ -13,7 +13,7 @@ from torchjob.api.queries import training_container_in
 from torchjob.api.types import PyTorchTrainingJob
 from torchjob.cli.commands import EXIT_SUCCEEDED, target_of
 from torchjob.cli.connection import CliError, Cluster, connect
-from torchjob.render import tables
+from torchjob.cli.views import tables
 from torchjob.render.topology import master_of, replica_name
 
 WAIT_POLL = 1.0

@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from torchjob.api import queries
+from torchjob.api.kubeflow import UNLIMITED_BACKOFF
 from torchjob.cli.cluster import admitted_pod, dry_run_documents, first_plan
 from torchjob.cli.command_parser import CommandParser
 from torchjob.cli.completion import candidates, job_names
@@ -39,21 +40,14 @@ from torchjob.cli.parsers import (
     misplaced_cluster_flags,
     run_cluster_command,
 )
-from torchjob.cli.runner import (
-    LocalRunner,
-    RunResult,
-    backoff_limit_text,
-    shown_state,
-    training_container_name,
-    write_status,
-)
-from torchjob.lifecycle.backoff import BASE_DELAY, MAX_DELAY, RestartBackoff
-from torchjob.render.local import (
+from torchjob.cli.runner import LocalRunner, RunResult, shown_state, training_container_name
+from torchjob.cli.views.local import (
     LocalRenderError,
     gpu_shares,
     local_command,
     training_container_named,
 )
+from torchjob.lifecycle.backoff import BASE_DELAY, MAX_DELAY, RestartBackoff
 from torchjob.render.topology import replicas_of, service_host, world_size
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -269,6 +263,11 @@ def _summary(job: AdmittedJob, result: RunResult, console: Console) -> None:
             console.say(f"  {replica.get('name')}: {_replica_outcome(replica)}")
 
 
+def backoff_limit_text(limit: int) -> str:
+    """`backoffLimit 3`, or that there is none (a PyTorchJob without one)."""
+    return "no backoffLimit" if limit == UNLIMITED_BACKOFF else f"backoffLimit {limit}"
+
+
 def _kubeflow_summary(job: AdmittedJob, result: RunResult, console: Console) -> None:
     """The PyTorchJob's state as Kubeflow shows it: its last condition, and each replica
     type's counts (replicaStatuses)."""
@@ -291,6 +290,11 @@ def _replica_outcome(replica: dict[str, Any]) -> str:
     phase = replica.get("phase") or "not running"
     codes = [c.get("exitCode") for c in replica.get("containers") or [] if "exitCode" in c]
     return phase + (f", exit code {codes[0]}" if codes else "")
+
+
+def write_status(path: Path, status: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({"status": status}, sort_keys=False))
 
 
 def kubectl_complete(argv: list[str] | None = None) -> int:

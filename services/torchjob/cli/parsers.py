@@ -17,7 +17,7 @@ from torchjob.cli.connection import CliError
 from torchjob.cli.logs import logs as logs_command
 from torchjob.cli.tensorboard import tensorboard as tensorboard_command
 from torchjob.cli.top import top as top_command
-from torchjob.render.submission import DEFAULT_SYNC_IMAGE
+from torchjob.cli.views.submission import DEFAULT_SYNC_IMAGE
 
 Command = Callable[[argparse.Namespace], Awaitable[int]]
 EXIT_INTERRUPTED = 130

@@ -6,12 +6,10 @@ pod as `lifecycle.observe` reads it, the Services that exist), asks `lifecycle.p
 and carries it out: the status is kept in memory, a created Service is a free local port, a
 created pod is a process started from the pod the webhook would have rewritten, and a deleted pod
 is a process stopped as the kubelet stops a container: SIGTERM to its main process, SIGKILL to
-all of it after the grace period. Every process of a replica carries the pod's uid in its
-environment (`TORCHJOB_REPLICA_UID`), which is how its processes are found when they have left the
-replica's session (torchrun starts each worker in a session of its own): when a replica's main
-process exits, whatever it left running is killed, as a container runtime tears down a container
-whose main process has exited. The deadline is enforced by waking at the plan's `requeue_after`,
-as the reconciler's timed requeue does.
+all of it after the grace period. When a replica's main process exits, whatever it left running
+is killed (cli/processes.py finds a replica's processes), as a container runtime tears down a
+container whose main process has exited. The deadline is enforced by waking at the plan's
+`requeue_after`, as the reconciler's timed requeue does.
 
 A Kubeflow PyTorchJob's status is shown as Kubeflow shows it (its conditions, moved on round by
 round as the operator writes them, and its replicaStatuses), rendered from the lifecycle's record
@@ -23,9 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shlex
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -34,8 +30,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-import yaml
-
 from torchjob.api import constants, queries
 from torchjob.api.constants import REASON_RESTART_BACKOFF
 from torchjob.api.jsoncopy import merge_patched
@@ -43,6 +37,14 @@ from torchjob.api.kubeflow import DEFAULT_CONTAINER, UNLIMITED_BACKOFF
 from torchjob.cli.cluster import admitted_pod
 from torchjob.cli.console import Console
 from torchjob.cli.manifest import AdmittedJob
+from torchjob.cli.processes import (
+    REPLICA_MARKER,
+    exited,
+    free_port,
+    kill_replica,
+    shown_command,
+)
+from torchjob.cli.views.local import LocalCommand, local_command
 from torchjob.lifecycle.backoff import DEFAULT_BACKOFF, RestartBackoff
 from torchjob.lifecycle.local import exit_code_of, local_pod_status
 from torchjob.lifecycle.observe import view_pod
@@ -51,7 +53,6 @@ from torchjob.lifecycle.round import Observed
 from torchjob.lifecycle.status import is_terminal
 from torchjob.lifecycle.times import format_time
 from torchjob.render.kubeflow import kubeflow_status
-from torchjob.render.local import LocalCommand, local_command
 from torchjob.render.topology import Replica, replica_name, replicas_of, service_host
 
 # The exit code a container that could not be started reports (containerd's StartError).
@@ -60,7 +61,6 @@ OUTPUT_LIMIT = 1 << 20  # longest line read at once; longer ones are split
 DRAIN_TIMEOUT = 5.0  # output still arriving after a replica's process group was killed
 SETTLE_TIMEOUT = 5.0  # replicas still running when the job finished may end by themselves
 MAX_ROUNDS_WITHOUT_WAITING = 100
-REPLICA_MARKER = "TORCHJOB_REPLICA_UID"
 
 
 @dataclass(slots=True)
@@ -106,12 +106,6 @@ class RunResult:
     @property
     def succeeded(self) -> bool:
         return self.status.get("phase") == "Succeeded" and not self.interrupted
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class LocalRunner:
@@ -280,7 +274,7 @@ class LocalRunner:
             self.console.say(f"{name} could not start: {command.argv[0]}: {error.strerror}")
             self._finished(local, START_ERROR)
             return
-        self.console.say(f"started {name} (pid {local.process.pid}): {_shown(command.argv)}")
+        self.console.say(f"started {name} (pid {local.process.pid}): {shown_command(command.argv)}")
         self._spawn(self._watch(local, log), f"torchjob-watch-{name}")
 
     def _working_dir(self, command: LocalCommand) -> str | None:
@@ -375,11 +369,7 @@ class LocalRunner:
         """SIGKILL to every process of the replica: its session, and whatever carries its uid."""
         if pod.process is None:
             return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pod.process.pid, signal.SIGKILL)
-        for pid in processes_marked(pod.uid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+        kill_replica(pod.process, pod.uid)
 
     async def _stop_everything(self) -> None:
         """After the job finished (or on Ctrl-C): replicas still running are stopped."""
@@ -464,11 +454,6 @@ class LocalRunner:
         return str(local_pod_status(pod.pod, pod.started, pod.exit_code, pod.finished)["phase"])
 
 
-def backoff_limit_text(limit: int) -> str:
-    """`backoffLimit 3`, or that there is none (a PyTorchJob without one)."""
-    return "no backoffLimit" if limit == UNLIMITED_BACKOFF else f"backoffLimit {limit}"
-
-
 def training_container_name(job: AdmittedJob) -> str | None:
     """The name of a replica's training container: Kubeflow's `pytorch` for a PyTorchJob
     (None: torchjob's own choice, `python` else the first)."""
@@ -506,53 +491,3 @@ async def _all_exited(pods: list[LocalPod]) -> None:
 
 def _key(replica: Replica) -> tuple[str, int]:
     return replica.type, replica.index
-
-
-def _shown(argv: list[str]) -> str:
-    text = shlex.join(argv).replace("\n", "\\n")
-    return text if len(text) <= 200 else text[:197] + "..."
-
-
-async def exited(process: subprocess.Popen[bytes]) -> int:
-    """The process's return code once it has exited (a pidfd tells when; else it is polled)."""
-    try:
-        pidfd = os.pidfd_open(process.pid)
-    except OSError:  # an old kernel: nothing tells when the process exits, so ask
-        while process.poll() is None:  # noqa: ASYNC110
-            await asyncio.sleep(0.1)
-        return process.returncode
-    loop = asyncio.get_running_loop()
-    done = loop.create_future()
-
-    def readable() -> None:
-        if not done.done():
-            done.set_result(None)
-
-    loop.add_reader(pidfd, readable)
-    try:
-        await done
-    finally:
-        loop.remove_reader(pidfd)
-        os.close(pidfd)
-    return process.wait()
-
-
-def processes_marked(uid: str) -> list[int]:
-    """The processes whose environment carries the replica uid `uid`."""
-    marker = f"{REPLICA_MARKER}={uid}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            environment = Path(f"/proc/{entry}/environ").read_bytes()
-        except OSError:  # gone, or not ours to read
-            continue
-        if marker in environment.split(b"\0"):
-            found.append(int(entry))
-    return found
-
-
-def write_status(path: Path, status: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump({"status": status}, sort_keys=False))

@@ -10,7 +10,8 @@ from typing import Any
 
 from torchjob.cli.commands import EXIT_SUCCEEDED, target_of
 from torchjob.cli.connection import connect
-from torchjob.render.tables import Resources, quantity, top_job_table, top_node_table
+from torchjob.cli.views.quantities import Resources, quantity
+from torchjob.cli.views.tables import top_job_table, top_node_table
 
 
 async def top(args: argparse.Namespace) -> int:

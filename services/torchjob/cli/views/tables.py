@@ -1,42 +1,30 @@
-"""What the `torchjob` cluster commands print: tables, the description of one job, resource
-figures and name suggestions. Pure: objects (as the apiserver returns them, plain JSON dicts) and
-the time come in, text goes out."""
+"""What the `torchjob` cluster commands print in columns: the job list, `top`'s tables, and the
+times, phases and reasons they show; name suggestions. Pure: objects (as the apiserver returns
+them, plain JSON dicts) and the time come in, text goes out."""
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from decimal import Decimal, InvalidOperation
+from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from torchjob.api import constants
-from torchjob.api.queries import GPU_RESOURCE, training_container_in
-from torchjob.render.tensorboard import PORT as TENSORBOARD_PORT
-from torchjob.render.tensorboard import tensorboard_name, tensorboard_url
+from torchjob.api.queries import training_container_in
+from torchjob.cli.views.quantities import (
+    Resources,
+    format_cpu,
+    format_gpus,
+    format_memory,
+    is_active,
+    job_gpus,
+    job_requests,
+    pod_spec_requests,
+)
 from torchjob.render.topology import replica_name
 
 NONE = "<none>"
-FINISHED_POD_PHASES = ("Succeeded", "Failed")
-_SUFFIXES = {
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "": Decimal(1),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "P": Decimal(10**15),
-    "E": Decimal(10**18),
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50),
-    "Ei": Decimal(2**60),
-}
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -89,120 +77,6 @@ def duration(seconds: int) -> str:
     if days < 8:
         return f"{days}d{hrs}h" if hrs else f"{days}d"
     return f"{days}d"
-
-
-# -- quantities --------------------------------------------------------------------------------
-
-
-def quantity(value: Any) -> Decimal:
-    """A Kubernetes quantity ("500m", "2Gi", 3) as a number; 0 when unreadable."""
-    if isinstance(value, bool):
-        return Decimal(0)
-    if isinstance(value, int | float):
-        return Decimal(str(value))
-    if not isinstance(value, str) or not value:
-        return Decimal(0)
-    text = value.strip()
-    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
-        if suffix and text.endswith(suffix):
-            number = text[: -len(suffix)]
-            break
-    else:
-        suffix, number = "", text
-    try:
-        return Decimal(number) * _SUFFIXES[suffix]
-    except InvalidOperation:
-        return Decimal(0)
-
-
-def format_cpu(cores: Decimal) -> str:
-    """Cores as kubectl top shows them: millicores."""
-    return f"{int((cores * 1000).to_integral_value())}m"
-
-
-def format_memory(size: Decimal) -> str:
-    """Bytes in Mi, or Gi from 10Gi up."""
-    mib = size / (2**20)
-    if mib >= 10 * 1024:
-        return f"{(mib / 1024).quantize(Decimal('0.1'))}Gi".replace(".0Gi", "Gi")
-    return f"{int(mib.to_integral_value())}Mi"
-
-
-def format_gpus(count: Decimal) -> str:
-    return str(int(count)) if count == count.to_integral_value() else str(count.normalize())
-
-
-@dataclass(slots=True)
-class Resources:
-    """CPU (cores), memory (bytes) and GPUs."""
-
-    cpu: Decimal = field(default_factory=Decimal)
-    memory: Decimal = field(default_factory=Decimal)
-    gpus: Decimal = field(default_factory=Decimal)
-
-    def __add__(self, other: Resources) -> Resources:
-        return Resources(self.cpu + other.cpu, self.memory + other.memory, self.gpus + other.gpus)
-
-    def times(self, count: int) -> Resources:
-        return Resources(self.cpu * count, self.memory * count, self.gpus * count)
-
-    @classmethod
-    def of(cls, amounts: Any) -> Resources:
-        amounts = amounts if isinstance(amounts, dict) else {}
-        return cls(
-            quantity(amounts.get("cpu")),
-            quantity(amounts.get("memory")),
-            quantity(amounts.get(GPU_RESOURCE)),
-        )
-
-    @classmethod
-    def maximum(cls, a: Resources, b: Resources) -> Resources:
-        return cls(max(a.cpu, b.cpu), max(a.memory, b.memory), max(a.gpus, b.gpus))
-
-
-def container_requests(container: dict[str, Any]) -> Resources:
-    """What a container asks for: its requests, else its limits (the apiserver's defaulting)."""
-    resources = container.get("resources") or {}
-    requests = dict(resources.get("limits") or {})
-    requests.update(resources.get("requests") or {})
-    return Resources.of(requests)
-
-
-def pod_spec_requests(pod_spec: dict[str, Any]) -> Resources:
-    """What the scheduler reserves for a pod: the sum of its containers, or its largest init
-    container when that is more (the scheduler's rule)."""
-    total = Resources()
-    for container in pod_spec.get("containers") or []:
-        total = total + container_requests(container)
-    for container in pod_spec.get("initContainers") or []:
-        total = Resources.maximum(total, container_requests(container))
-    return total
-
-
-def job_requests(job: dict[str, Any]) -> Resources:
-    """What every replica of the job asks for together, from its spec."""
-    total = Resources()
-    for replica in (job.get("spec") or {}).get("replicaSpecs") or []:
-        pod_spec = (replica.get("template") or {}).get("spec") or {}
-        total = total + pod_spec_requests(pod_spec).times(int(replica.get("replicas") or 1))
-    return total
-
-
-def job_gpus(job: dict[str, Any]) -> Decimal:
-    """GPUs of the job: each replica's training container's limit, times its replicas."""
-    total = Decimal(0)
-    for replica in (job.get("spec") or {}).get("replicaSpecs") or []:
-        pod_spec = (replica.get("template") or {}).get("spec") or {}
-        _, container = training_container_in(pod_spec)
-        limits = ((container or {}).get("resources") or {}).get("limits") or {}
-        total += quantity(limits.get(GPU_RESOURCE)) * int(replica.get("replicas") or 1)
-    return total
-
-
-def is_active(pod: dict[str, Any]) -> bool:
-    """The pod holds its node's resources: placed, not finished, not being deleted."""
-    phase = (pod.get("status") or {}).get("phase")
-    return bool((pod.get("spec") or {}).get("nodeName")) and phase not in FINISHED_POD_PHASES
 
 
 # -- jobs --------------------------------------------------------------------------------------
@@ -340,157 +214,6 @@ def replica_pods(
             pod = by_name.get(replica_name(str(meta.get("name")), replica_type, index))
             out.append((f"{replica_type}-{index}", pod))
     return out
-
-
-def describe(
-    job: dict[str, Any],
-    pods: list[dict[str, Any]],
-    events: list[dict[str, Any]],
-    now: datetime,
-    *,
-    tensorboard_pods: list[dict[str, Any]] | None = None,
-    event_limit: int = 20,
-) -> str:
-    """`torchjob get NAME`: the job's phase, conditions, replicas, TensorBoard and Events."""
-    meta = job.get("metadata") or {}
-    status = job.get("status") or {}
-    spec = job.get("spec") or {}
-    name, namespace = str(meta.get("name")), str(meta.get("namespace"))
-    lines = [
-        f"Name:        {name}",
-        f"Namespace:   {namespace}",
-        f"Phase:       {phase(job)}",
-        f"Age:         {age(meta.get('creationTimestamp'), now)}",
-    ]
-    if status.get("startTime"):
-        lines.append(f"Started:     {status['startTime']}")
-    if status.get("completionTime"):
-        lines.append(f"Completed:   {status['completionTime']}")
-    limit = (spec.get("runPolicy") or {}).get("backoffLimit")
-    lines.append(
-        f"Restarts:    {status.get('backoffCount') or 0}"
-        + (f" (backoffLimit {limit})" if limit is not None else "")
-    )
-    pause = (spec.get("runMode") or {}).get("pause") or {}
-    if pause.get("enabled"):
-        lines.append("Paused:      yes (torchjob resume to start it again)")
-    requests = job_requests(job)
-    lines.append(
-        f"Requests:    {format_gpus(requests.gpus)} GPU(s), {format_cpu(requests.cpu)} CPU, "
-        f"{format_memory(requests.memory)} memory in all"
-    )
-
-    lines += ["", "Conditions:"]
-    conditions = status.get("conditions") or []
-    if conditions:
-        lines.append(
-            _indent(
-                table(
-                    ["TYPE", "STATUS", "REASON", "AGE", "MESSAGE"],
-                    [
-                        [
-                            str(c.get("type")),
-                            str(c.get("status")),
-                            str(c.get("reason") or ""),
-                            age(c.get("lastTransitionTime"), now),
-                            str(c.get("message") or ""),
-                        ]
-                        for c in conditions
-                    ],
-                )
-            )
-        )
-    else:
-        lines.append("  none yet (the reconciler has not seen the job)")
-
-    lines += ["", "Replicas:"]
-    rows = []
-    for replica, pod in replica_pods(job, pods):
-        if pod is None:
-            rows.append([replica, NONE, "", "Absent", "0", ""])
-            continue
-        rows.append(
-            [
-                replica,
-                str(pod["metadata"]["name"]),
-                str((pod.get("spec") or {}).get("nodeName") or ""),
-                pod_phase(pod),
-                str(pod_restarts(pod)),
-                pod_reason(pod),
-            ]
-        )
-    lines.append(_indent(table(["REPLICA", "POD", "NODE", "PHASE", "RESTARTS", "REASON"], rows)))
-
-    if spec.get("tensorboardSpec"):
-        lines += ["", "TensorBoard:"]
-        board = status.get("tensorboard") or {}
-        ready = bool(board.get("ready"))
-        running = [p for p in tensorboard_pods or [] if pod_phase(p) == "Running"]
-        lines.append(f"  Ready:     {'yes' if ready else 'no'}" + _board_reason(board))
-        lines.append(f"  In-cluster URL: {board.get('url') or tensorboard_url(meta)}")
-        lines.append(
-            f"  Reach it:  torchjob tensorboard {name} -n {namespace}  (port-forward to "
-            f"service/{tensorboard_name(name)}:{TENSORBOARD_PORT})"
-        )
-        if tensorboard_pods is not None and not running:
-            lines.append("  No TensorBoard pod is running yet.")
-
-    lines += ["", "Events:"]
-    shown = sorted(events, key=_event_moment)[-event_limit:]
-    if shown:
-        lines.append(
-            _indent(
-                table(
-                    ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
-                    [
-                        [
-                            age(_event_time(e), now),
-                            str(e.get("type") or ""),
-                            str(e.get("reason") or ""),
-                            _involved(e),
-                            " ".join(str(e.get("message") or e.get("note") or "").split()),
-                        ]
-                        for e in shown
-                    ],
-                )
-            )
-        )
-    else:
-        lines.append("  none")
-    return "\n".join(lines) + "\n"
-
-
-def _board_reason(board: dict[str, Any]) -> str:
-    reason = board.get("reason")
-    message = board.get("message")
-    if not reason and not message:
-        return ""
-    return f" ({reason or ''}{': ' if reason and message else ''}{message or ''})"
-
-
-def _indent(text: str) -> str:
-    return "\n".join("  " + line for line in text.rstrip("\n").split("\n"))
-
-
-def _event_time(event: dict[str, Any]) -> str:
-    series = event.get("series") or {}
-    return str(
-        series.get("lastObservedTime")
-        or event.get("lastTimestamp")
-        or event.get("eventTime")
-        or (event.get("metadata") or {}).get("creationTimestamp")
-        or ""
-    )
-
-
-def _event_moment(event: dict[str, Any]) -> datetime:
-    """When the event last happened, for ordering (the API writes seconds or microseconds)."""
-    return parse_time(_event_time(event)) or datetime.min.replace(tzinfo=UTC)
-
-
-def _involved(event: dict[str, Any]) -> str:
-    involved = event.get("involvedObject") or event.get("regarding") or {}
-    return f"{str(involved.get('kind') or '').lower()}/{involved.get('name')}"
 
 
 # -- top ---------------------------------------------------------------------------------------

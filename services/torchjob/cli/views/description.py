@@ -1,0 +1,178 @@
+"""`torchjob get NAME`: the description of one job (its phase, conditions, replicas, TensorBoard
+and Events), as `kubectl describe` lays one out. Pure: the objects as the apiserver returns them
+(plain JSON dicts) and the time come in, text goes out."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from torchjob.cli.views.quantities import format_cpu, format_gpus, format_memory, job_requests
+from torchjob.cli.views.tables import (
+    NONE,
+    age,
+    parse_time,
+    phase,
+    pod_phase,
+    pod_reason,
+    pod_restarts,
+    replica_pods,
+    table,
+)
+from torchjob.render.tensorboard import PORT as TENSORBOARD_PORT
+from torchjob.render.tensorboard import tensorboard_name, tensorboard_url
+
+
+def describe(
+    job: dict[str, Any],
+    pods: list[dict[str, Any]],
+    events: list[dict[str, Any]],
+    now: datetime,
+    *,
+    tensorboard_pods: list[dict[str, Any]] | None = None,
+    event_limit: int = 20,
+) -> str:
+    """`torchjob get NAME`: the job's phase, conditions, replicas, TensorBoard and Events."""
+    lines = _summary(job, now)
+    lines += ["", "Conditions:", *_conditions((job.get("status") or {}), now)]
+    lines += ["", "Replicas:", _replicas(job, pods)]
+    if (job.get("spec") or {}).get("tensorboardSpec"):
+        lines += ["", "TensorBoard:", *_tensorboard(job, tensorboard_pods)]
+    lines += ["", "Events:", _events(events, now, event_limit)]
+    return "\n".join(lines) + "\n"
+
+
+def _summary(job: dict[str, Any], now: datetime) -> list[str]:
+    """The job's name, phase, age, times, restarts, pause and requests."""
+    meta = job.get("metadata") or {}
+    status = job.get("status") or {}
+    spec = job.get("spec") or {}
+    lines = [
+        f"Name:        {meta.get('name')}",
+        f"Namespace:   {meta.get('namespace')}",
+        f"Phase:       {phase(job)}",
+        f"Age:         {age(meta.get('creationTimestamp'), now)}",
+    ]
+    if status.get("startTime"):
+        lines.append(f"Started:     {status['startTime']}")
+    if status.get("completionTime"):
+        lines.append(f"Completed:   {status['completionTime']}")
+    limit = (spec.get("runPolicy") or {}).get("backoffLimit")
+    lines.append(
+        f"Restarts:    {status.get('backoffCount') or 0}"
+        + (f" (backoffLimit {limit})" if limit is not None else "")
+    )
+    pause = (spec.get("runMode") or {}).get("pause") or {}
+    if pause.get("enabled"):
+        lines.append("Paused:      yes (torchjob resume to start it again)")
+    requests = job_requests(job)
+    lines.append(
+        f"Requests:    {format_gpus(requests.gpus)} GPU(s), {format_cpu(requests.cpu)} CPU, "
+        f"{format_memory(requests.memory)} memory in all"
+    )
+    return lines
+
+
+def _conditions(status: dict[str, Any], now: datetime) -> list[str]:
+    conditions = status.get("conditions") or []
+    if not conditions:
+        return ["  none yet (the reconciler has not seen the job)"]
+    rows = [
+        [
+            str(c.get("type")),
+            str(c.get("status")),
+            str(c.get("reason") or ""),
+            age(c.get("lastTransitionTime"), now),
+            str(c.get("message") or ""),
+        ]
+        for c in conditions
+    ]
+    return [_indent(table(["TYPE", "STATUS", "REASON", "AGE", "MESSAGE"], rows))]
+
+
+def _replicas(job: dict[str, Any], pods: list[dict[str, Any]]) -> str:
+    rows = []
+    for replica, pod in replica_pods(job, pods):
+        if pod is None:
+            rows.append([replica, NONE, "", "Absent", "0", ""])
+            continue
+        rows.append(
+            [
+                replica,
+                str(pod["metadata"]["name"]),
+                str((pod.get("spec") or {}).get("nodeName") or ""),
+                pod_phase(pod),
+                str(pod_restarts(pod)),
+                pod_reason(pod),
+            ]
+        )
+    return _indent(table(["REPLICA", "POD", "NODE", "PHASE", "RESTARTS", "REASON"], rows))
+
+
+def _tensorboard(job: dict[str, Any], tensorboard_pods: list[dict[str, Any]] | None) -> list[str]:
+    """Whether the job's TensorBoard is ready, where it is and how to reach it."""
+    meta = job.get("metadata") or {}
+    name, namespace = str(meta.get("name")), str(meta.get("namespace"))
+    board = (job.get("status") or {}).get("tensorboard") or {}
+    ready = bool(board.get("ready"))
+    running = [p for p in tensorboard_pods or [] if pod_phase(p) == "Running"]
+    lines = [
+        f"  Ready:     {'yes' if ready else 'no'}" + _board_reason(board),
+        f"  In-cluster URL: {board.get('url') or tensorboard_url(meta)}",
+        f"  Reach it:  torchjob tensorboard {name} -n {namespace}  (port-forward to "
+        f"service/{tensorboard_name(name)}:{TENSORBOARD_PORT})",
+    ]
+    if tensorboard_pods is not None and not running:
+        lines.append("  No TensorBoard pod is running yet.")
+    return lines
+
+
+def _events(events: list[dict[str, Any]], now: datetime, limit: int) -> str:
+    """The job's latest `limit` Events, oldest first."""
+    shown = sorted(events, key=_event_moment)[-limit:]
+    if not shown:
+        return "  none"
+    rows = [
+        [
+            age(_event_time(e), now),
+            str(e.get("type") or ""),
+            str(e.get("reason") or ""),
+            _involved(e),
+            " ".join(str(e.get("message") or e.get("note") or "").split()),
+        ]
+        for e in shown
+    ]
+    return _indent(table(["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"], rows))
+
+
+def _board_reason(board: dict[str, Any]) -> str:
+    reason = board.get("reason")
+    message = board.get("message")
+    if not reason and not message:
+        return ""
+    return f" ({reason or ''}{': ' if reason and message else ''}{message or ''})"
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.rstrip("\n").split("\n"))
+
+
+def _event_time(event: dict[str, Any]) -> str:
+    series = event.get("series") or {}
+    return str(
+        series.get("lastObservedTime")
+        or event.get("lastTimestamp")
+        or event.get("eventTime")
+        or (event.get("metadata") or {}).get("creationTimestamp")
+        or ""
+    )
+
+
+def _event_moment(event: dict[str, Any]) -> datetime:
+    """When the event last happened, for ordering (the API writes seconds or microseconds)."""
+    return parse_time(_event_time(event)) or datetime.min.replace(tzinfo=UTC)
+
+
+def _involved(event: dict[str, Any]) -> str:
+    involved = event.get("involvedObject") or event.get("regarding") or {}
+    return f"{str(involved.get('kind') or '').lower()}/{involved.get('name')}"
