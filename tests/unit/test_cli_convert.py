@@ -1,10 +1,14 @@
 """`torchjob convert`: a Kubeflow PyTorchJob as the PyTorchTrainingJob that runs it and back, the
 fields the other API cannot express (refused, naming them, or with --drop-unsupported left out
-and listed), and the command itself."""
+and listed), every field of either spec carried or refused (cli/convert_fields.py), and the
+command itself."""
 
 from __future__ import annotations
 
+import re
 import subprocess
+import sys
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +18,10 @@ from support.cli import TORCHJOB
 from support.jobs import JobBuilder
 from support.kubeflow import EXAMPLES, pytorchjob
 
+from torchjob.api import kubeflow_types, types
 from torchjob.api.kubeflow_admission import default_pytorchjob
 from torchjob.cli.convert import Unconvertible, convert
+from torchjob.cli.convert_fields import PYTORCHJOB_FIELDS, TRAINING_JOB_FIELDS, Fate
 from torchjob.cli.manifest import InvalidManifest
 
 SEEDS = sorted(EXAMPLES.glob("*.yaml"))
@@ -209,3 +215,134 @@ def test_the_command_prints_yaml_writes_a_file_and_reports_on_stderr(tmp_path: P
     back = run(str(tmp_path / "pj.yaml"))
     assert back.returncode == 0, back.stderr
     assert yaml.safe_load(back.stdout)["kind"] == "PyTorchTrainingJob"
+
+
+# -- every field of either spec -------------------------------------------------------------------
+
+
+def generated_fields(model: Any, prefix: str = "spec") -> Iterator[tuple[str, bool]]:
+    """The path of every field of the generated class `model` and of the messages inside it (an
+    item of a list written `[]`, a value of a map `*`), and whether it is a message."""
+    module = sys.modules[model.__module__]
+    for info in model.FIELDS:
+        path = f"{prefix}.{info.key}"
+        yield path, info.kind == "message"
+        if info.kind == "message":
+            inner = path + ("[]" if info.repeated else "") + (".*" if info.map else "")
+            yield from generated_fields(getattr(module, info.ref), inner)
+
+
+def row_of(path: str, fates: Mapping[str, Fate]) -> str | None:
+    """The row that says what becomes of `path`: its own, or the row of a message around it."""
+    for row in fates:
+        if path == row or path.startswith((f"{row}.", f"{row}[]")):
+            return row
+    return None
+
+
+def values_at(document: Any, path: str) -> list[Any]:
+    """What `document` holds at `path` (every item at `[]`, every value at `*`)."""
+    found = [document]
+    for step in re.findall(r"[^.\[\]]+|\[\]", path):
+        if step == "[]":
+            found = [item for value in found if isinstance(value, list) for item in value]
+        elif step == "*":
+            found = [item for value in found if isinstance(value, dict) for item in value.values()]
+        else:
+            found = [value[step] for value in found if isinstance(value, dict) and step in value]
+    return [value for value in found if value is not None]
+
+
+SPECS = [
+    (types.PyTorchTrainingJobSpec, TRAINING_JOB_FIELDS, kubeflow_types.PyTorchJobSpec),
+    (kubeflow_types.PyTorchJobSpec, PYTORCHJOB_FIELDS, types.PyTorchTrainingJobSpec),
+]
+
+
+@pytest.mark.parametrize(("spec", "fates", "other"), SPECS, ids=["torchjob", "kubeflow"])
+def test_every_field_of_either_spec_is_carried_or_refused(
+    spec: Any, fates: Mapping[str, Fate], other: Any
+) -> None:
+    fields = dict(generated_fields(spec))
+    unsaid = [path for path, message in fields.items() if not message and not row_of(path, fates)]
+    assert unsaid == [], "add a row for each to cli/convert_fields.py: carried where, or why not"
+    assert [row for row in fates if row not in fields] == [], "a row of no field"
+    assert [row for row, fate in fates.items() if not (fate.to or fate.refused)] == []
+    targets = dict(generated_fields(other))
+    assert [fate.to for fate in fates.values() if fate.to and fate.to not in targets] == []
+
+
+def every_training_field() -> dict[str, Any]:
+    """A PyTorchTrainingJob that sets a field of every row (but the old spelling `enable`)."""
+    job = training_job(
+        torchrunConfig={
+            "enabled": True,
+            "minNodes": 2,
+            "maxRestarts": 2,
+            "procPerNode": "2",
+            "extraOptions": ["--log-dir=/tmp"],
+        },
+        elastic={"enabled": True, "minReplicas": 2, "maxReplicas": 4, "expectedReplicas": 3},
+        runPolicy={
+            "backoffLimit": 5,
+            "activeDeadlineSeconds": 60,
+            "cleanUpPolicy": "All",
+            "ttlSecondsAfterFinished": 30,
+        },
+        scheduler={"t9kScheduler": {"queue": "q", "priority": 1}},
+        tensorboardSpec={"image": "tb", "trainingLogFilesets": ["t9k://pvc/c/runs"]},
+        runMode={
+            "debug": {"enabled": True, "replicaSpecs": [{"type": "worker"}]},
+            "pause": {"enabled": True, "resumeSpecs": [{"type": "worker", "args": ["x"]}]},
+        },
+    )
+    job["spec"]["replicaSpecs"][1]["scalingWeight"] = 1
+    return job
+
+
+def every_pytorchjob_field() -> dict[str, Any]:
+    """A PyTorchJob that sets a field of every row."""
+    return pytorchjob(
+        "pj",
+        workers=2,
+        run_policy={
+            "cleanPodPolicy": "Running",
+            "ttlSecondsAfterFinished": 30,
+            "activeDeadlineSeconds": 60,
+            "backoffLimit": 4,
+            "schedulingPolicy": {"minAvailable": 2, "queue": "q"},
+            "suspend": True,
+            "managedBy": "kueue.x-k8s.io/multikueue",
+        },
+        elasticPolicy={"minReplicas": 1, "maxReplicas": 3},
+        nprocPerNode="4",
+    )
+
+
+@pytest.mark.parametrize(
+    ("job", "fates"),
+    [(every_training_field(), TRAINING_JOB_FIELDS), (every_pytorchjob_field(), PYTORCHJOB_FIELDS)],
+    ids=["torchjob", "kubeflow"],
+)
+def test_each_field_goes_where_its_row_says(job: dict[str, Any], fates: Mapping[str, Fate]) -> None:
+    out, dropped = convert(job, drop_unsupported=True)
+    dropped_rows = [re.sub(r"\[\d+\]", "[]", line.split(":")[0]) for line in dropped]
+    assert [row for row in dropped_rows if not fates[row].refused] == []
+    for row, fate in fates.items():
+        if not values_at(job, row):
+            continue
+        if not fate.to:
+            assert row in dropped_rows, f"{row} was set, and neither refused nor carried"
+        elif not fate.refused:
+            assert values_at(out, fate.to), f"{row} was set, and {fate.to} is not"
+            assert row not in dropped_rows
+
+
+def test_a_rendezvous_backend_without_an_elastic_policy_is_refused() -> None:
+    job = training_job(torchrunConfig={"enabled": True, "rdzvBackend": "etcd-v2"})
+    out, dropped = convert(job, drop_unsupported=True)
+    assert [d.split(":")[0] for d in dropped] == [
+        "spec.torchrunConfig.enabled",
+        "spec.torchrunConfig.rdzvBackend",
+    ]
+    assert "elasticPolicy" not in out["spec"]

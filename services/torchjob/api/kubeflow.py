@@ -12,6 +12,7 @@ bounds an elastic job. The job's status keeps the lifecycle's own record under
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from torchjob.api.job_api import KUBEFLOW_JOB
@@ -35,6 +36,30 @@ KUBEFLOW_MANAGER: Final = "kubeflow.org/training-operator"
 UNLIMITED_BACKOFF: Final = 2**31 - 1
 # Kubeflow's cleanPodPolicy values and the clean-up policy each one is.
 CLEAN_POD_POLICIES: Final = {"All": "All", "Running": "Unfinished", "None": "None"}
+
+
+@dataclass(frozen=True, slots=True)
+class RunPolicyField:
+    """One run-policy setting both APIs have: its key in a PyTorchJob's `spec.runPolicy`, its key
+    in a PyTorchTrainingJob's, and how a value turns from one API's into the other's."""
+
+    kubeflow: str
+    torchjob: str
+    # Values the two APIs name differently (Kubeflow's: ours); any other value is `fallback`.
+    names: Mapping[str, str] | None = None
+    fallback: str = "None"
+    # Our value for what a PyTorchJob says by leaving the key out (None: left out in both).
+    unset: int | None = None
+
+
+# The run policy's settings, one row each, in the order a PyTorchTrainingJob writes them: the one
+# mapping between the two APIs' run policies (`training_run_policy`, `kubeflow_run_policy`).
+RUN_POLICY: Final = (
+    RunPolicyField("backoffLimit", "backoffLimit", unset=UNLIMITED_BACKOFF),
+    RunPolicyField("cleanPodPolicy", "cleanUpPolicy", names=CLEAN_POD_POLICIES),
+    RunPolicyField("activeDeadlineSeconds", "activeDeadlineSeconds"),
+    RunPolicyField("ttlSecondsAfterFinished", "ttlSecondsAfterFinished"),
+)
 
 
 def replica_type_of(kubeflow_type: str) -> str:
@@ -103,7 +128,7 @@ def training_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     ]
     out: dict[str, Any] = {"replicaSpecs": replica_specs}
     run_policy = spec.get("runPolicy") or {}
-    out["runPolicy"] = _run_policy(run_policy)
+    out["runPolicy"] = training_run_policy(run_policy)
     if run_policy.get("suspend"):
         out["runMode"] = {"pause": {"enabled": True}}
     elastic = spec.get("elasticPolicy")
@@ -129,15 +154,35 @@ def _replica_spec(kind: str, replica: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _run_policy(run_policy: Mapping[str, Any]) -> dict[str, Any]:
-    backoff = run_policy.get("backoffLimit")
-    out: dict[str, Any] = {
-        "backoffLimit": backoff if isinstance(backoff, int) else UNLIMITED_BACKOFF,
-        "cleanUpPolicy": CLEAN_POD_POLICIES.get(str(run_policy.get("cleanPodPolicy")), "None"),
-    }
-    for key in ("activeDeadlineSeconds", "ttlSecondsAfterFinished"):
-        if isinstance(run_policy.get(key), int):
-            out[key] = run_policy[key]
+def training_run_policy(run_policy: Mapping[str, Any]) -> dict[str, Any]:
+    """A PyTorchJob's runPolicy as a PyTorchTrainingJob's (`RUN_POLICY`): every setting both APIs
+    have, a value of the wrong kind counting as none; `suspend` is a pause (`training_spec`)."""
+    out: dict[str, Any] = {}
+    for field in RUN_POLICY:
+        value = run_policy.get(field.kubeflow)
+        if field.names is not None:
+            out[field.torchjob] = field.names.get(str(value), field.fallback)
+        elif isinstance(value, int):
+            out[field.torchjob] = value
+        elif field.unset is not None:
+            out[field.torchjob] = field.unset
+    return out
+
+
+def kubeflow_run_policy(run_policy: Mapping[str, Any]) -> dict[str, Any]:
+    """A PyTorchTrainingJob's runPolicy as a PyTorchJob's (`RUN_POLICY`), leaving out what a
+    PyTorchJob says by leaving a key out (an unlimited backoffLimit); a pause is `suspend`,
+    written by the caller."""
+    out: dict[str, Any] = {}
+    for field in RUN_POLICY:
+        value = run_policy.get(field.torchjob)
+        if value is None or value == field.unset:
+            continue
+        if field.names is not None:
+            theirs = {ours: kubeflow for kubeflow, ours in field.names.items()}
+            out[field.kubeflow] = theirs.get(str(value), field.fallback)
+        elif isinstance(value, int):
+            out[field.kubeflow] = value
     return out
 
 
@@ -148,9 +193,10 @@ def kubeflow_path(path: str, spec: Mapping[str, Any]) -> str:
     kinds = [kind for kind, _ in ordered_replica_specs(spec.get("pytorchReplicaSpecs") or {})]
     for index, kind in enumerate(kinds):
         out = out.replace(f"spec.replicaSpecs[{index}]", f"spec.pytorchReplicaSpecs.{kind}")
+    for field in RUN_POLICY:
+        out = out.replace(f"runPolicy.{field.torchjob}", f"runPolicy.{field.kubeflow}")
     return (
         out.replace("spec.replicaSpecs", "spec.pytorchReplicaSpecs")
-        .replace("spec.runPolicy.cleanUpPolicy", "spec.runPolicy.cleanPodPolicy")
         .replace("spec.runMode.pause.enabled", "spec.runPolicy.suspend")
         .replace("spec.elastic", "spec.elasticPolicy")
     )

@@ -9,13 +9,16 @@ names in Kubeflow's spelling, `runMode.pause` as `runPolicy.suspend`, `elastic` 
 first admitted as the webhook admits it (defaults, then validation), and the output is defaulted
 and validated by the other API's rules. A field the other API cannot express is refused, naming
 it, unless `--drop-unsupported` is given: then it is left out and each one is reported on stderr.
-Only the metadata's name, generateName, namespace, labels and annotations are kept.
+What becomes of each field of either spec is listed in cli/convert_fields.py, which a test keeps
+complete. Only the metadata's name, generateName, namespace, labels and annotations are kept, and
+no status.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -26,16 +29,16 @@ from torchjob.api.defaults import default_job
 from torchjob.api.job_api import KUBEFLOW_JOB
 from torchjob.api.jsoncopy import json_copy
 from torchjob.api.kubeflow import (
-    CLEAN_POD_POLICIES,
     DEFAULT_CONTAINER,
     KUBEFLOW_MANAGER,
     MASTER,
-    UNLIMITED_BACKOFF,
+    kubeflow_run_policy,
     kubeflow_type_of,
 )
 from torchjob.api.kubeflow_admission import default_pytorchjob, validate_pytorchjob
 from torchjob.api.queries import TRAINING_CONTAINER_NAME
 from torchjob.api.validation import validate
+from torchjob.cli.convert_fields import PYTORCHJOB_FIELDS, TRAINING_JOB_FIELDS, Fate
 from torchjob.cli.manifest import (
     API_VERSION,
     InvalidManifest,
@@ -49,8 +52,8 @@ EXIT_CONVERTED, EXIT_INVALID = 0, 2
 TO_KUBEFLOW: Final = "kubeflow"
 TO_TORCHJOB: Final = "torchjob"
 KEPT_METADATA: Final = ("name", "generateName", "namespace", "labels", "annotations")
-# Each cleanUpPolicy and the cleanPodPolicy that is it.
-CLEAN_UP_POLICIES: Final = {ours: theirs for theirs, ours in CLEAN_POD_POLICIES.items()}
+# The rendezvous backend a PyTorchJob's elasticPolicy uses when it names none.
+KUBEFLOW_RDZV_BACKEND: Final = "c10d"
 
 
 class Unconvertible(Exception):
@@ -62,14 +65,18 @@ class Unconvertible(Exception):
 
 
 class _Dropped:
-    """The fields the other API cannot express: refused, or with `drop`, left out and listed."""
+    """The fields the other API cannot express: refused, or with `drop`, left out and listed;
+    each one says why as its row of `fates` (cli/convert_fields.py) does."""
 
-    def __init__(self, drop: bool) -> None:
+    def __init__(self, drop: bool, fates: Mapping[str, Fate]) -> None:
         self.drop = drop
+        self.fates = fates
         self.fields: list[str] = []  # `path: why`
 
-    def add(self, path: str, why: str) -> None:
-        self.fields.append(f"{path}: {why}")
+    def add(self, row: str, *, path: str = "", value: object = None) -> None:
+        """The field of `row` (at `path` for an item of a list), naming its `value` when given."""
+        why = self.fates[row].refused
+        self.fields.append(f"{path or row}: " + (why if value is None else f"{value!r}: {why}"))
 
 
 def add_convert_command(commands: Any) -> None:
@@ -130,10 +137,11 @@ def convert(
     if target == source:
         kind = "a PyTorchJob" if source == TO_KUBEFLOW else "a PyTorchTrainingJob"
         raise Unconvertible([f"kind: the manifest is {kind} already (--to {target})"])
-    dropped = _Dropped(drop_unsupported)
     if source == TO_KUBEFLOW:
+        dropped = _Dropped(drop_unsupported, PYTORCHJOB_FIELDS)
         out = to_training_job(document, dropped)
     else:
+        dropped = _Dropped(drop_unsupported, TRAINING_JOB_FIELDS)
         out = to_pytorchjob(document, dropped)
     if dropped.fields and not drop_unsupported:
         raise Unconvertible(
@@ -187,27 +195,15 @@ def _kubeflow_only(spec: dict[str, Any], dropped: _Dropped) -> None:
     """What a PyTorchTrainingJob has no place for."""
     run_policy = spec.get("runPolicy") or {}
     if run_policy.get("schedulingPolicy") is not None:
-        dropped.add(
-            "spec.runPolicy.schedulingPolicy",
-            "a PyTorchTrainingJob has no gang-scheduling policy of Kubeflow's shape "
-            "(spec.scheduler.t9kScheduler is T9k's)",
-        )
+        dropped.add("spec.runPolicy.schedulingPolicy")
     manager = run_policy.get("managedBy")
     if manager and manager != KUBEFLOW_MANAGER:
-        dropped.add("spec.runPolicy.managedBy", f"{manager!r}: a PyTorchTrainingJob has none")
+        dropped.add("spec.runPolicy.managedBy", value=manager)
     nproc = spec.get("nprocPerNode")
     if nproc is not None and nproc != "auto":
-        dropped.add(
-            "spec.nprocPerNode",
-            f"{nproc!r}: a PyTorchTrainingJob sets processes per node through torchrunConfig, "
-            "which replaces the container's command",
-        )
+        dropped.add("spec.nprocPerNode", value=nproc)
     if spec.get("elasticPolicy") is not None:
-        dropped.add(
-            "spec.elasticPolicy",
-            "a PyTorchTrainingJob's elastic jobs need torchrunConfig, which replaces the "
-            "container's command; the PyTorchJob's container runs torchrun itself",
-        )
+        dropped.add("spec.elasticPolicy")
 
 
 # -- PyTorchTrainingJob -> PyTorchJob -------------------------------------------------------------
@@ -224,41 +220,9 @@ def to_pytorchjob(document: dict[str, Any], dropped: _Dropped) -> dict[str, Any]
     out_spec: dict[str, Any] = {"pytorchReplicaSpecs": replica_specs}
     out_spec["runPolicy"] = _kubeflow_run_policy(spec, dropped)
     masters = 1 if MASTER in replica_specs else 0
-    torchrun = spec.get("torchrunConfig") or {}
-    torchrun_on = bool(torchrun.get("enabled") or torchrun.get("enable"))
-    if torchrun_on:
-        dropped.add(
-            "spec.torchrunConfig.enabled",
-            "Kubeflow runs the container's own command, which torchrun does not replace (put "
-            "torchrun in the container's command; Kubeflow's PET_* variables configure it)",
-        )
-        if torchrun.get("procPerNode") is not None:
-            out_spec["nprocPerNode"] = str(torchrun["procPerNode"])
-        if torchrun.get("minNodes") is not None:
-            dropped.add("spec.torchrunConfig.minNodes", "a PyTorchJob has no such setting")
-        if torchrun.get("extraOptions"):
-            dropped.add("spec.torchrunConfig.extraOptions", "a PyTorchJob has no such setting")
-    elastic = spec.get("elastic") or {}
-    if elastic.get("enabled"):
-        policy: dict[str, Any] = {}
-        for key in ("minReplicas", "maxReplicas"):
-            if isinstance(elastic.get(key), int):
-                policy[key] = elastic[key] - masters
-        if torchrun_on and torchrun.get("maxRestarts"):
-            policy["maxRestarts"] = torchrun["maxRestarts"]
-        backend = torchrun.get("rdzvBackend")
-        if torchrun_on and backend and backend != "c10d":
-            policy["rdzvBackend"] = backend
-        if elastic.get("expectedReplicas") is not None:
-            dropped.add("spec.elastic.expectedReplicas", "a PyTorchJob's elasticPolicy has none")
-        out_spec["elasticPolicy"] = policy
-    elif torchrun_on and torchrun.get("maxRestarts"):
-        dropped.add(
-            "spec.torchrunConfig.maxRestarts",
-            "a PyTorchJob sets torchrun's restarts only in an elasticPolicy",
-        )
-    for path in _unexpressible_sections(spec):
-        dropped.add(*path)
+    out_spec.update(_kubeflow_torchrun(spec, masters, dropped))
+    for row in _unexpressible_sections(spec):
+        dropped.add(row)
     out = {
         "apiVersion": KUBEFLOW_JOB.api_version,
         "kind": KUBEFLOW_JOB.kind,
@@ -299,7 +263,7 @@ def _kubeflow_replica_specs(
             if replica.get(key) is not None
         }
         if replica.get("scalingWeight") is not None:
-            dropped.add(f"{path}.scalingWeight", "a PyTorchJob's replica specs have none")
+            dropped.add("spec.replicaSpecs[].scalingWeight", path=f"{path}.scalingWeight")
         _rename_container(
             converted,
             TRAINING_CONTAINER_NAME,
@@ -311,40 +275,61 @@ def _kubeflow_replica_specs(
 
 
 def _kubeflow_run_policy(spec: dict[str, Any], dropped: _Dropped) -> dict[str, Any]:
-    run_policy = spec.get("runPolicy") or {}
-    out: dict[str, Any] = {}
-    backoff = run_policy.get("backoffLimit")
-    if isinstance(backoff, int) and backoff != UNLIMITED_BACKOFF:
-        out["backoffLimit"] = backoff
-    if run_policy.get("cleanUpPolicy") is not None:
-        out["cleanPodPolicy"] = CLEAN_UP_POLICIES.get(str(run_policy["cleanUpPolicy"]), "None")
-    for key in ("activeDeadlineSeconds", "ttlSecondsAfterFinished"):
-        if run_policy.get(key) is not None:
-            out[key] = run_policy[key]
+    out = kubeflow_run_policy(spec.get("runPolicy") or {})
     pause = (spec.get("runMode") or {}).get("pause") or {}
     if pause.get("enabled") or pause.get("enable"):
         out["suspend"] = True
     if pause.get("resumeSpecs"):
-        dropped.add("spec.runMode.pause.resumeSpecs", "a PyTorchJob resumes its pods as created")
+        dropped.add("spec.runMode.pause.resumeSpecs")
     return out
 
 
-def _unexpressible_sections(spec: dict[str, Any]) -> list[tuple[str, str]]:
+def _kubeflow_torchrun(spec: dict[str, Any], masters: int, dropped: _Dropped) -> dict[str, Any]:
+    """The PyTorchJob's nprocPerNode and elasticPolicy from torchrun's settings and the elastic
+    bounds (which count Workers only in Kubeflow)."""
+    out: dict[str, Any] = {}
+    torchrun = spec.get("torchrunConfig") or {}
+    torchrun_on = bool(torchrun.get("enabled") or torchrun.get("enable"))
+    if torchrun_on:
+        dropped.add("spec.torchrunConfig.enabled")
+        if torchrun.get("procPerNode") is not None:
+            out["nprocPerNode"] = str(torchrun["procPerNode"])
+        if torchrun.get("minNodes") is not None:
+            dropped.add("spec.torchrunConfig.minNodes")
+        if torchrun.get("extraOptions"):
+            dropped.add("spec.torchrunConfig.extraOptions")
+    backend = torchrun.get("rdzvBackend") if torchrun_on else None
+    elastic = spec.get("elastic") or {}
+    if elastic.get("enabled"):
+        policy: dict[str, Any] = {}
+        for key in ("minReplicas", "maxReplicas"):
+            if isinstance(elastic.get(key), int):
+                policy[key] = elastic[key] - masters
+        if torchrun_on and torchrun.get("maxRestarts"):
+            policy["maxRestarts"] = torchrun["maxRestarts"]
+        if backend and backend != KUBEFLOW_RDZV_BACKEND:
+            policy["rdzvBackend"] = backend
+        if elastic.get("expectedReplicas") is not None:
+            dropped.add("spec.elastic.expectedReplicas")
+        out["elasticPolicy"] = policy
+        return out
+    if torchrun_on and torchrun.get("maxRestarts"):
+        dropped.add("spec.torchrunConfig.maxRestarts")
+    if backend and backend != KUBEFLOW_RDZV_BACKEND:
+        dropped.add("spec.torchrunConfig.rdzvBackend")
+    return out
+
+
+def _unexpressible_sections(spec: dict[str, Any]) -> list[str]:
+    """The rows of the sections a PyTorchJob has no place for that `spec` sets."""
     found = []
     if spec.get("tensorboardSpec") is not None:
-        found.append(("spec.tensorboardSpec", "a PyTorchJob has no TensorBoard"))
+        found.append("spec.tensorboardSpec")
     debug = (spec.get("runMode") or {}).get("debug") or {}
     if debug.get("enabled") or debug.get("enable"):
-        found.append(("spec.runMode.debug", "a PyTorchJob has no debug mode"))
-    scheduler = spec.get("scheduler") or {}
-    if scheduler.get("t9kScheduler") is not None:
-        found.append(
-            (
-                "spec.scheduler.t9kScheduler",
-                "a PyTorchJob has no T9k scheduler queue (runPolicy.schedulingPolicy is "
-                "Kubeflow's gang scheduling)",
-            )
-        )
+        found.append("spec.runMode.debug")
+    if (spec.get("scheduler") or {}).get("t9kScheduler") is not None:
+        found.append("spec.scheduler.t9kScheduler")
     return found
 
 
