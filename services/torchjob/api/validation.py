@@ -80,8 +80,8 @@ def _object_errors(job: PyTorchTrainingJob, *, schema: bool) -> list[FieldError]
     if schema and job.spec is not None:
         refused = {error.path for error in errors}
         # The spec only: the apiserver drops a status written on create.
-        schema = schema_checks.schema_errors(job.spec, "spec")
-        errors += [e for e in schema if e.path not in refused]
+        limits = schema_checks.schema_errors(job.spec, "spec")
+        errors += [e for e in limits if e.path not in refused]
     return errors
 
 
