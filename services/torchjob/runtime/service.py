@@ -18,10 +18,9 @@ from typing import Protocol
 import structlog
 import uvloop
 from aiohttp import web
-from kubernetes_asyncio import client
 from prometheus_client import REGISTRY
 
-from torchjob.kube.client import new_api_client
+from torchjob.kube.client import KubeClient, new_kube_client
 from torchjob.kube.controller import run_workers
 from torchjob.kube.informer import Informer
 from torchjob.kube.leader import LeaderElector
@@ -69,7 +68,7 @@ class Settings:
 
 
 # Builds the controller; it may first ask the apiserver what it serves.
-Build = Callable[[client.ApiClient], Controller | Awaitable[Controller]]
+Build = Callable[[KubeClient], Controller | Awaitable[Controller]]
 
 
 def service_families(service: str, own: Iterable[str] = ()) -> runtime_metrics.Families:
@@ -125,14 +124,14 @@ async def _main_async(
 async def _serve(
     controller_name: str, settings: Settings, build: Build, exported: runtime_metrics.Families
 ) -> int:
-    api = await new_api_client(
+    api = await new_kube_client(
         settings.kubeconfig, settings.max_connections, qps=settings.qps, burst=settings.burst
     )
     built = build(api)
     controller = await built if inspect.isawaitable(built) else built
     # The Lease has a client of its own, as in controller-runtime: renewals never queue behind
     # the controller's own requests for the rate limiter.
-    lease_api = await new_api_client(settings.kubeconfig, max_connections=2)
+    lease_api = await new_kube_client(settings.kubeconfig, max_connections=2)
     elector = LeaderElector(
         lease_api,
         settings.namespace,
