@@ -17,7 +17,9 @@ PROTO_FILES := $(shell find proto -name '*.proto' | sort)
 PYTEST_FLAGS ?=
 
 .PHONY: help
-help: ## list the targets
+help: ## the README's first two commands, then every target
+	@awk '/^```bash$$/ { inside = 1; next } /^```$$/ { if (inside) exit } inside' README.md
+	@echo
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 # The virtual environment with a current pip; each set of extras below installs into it.

@@ -27,6 +27,8 @@ from support.eventually import eventually, eventually_sync
 from support.node import Node, node_is_up, release_claims, run_node_script
 from support.operator import install_crds
 
+from torchjob.kube.client import KubeClient, new_kube_client
+
 # Long enough for a cancelled task or a terminated child to finish its clean-up.
 LEFTOVER_GRACE = 1.0
 DNS_LABEL_MAX = 63
@@ -164,6 +166,14 @@ async def kube_client(control_plane: ControlPlane) -> AsyncIterator[client.ApiCl
         config_file=str(control_plane.kubeconfig), persist_config=False
     )
     async with api_client:
+        yield api_client
+
+
+@pytest.fixture(scope="session")
+async def service_client(control_plane: ControlPlane) -> AsyncIterator[KubeClient]:
+    """Our own client (kube/client.py), as the services make one, authenticated as cluster
+    admin: for the services' classes under test (informers, leader election, events)."""
+    async with await new_kube_client(str(control_plane.kubeconfig)) as api_client:
         yield api_client
 
 

@@ -48,7 +48,7 @@ import aiohttp
 import orjson
 import yaml
 
-from torchjob.api import constants, types, validation
+from torchjob.api import constants, schema_checks, types
 from torchjob.api.admission import handle, validate_job
 from torchjob.api.defaults import default_job
 from torchjob.webhook.certificates import new_bundle
@@ -690,12 +690,12 @@ def schema_check(enabled: bool) -> Iterator[None]:
     if enabled:
         yield
         return
-    saved = validation.unknown_field_errors
-    validation.unknown_field_errors = lambda job: []
+    saved = schema_checks.unknown_field_errors
+    schema_checks.unknown_field_errors = lambda job: []
     try:
         yield
     finally:
-        validation.unknown_field_errors = saved
+        schema_checks.unknown_field_errors = saved
 
 
 def microseconds_per_request(body: bytes, *, check: bool) -> float:

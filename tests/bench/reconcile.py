@@ -2,12 +2,12 @@
 
 Throughput. The bench, as a user with a client of its own, creates N jobs of R replicas (eight
 creations at a time) and times from the first creation until its own watch has seen every pod.
-The floor is the same run with no reconciler: as each job is created, a plain kubernetes-asyncio
-client with the reconciler's client-side limit (the same qps and burst, and as many concurrent
-workers as the reconciler has) creates the job's Services and then its Pods, rendered exactly as
-the reconciler renders them. The floor is a controller with nothing to do but create: no watch to
-wait on, no status, no Events. The figure is the ratio. The webhook is registered in both runs,
-so every job and every pod is admitted by it in both.
+The floor is the same run with no reconciler: as each job is created, a client as the reconciler
+makes one (kube/client.py), with its client-side limit (the same qps and burst, and as many
+concurrent workers as the reconciler has) creates the job's Services and then its Pods, rendered
+exactly as the reconciler renders them. The floor is a controller with nothing to do but create:
+no watch to wait on, no status, no Events. The figure is the ratio. The webhook is registered in
+both runs, so every job and every pod is admitted by it in both.
 
 Status latency. With every pod Pending, the bench patches one pod's status to Running as a
 kubelet would and times from just before the patch until its own watch of the jobs shows that
@@ -44,7 +44,7 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +53,10 @@ from kubernetes_asyncio import client, config
 
 from torchjob.api import constants, types
 from torchjob.api.types import PyTorchTrainingJobSpec
-from torchjob.kube.client import REQUESTS, new_api_client
+from torchjob.kube.client import REQUESTS, KubeClient, new_kube_client
 from torchjob.kube.informer import Informer, KubeObject, ResourceKind
-from torchjob.kube.resources import JOBS, PODS
+from torchjob.kube.resources import JOBS, PODS, SERVICES
+from torchjob.kube.rest import Resources
 from torchjob.reconciler.settings import DEFAULT_BURST, DEFAULT_QPS
 from torchjob.render.replica_objects import render_pod, render_service
 from torchjob.render.topology import replica_name, replicas_of
@@ -66,7 +67,7 @@ sys.path.insert(0, str(TESTS_DIR))
 
 from support import ControlPlane  # noqa: E402
 from support.eventually import eventually  # noqa: E402
-from support.informers import running  # noqa: E402
+from support.informers import client_like, running  # noqa: E402
 from support.jobs import JobBuilder  # noqa: E402
 from support.kubelet import TestKubelet  # noqa: E402
 from support.operator import (  # noqa: E402
@@ -113,14 +114,17 @@ def parse() -> argparse.Namespace:
 # -- watching ------------------------------------------------------------------------------------
 
 
-def watch(
+@contextlib.asynccontextmanager
+async def watch(
     api: client.ApiClient, kind: ResourceKind, namespace: str, changed: Callable[[KubeObject], None]
-) -> contextlib.AbstractAsyncContextManager[Informer]:
+) -> AsyncIterator[Informer]:
     """The bench's own informer on one namespace, calling `changed` after every add and update."""
-    informer = Informer(
-        api, kind, namespace=namespace, on_add=changed, on_update=lambda _, new: changed(new)
-    )
-    return running(informer, sync_timeout=60)
+    async with client_like(api) as ours:
+        informer = Informer(
+            ours, kind, namespace=namespace, on_add=changed, on_update=lambda _, new: changed(new)
+        )
+        async with running(informer, sync_timeout=60) as started:
+            yield started
 
 
 class PodsSeen:
@@ -168,32 +172,27 @@ async def create_jobs(
     await asyncio.gather(*(creator() for _ in range(USER_CONCURRENCY)))
 
 
-async def floor_worker(plain: client.ApiClient, created: asyncio.Queue[Any]) -> None:
+async def floor_worker(plain: KubeClient, created: asyncio.Queue[Any]) -> None:
     """What a reconciler with nothing else to do would send: each job's Services, then its
     Pods, in the reconciler's order and bodies."""
-    core = client.CoreV1Api(plain)
+    resources = Resources(plain)
     while (job := await created.get()) is not None:
         meta = job["metadata"]
         spec = PyTorchTrainingJobSpec.from_dict(job["spec"], "spec")
         replicas = replicas_of(spec)
         for replica in replicas:
-            service: Any = render_service(meta, replica)
-            await core.create_namespaced_service(
-                meta["namespace"], service, field_manager=constants.FIELD_MANAGER
-            )
+            await resources.create(SERVICES, meta["namespace"], render_service(meta, replica))
         for replica in replicas:
             annotations = {constants.ANNOTATION_BACKOFF_COUNT: "0"}
-            pod: Any = render_pod(meta, spec, replica, annotations)
-            await core.create_namespaced_pod(
-                meta["namespace"], pod, field_manager=constants.FIELD_MANAGER
-            )
+            pod = render_pod(meta, spec, replica, annotations)
+            await resources.create(PODS, meta["namespace"], pod)
 
 
 async def floor_run(
     user: client.ApiClient, kubeconfig: Path, namespace: str, args: argparse.Namespace
 ) -> tuple[float, float]:
     """Seconds until every pod exists, and the requests the plain client sent."""
-    plain = await new_api_client(str(kubeconfig), qps=args.qps, burst=args.burst)
+    plain = await new_kube_client(str(kubeconfig), qps=args.qps, burst=args.burst)
     seen = PodsSeen(args.jobs * args.replicas)
     created: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
     sent_before = requests_sent()

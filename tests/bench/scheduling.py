@@ -43,7 +43,7 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,7 +59,7 @@ TESTS_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS_DIR))
 
 from support import ControlPlane  # noqa: E402
-from support.informers import running  # noqa: E402
+from support.informers import client_like, running  # noqa: E402
 from support.kubelet import TestKubelet  # noqa: E402
 from support.operator import (  # noqa: E402
     OPT_IN_LABEL,
@@ -208,18 +208,21 @@ async def changed_or_timeout(changed: asyncio.Event, timeout: float) -> None:
         waiter.cancel()
 
 
-def watch(
+@contextlib.asynccontextmanager
+async def watch(
     api: client.ApiClient, kind: ResourceKind, namespace: str, watched: Watched
-) -> contextlib.AbstractAsyncContextManager[Informer]:
-    informer = Informer(
-        api,
-        kind,
-        namespace=namespace,
-        on_add=watched.seen,
-        on_update=lambda _, new: watched.seen(new),
-        on_delete=watched.gone,
-    )
-    return running(informer, sync_timeout=60)
+) -> AsyncIterator[Informer]:
+    async with client_like(api) as ours:
+        informer = Informer(
+            ours,
+            kind,
+            namespace=namespace,
+            on_add=watched.seen,
+            on_update=lambda _, new: watched.seen(new),
+            on_delete=watched.gone,
+        )
+        async with running(informer, sync_timeout=60) as started:
+            yield started
 
 
 def job_of(pod: KubeObject) -> str:

@@ -30,6 +30,7 @@ from support.helm import (
 from torchjob.api import constants
 from torchjob.housekeeper import settings as housekeeper_settings
 from torchjob.reconciler import settings as reconciler_settings
+from torchjob.runtime.settings import SET_IN_EVERY_POD, undeclared_variables
 from torchjob.webhook import settings as webhook_settings
 
 CRD = REPO_ROOT / "crds" / "batch.tensorstack.dev_pytorchtrainingjobs.yaml"
@@ -40,6 +41,11 @@ PARSERS = {
     "torchjob.webhook": webhook_settings.parse,
     "torchjob.reconciler": reconciler_settings.parse,
     "torchjob.housekeeper": housekeeper_settings.parse,
+}
+DECLARED = {
+    "torchjob.webhook": lambda: webhook_settings.declared({}),
+    "torchjob.reconciler": reconciler_settings.declared,
+    "torchjob.housekeeper": housekeeper_settings.declared,
 }
 
 
@@ -218,6 +224,10 @@ def test_rendered_arguments_are_what_the_services_accept(
     parsed: dict[str, Any] = {}
     for part, command in commands.items():
         assert command.module == f"torchjob.{part}"
+        # Every setting is a flag; the environment holds what the kubelet fills in, and no
+        # variable the service does not declare (a misspelling would be read by nothing).
+        assert set(command.env) <= SET_IN_EVERY_POD, part
+        assert undeclared_variables(command.env, DECLARED[command.module]()) == [], part
         parse = PARSERS[command.module]
         for key, value in command.env.items():
             monkeypatch.setenv(key, value)
@@ -252,9 +262,7 @@ def test_rendered_arguments_are_what_the_services_accept(
     assert reconciler.identity == "reconciler-pod"
     lease_rules = rules_of(component(manifests, "Role", "reconciler"))
     assert grants(lease_rules, "coordination.k8s.io", "leases", "patch", reconciler.lease_name)
-    env = commands["reconciler"].env
-    assert {"TORCHJOB_KUBE_QPS", "TORCHJOB_KUBE_BURST", "TORCHJOB_RESTART_BACKOFF"} <= set(env)
-    assert reconciler.restart_backoff == 10
+    assert (reconciler.qps, reconciler.burst, reconciler.restart_backoff) == (50, 100, 10)
     housekeeper = commands["housekeeper"]
     lease = housekeeper.arg("--lease-name")
     assert grants(

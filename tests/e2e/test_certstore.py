@@ -15,6 +15,7 @@ import pytest
 from kubernetes_asyncio import client, watch
 from support.eventually import eventually
 
+from torchjob.kube.client import KubeClient
 from torchjob.kube.errors import NotFound
 from torchjob.webhook import certificate_process
 from torchjob.webhook.certificates import (
@@ -41,10 +42,8 @@ REPLICAS = 8
 WATCH_SECONDS = 1
 
 
-def store(
-    kube_client: client.ApiClient, namespace: str, clock: Clock = utc_now
-) -> SecretCertificateStore:
-    return SecretCertificateStore(kube_client, namespace, SECRET_NAME, DNS_NAMES, IPS, clock=clock)
+def store(api_client: KubeClient, namespace: str, clock: Clock = utc_now) -> SecretCertificateStore:
+    return SecretCertificateStore(api_client, namespace, SECRET_NAME, DNS_NAMES, IPS, clock=clock)
 
 
 def frozen_at(moment: datetime.datetime) -> Clock:
@@ -74,21 +73,24 @@ async def writes_since(kube_client: client.ApiClient, namespace: str, resource_v
 
 
 async def test_ensure_creates_the_secret_then_leaves_it_alone(
-    kube_client: client.ApiClient, namespace: str
+    kube_client: client.ApiClient, service_client: KubeClient, namespace: str
 ) -> None:
-    bundle = await store(kube_client, namespace).ensure()
+    bundle = await store(service_client, namespace).ensure()
 
     secret = await read_secret(kube_client, namespace)
     assert secret.type == "kubernetes.io/tls"
     assert bundle_from_secret_data(secret.data) == bundle
     assert {entry.manager for entry in secret.metadata.managed_fields} == {"torchjob"}
 
-    assert await store(kube_client, namespace).ensure() == bundle
+    assert await store(service_client, namespace).ensure() == bundle
     assert await writes_since(kube_client, namespace, secret.metadata.resource_version) == 0
 
 
 async def test_a_store_looks_again_only_when_the_secret_changes_or_something_is_due(
-    kube_client: client.ApiClient, namespace: str, monkeypatch: pytest.MonkeyPatch
+    kube_client: client.ApiClient,
+    service_client: KubeClient,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     settles: list[datetime.datetime] = []
     settle_in_child = certificate_process.settle
@@ -99,7 +101,7 @@ async def test_a_store_looks_again_only_when_the_secret_changes_or_something_is_
 
     monkeypatch.setattr(certificate_process, "settle", counted)
     now = [utc_now()]
-    each = store(kube_client, namespace, clock=lambda: now[0])
+    each = store(service_client, namespace, clock=lambda: now[0])
 
     first = await each.ensure()
     assert await each.ensure() == first
@@ -126,19 +128,17 @@ async def validating_configuration(kube_client: client.ApiClient, name: str) -> 
     return await api.create_validating_webhook_configuration(body)
 
 
-def owned_by(
-    kube_client: client.ApiClient, namespace: str, configuration: Any
-) -> SecretCertificateStore:
+def owned_by(api_client: KubeClient, namespace: str, configuration: Any) -> SecretCertificateStore:
     """A store whose Secret the webhook configuration owns."""
-    owner = webhook_configuration_owner(kube_client, configuration.metadata.name)
-    return SecretCertificateStore(kube_client, namespace, SECRET_NAME, DNS_NAMES, IPS, owner=owner)
+    owner = webhook_configuration_owner(api_client, configuration.metadata.name)
+    return SecretCertificateStore(api_client, namespace, SECRET_NAME, DNS_NAMES, IPS, owner=owner)
 
 
 async def test_the_secret_goes_with_its_webhook_configuration(
-    kube_client: client.ApiClient, namespace: str
+    kube_client: client.ApiClient, service_client: KubeClient, namespace: str
 ) -> None:
     configuration = await validating_configuration(kube_client, f"{namespace}-validating")
-    await owned_by(kube_client, namespace, configuration).ensure()
+    await owned_by(service_client, namespace, configuration).ensure()
     secret = await read_secret(kube_client, namespace)
     assert [(o.kind, o.uid) for o in secret.metadata.owner_references] == [
         ("ValidatingWebhookConfiguration", configuration.metadata.uid)
@@ -161,12 +161,12 @@ async def test_the_secret_goes_with_its_webhook_configuration(
 
 
 async def test_a_secret_written_without_an_owner_is_adopted_keeping_its_bundle(
-    kube_client: client.ApiClient, namespace: str
+    kube_client: client.ApiClient, service_client: KubeClient, namespace: str
 ) -> None:
-    bundle = await store(kube_client, namespace).ensure()
+    bundle = await store(service_client, namespace).ensure()
     configuration = await validating_configuration(kube_client, f"{namespace}-validating")
     try:
-        assert await owned_by(kube_client, namespace, configuration).ensure() == bundle
+        assert await owned_by(service_client, namespace, configuration).ensure() == bundle
         secret = await read_secret(kube_client, namespace)
         assert [o.uid for o in secret.metadata.owner_references] == [configuration.metadata.uid]
         assert await stored_bundle(kube_client, namespace) == bundle
@@ -177,9 +177,9 @@ async def test_a_secret_written_without_an_owner_is_adopted_keeping_its_bundle(
 
 
 async def test_replicas_starting_together_end_with_one_secret_and_one_ca(
-    kube_client: client.ApiClient, namespace: str
+    kube_client: client.ApiClient, service_client: KubeClient, namespace: str
 ) -> None:
-    stores = [store(kube_client, namespace) for _ in range(REPLICAS)]
+    stores = [store(service_client, namespace) for _ in range(REPLICAS)]
 
     bundles = await asyncio.gather(*(each.ensure() for each in stores))
 
@@ -190,13 +190,13 @@ async def test_replicas_starting_together_end_with_one_secret_and_one_ca(
 
 
 async def test_expiring_serving_cert_is_renewed_once_by_racing_replicas(
-    kube_client: client.ApiClient, namespace: str
+    kube_client: client.ApiClient, service_client: KubeClient, namespace: str
 ) -> None:
-    original = await store(kube_client, namespace).ensure()
+    original = await store(service_client, namespace).ensure()
     before = (await read_secret(kube_client, namespace)).metadata.resource_version
     # A month before the end of a year-long certificate: well past the rotate point.
     later = frozen_at(not_after(original.cert_pem) - datetime.timedelta(days=30))
-    stores = [store(kube_client, namespace, clock=later) for _ in range(REPLICAS)]
+    stores = [store(service_client, namespace, clock=later) for _ in range(REPLICAS)]
 
     bundles = await asyncio.gather(*(each.ensure() for each in stores))
 
@@ -209,12 +209,12 @@ async def test_expiring_serving_cert_is_renewed_once_by_racing_replicas(
 
 
 async def test_expiring_ca_is_rotated_once_by_racing_replicas(
-    kube_client: client.ApiClient, namespace: str
+    kube_client: client.ApiClient, service_client: KubeClient, namespace: str
 ) -> None:
-    original = await store(kube_client, namespace).ensure()
+    original = await store(service_client, namespace).ensure()
     before = (await read_secret(kube_client, namespace)).metadata.resource_version
     later = frozen_at(not_after(original.ca_cert_pem) - datetime.timedelta(days=365))
-    stores = [store(kube_client, namespace, clock=later) for _ in range(REPLICAS)]
+    stores = [store(service_client, namespace, clock=later) for _ in range(REPLICAS)]
 
     bundles = await asyncio.gather(*(each.ensure() for each in stores))
 
@@ -227,7 +227,7 @@ async def test_expiring_ca_is_rotated_once_by_racing_replicas(
 
 
 async def test_a_garbled_secret_is_replaced_keeping_its_type(
-    kube_client: client.ApiClient, namespace: str
+    kube_client: client.ApiClient, service_client: KubeClient, namespace: str
 ) -> None:
     garbled = client.V1Secret(
         metadata=client.V1ObjectMeta(name=SECRET_NAME),
@@ -236,7 +236,7 @@ async def test_a_garbled_secret_is_replaced_keeping_its_type(
     )
     await client.CoreV1Api(kube_client).create_namespaced_secret(namespace, garbled)
 
-    bundle = await store(kube_client, namespace).ensure()
+    bundle = await store(service_client, namespace).ensure()
 
     secret = await read_secret(kube_client, namespace)
     assert secret.type == "Opaque"
@@ -331,38 +331,42 @@ def b64(pem: bytes) -> str:
 
 
 async def test_patch_ca_bundle_sets_every_webhook_and_writes_only_changes(
-    kube_client: client.ApiClient, webhook_configurations: tuple[str, str]
+    kube_client: client.ApiClient,
+    service_client: KubeClient,
+    webhook_configurations: tuple[str, str],
 ) -> None:
     mutating, validating = webhook_configurations
     bundle = new_bundle(DNS_NAMES, IPS, utc_now())
 
-    await patch_ca_bundle(kube_client, bundle.ca_bundle_pem, mutating, validating)
+    await patch_ca_bundle(service_client, bundle.ca_bundle_pem, mutating, validating)
 
     assert await ca_bundles(kube_client, mutating, validating) == [b64(bundle.ca_bundle_pem)] * 4
     versions = await resource_versions(kube_client, mutating, validating)
-    await patch_ca_bundle(kube_client, bundle.ca_bundle_pem, mutating, validating)
+    await patch_ca_bundle(service_client, bundle.ca_bundle_pem, mutating, validating)
     assert await resource_versions(kube_client, mutating, validating) == versions
 
 
 async def test_patch_ca_bundle_skips_a_configuration_named_none(
-    kube_client: client.ApiClient, webhook_configurations: tuple[str, str]
+    kube_client: client.ApiClient,
+    service_client: KubeClient,
+    webhook_configurations: tuple[str, str],
 ) -> None:
     mutating, validating = webhook_configurations
     first, second = (new_bundle(DNS_NAMES, IPS, utc_now()) for _ in range(2))
-    await patch_ca_bundle(kube_client, first.ca_bundle_pem, mutating, validating)
+    await patch_ca_bundle(service_client, first.ca_bundle_pem, mutating, validating)
 
-    await patch_ca_bundle(kube_client, second.ca_bundle_pem, None, validating)
+    await patch_ca_bundle(service_client, second.ca_bundle_pem, None, validating)
 
     expected = [b64(first.ca_bundle_pem)] * 2 + [b64(second.ca_bundle_pem)] * 2
     assert await ca_bundles(kube_client, mutating, validating) == expected
 
 
 async def test_patch_ca_bundle_of_a_missing_configuration_is_not_found(
-    kube_client: client.ApiClient, namespace: str
+    service_client: KubeClient, namespace: str
 ) -> None:
     bundle = new_bundle(DNS_NAMES, IPS, utc_now())
     with pytest.raises(NotFound):
-        await patch_ca_bundle(kube_client, bundle.ca_bundle_pem, f"{namespace}-absent", None)
+        await patch_ca_bundle(service_client, bundle.ca_bundle_pem, f"{namespace}-absent", None)
 
 
 # The cert-manager file source needs no apiserver, only files laid out as a kubelet mounts a

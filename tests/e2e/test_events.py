@@ -10,6 +10,7 @@ from kubernetes_asyncio import client
 from structlog.testing import capture_logs
 from support import ControlPlane
 
+from torchjob.kube.client import KubeClient
 from torchjob.kube.events import EventRecorder
 
 COMPONENT = "torchjob-test"
@@ -34,10 +35,13 @@ def kubectl_events(control_plane: ControlPlane, namespace: str) -> list[dict[str
 
 
 async def test_an_event_is_listed_with_its_involved_object(
-    control_plane: ControlPlane, kube_client: client.ApiClient, namespace: str
+    control_plane: ControlPlane,
+    kube_client: client.ApiClient,
+    service_client: KubeClient,
+    namespace: str,
 ) -> None:
     obj = await subject(kube_client, namespace, "subject")
-    recorder = EventRecorder(kube_client, COMPONENT, HOST)
+    recorder = EventRecorder(service_client, COMPONENT, HOST)
     await recorder.record(obj, "Warning", "SomethingFailed", "the thing failed")
 
     [event] = kubectl_events(control_plane, namespace)
@@ -64,10 +68,13 @@ async def test_an_event_is_listed_with_its_involved_object(
 
 
 async def test_repeats_are_counted_on_one_event(
-    control_plane: ControlPlane, kube_client: client.ApiClient, namespace: str
+    control_plane: ControlPlane,
+    kube_client: client.ApiClient,
+    service_client: KubeClient,
+    namespace: str,
 ) -> None:
     obj = await subject(kube_client, namespace, "subject")
-    recorder = EventRecorder(kube_client, COMPONENT, HOST)
+    recorder = EventRecorder(service_client, COMPONENT, HOST)
     for _ in range(3):
         await recorder.record(obj, "Normal", "Restarted", "replica restarted")
     await recorder.record(obj, "Normal", "Restarted", "a different message")
@@ -82,11 +89,16 @@ async def test_repeats_are_counted_on_one_event(
 
 
 async def test_a_repeat_after_the_window_starts_a_new_event(
-    control_plane: ControlPlane, kube_client: client.ApiClient, namespace: str
+    control_plane: ControlPlane,
+    kube_client: client.ApiClient,
+    service_client: KubeClient,
+    namespace: str,
 ) -> None:
     obj = await subject(kube_client, namespace, "subject")
     now = [0.0]
-    recorder = EventRecorder(kube_client, COMPONENT, HOST, series_window=60, clock=lambda: now[0])
+    recorder = EventRecorder(
+        service_client, COMPONENT, HOST, series_window=60, clock=lambda: now[0]
+    )
     await recorder.record(obj, "Normal", "Restarted", "replica restarted")
     now[0] = 61
     await recorder.record(obj, "Normal", "Restarted", "replica restarted")
@@ -96,14 +108,14 @@ async def test_a_repeat_after_the_window_starts_a_new_event(
     assert all("series" not in event for event in events)
 
 
-async def test_a_failure_to_record_is_logged_not_raised(kube_client: client.ApiClient) -> None:
+async def test_a_failure_to_record_is_logged_not_raised(service_client: KubeClient) -> None:
     nowhere = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": "ghost", "namespace": "no-such-namespace", "uid": "0"},
     }
     with capture_logs() as logs:
-        await EventRecorder(kube_client, COMPONENT, HOST).record(
+        await EventRecorder(service_client, COMPONENT, HOST).record(
             nowhere, "Warning", "Lost", "nobody will read this"
         )
     [entry] = [entry for entry in logs if entry["event"] == "could not record an event"]
@@ -111,10 +123,13 @@ async def test_a_failure_to_record_is_logged_not_raised(kube_client: client.ApiC
 
 
 async def test_an_action_is_reported_once_whoever_records_it_again(
-    control_plane: ControlPlane, kube_client: client.ApiClient, namespace: str
+    control_plane: ControlPlane,
+    kube_client: client.ApiClient,
+    service_client: KubeClient,
+    namespace: str,
 ) -> None:
     obj = await subject(kube_client, namespace, "subject")
-    first, restarted = (EventRecorder(kube_client, COMPONENT, HOST) for _ in range(2))
+    first, restarted = (EventRecorder(service_client, COMPONENT, HOST) for _ in range(2))
     assert await first.record_once(obj, "Normal", "CleanUp", "deleting 2 pods", "clean-up")
     assert not await restarted.record_once(obj, "Normal", "CleanUp", "deleting 1 pod", "clean-up")
     assert await restarted.record_once(obj, "Normal", "TTLExpired", "deleting the job", "ttl")

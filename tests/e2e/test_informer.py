@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import urllib.parse
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, cast
@@ -19,6 +20,8 @@ from support import ControlPlane
 from support.eventually import eventually
 from support.informers import cache_contents, running
 
+from torchjob.kube import kubeconfig
+from torchjob.kube.client import KubeClient
 from torchjob.kube.informer import Informer, KubeObject, ResourceKind, controller_uid
 
 CONFIG_MAPS = ResourceKind("", "v1", "configmaps")
@@ -61,7 +64,7 @@ class Seen:
         self.events: list[tuple[str, str]] = []
         self.updates: list[tuple[KubeObject, KubeObject]] = []
 
-    def informer(self, api_client: client.ApiClient, namespace: str, **options: Any) -> Informer:
+    def informer(self, api_client: KubeClient, namespace: str, **options: Any) -> Informer:
         return Informer(
             api_client,
             CONFIG_MAPS,
@@ -86,6 +89,14 @@ async def api_client_for(plane: ControlPlane, server: str | None = None) -> Asyn
     if server is not None:
         api_client.configuration.host = server
     async with api_client:
+        yield api_client
+
+
+@contextlib.asynccontextmanager
+async def service_client_for(plane: ControlPlane, server: str) -> AsyncIterator[KubeClient]:
+    """Our client (as the services make one) of the control plane, through `server`."""
+    credentials = await kubeconfig.load(str(plane.kubeconfig))
+    async with KubeClient(dataclasses.replace(credentials, host=server)) as api_client:
         yield api_client
 
 
@@ -153,13 +164,13 @@ async def _pipe(
 
 
 async def test_adds_updates_and_deletes_are_reported_and_cached(
-    kube_client: client.ApiClient, namespace: str
+    kube_client: client.ApiClient, service_client: KubeClient, namespace: str
 ) -> None:
     core = client.CoreV1Api(kube_client)
     await core.create_namespaced_config_map(namespace, config_map("before", {"k": "v1"}))
     await core.create_namespaced_config_map(namespace, config_map("unlabelled", labelled=False))
     seen = Seen()
-    async with running(seen.informer(kube_client, namespace)) as informer:
+    async with running(seen.informer(service_client, namespace)) as informer:
         assert seen.events == [("add", "before")]
         await core.create_namespaced_config_map(namespace, config_map("later", {"k": "v1"}))
         await core.patch_namespaced_config_map("later", namespace, {"data": {"k": "v2"}})
@@ -187,12 +198,12 @@ async def test_adds_updates_and_deletes_are_reported_and_cached(
 
 
 async def test_listed_objects_look_like_watched_ones(
-    kube_client: client.ApiClient, namespace: str
+    kube_client: client.ApiClient, service_client: KubeClient, namespace: str
 ) -> None:
     core = client.CoreV1Api(kube_client)
     await core.create_namespaced_config_map(namespace, config_map("listed"))
     seen = Seen()
-    async with running(seen.informer(kube_client, namespace, page_size=1)) as informer:
+    async with running(seen.informer(service_client, namespace, page_size=1)) as informer:
         await core.create_namespaced_config_map(namespace, config_map("watched"))
         await eventually(lambda: informer.get(namespace, "watched") is not None)
         listed, watched = informer.get(namespace, "listed"), informer.get(namespace, "watched")
@@ -202,7 +213,7 @@ async def test_listed_objects_look_like_watched_ones(
 
 
 async def test_pages_of_a_large_list_are_all_cached(
-    kube_client: client.ApiClient, namespace: str
+    kube_client: client.ApiClient, service_client: KubeClient, namespace: str
 ) -> None:
     core = client.CoreV1Api(kube_client)
     names = [f"cm-{index}" for index in range(7)]
@@ -210,12 +221,14 @@ async def test_pages_of_a_large_list_are_all_cached(
         *(core.create_namespaced_config_map(namespace, config_map(name)) for name in names)
     )
     seen = Seen()
-    async with running(seen.informer(kube_client, namespace, page_size=3)) as informer:
+    async with running(seen.informer(service_client, namespace, page_size=3)) as informer:
         assert sorted(name_of(obj) for obj in cache_contents(informer, namespace)) == names
         assert sorted(name for _, name in seen.events) == names
 
 
-async def test_index_by_controller_uid(kube_client: client.ApiClient, namespace: str) -> None:
+async def test_index_by_controller_uid(
+    kube_client: client.ApiClient, service_client: KubeClient, namespace: str
+) -> None:
     core = client.CoreV1Api(kube_client)
     owner = await core.create_namespaced_config_map(namespace, config_map("owner"))
     for name in ("child-1", "child-2"):
@@ -224,7 +237,7 @@ async def test_index_by_controller_uid(kube_client: client.ApiClient, namespace:
         namespace, config_map("not-controlled", owner=owned_by(owner, controller=False))
     )
     seen = Seen()
-    informer = seen.informer(kube_client, namespace, indexers={OWNER_INDEX: controller_uid})
+    informer = seen.informer(service_client, namespace, indexers={OWNER_INDEX: controller_uid})
 
     def children() -> list[str]:
         return sorted(name_of(obj) for obj in informer.by_index(OWNER_INDEX, owner.metadata.uid))
@@ -244,12 +257,15 @@ async def test_index_by_controller_uid(kube_client: client.ApiClient, namespace:
 
 
 async def test_recovers_from_an_apiserver_restart(
-    control_plane: ControlPlane, kube_client: client.ApiClient, namespace: str
+    control_plane: ControlPlane,
+    kube_client: client.ApiClient,
+    service_client: KubeClient,
+    namespace: str,
 ) -> None:
     core = client.CoreV1Api(kube_client)
     await core.create_namespaced_config_map(namespace, config_map("before", {"k": "v1"}))
     seen = Seen()
-    async with running(seen.informer(kube_client, namespace, retry_cap=1.0)) as informer:
+    async with running(seen.informer(service_client, namespace, retry_cap=1.0)) as informer:
         try:
             # In threads: the informer must keep running while the apiserver goes and comes back.
             await asyncio.to_thread(control_plane.stop_apiserver)
@@ -273,7 +289,7 @@ async def test_resumes_the_watch_after_a_dropped_connection(
     with capture_logs() as logs:
         async with (
             Relay(control_plane.server) as relay,
-            api_client_for(control_plane, relay.url) as relayed,
+            service_client_for(control_plane, relay.url) as relayed,
             running(seen.informer(relayed, namespace, retry_cap=0.5)),
         ):
             relay.cut()
@@ -346,7 +362,7 @@ async def test_after_410_gone_lists_again_and_reports_deletions_missed(
         seen = Seen()
         with capture_logs() as logs:
             async with (
-                api_client_for(plane, relay.url) as relayed,
+                service_client_for(plane, relay.url) as relayed,
                 running(seen.informer(relayed, namespace, retry_cap=0.5)) as informer,
             ):
                 relay.cut()

@@ -42,6 +42,7 @@ from support.processes import ServiceProcess
 
 from torchjob.api import constants
 from torchjob.api.kubeflow_admission import UNSUPPORTED
+from torchjob.kube.client import KubeClient
 from torchjob.kube.informer import Informer, KubeObject
 from torchjob.kube.resources import KUBEFLOW_JOBS
 
@@ -88,7 +89,7 @@ class Shown:
     """Every condition the namespace's PyTorchJobs have shown, from a watch of its own: a
     condition shown for less than a poll of the status is seen all the same."""
 
-    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+    def __init__(self, api: KubeClient, namespace: str) -> None:
         self.seen: list[tuple[str, dict[str, Any]]] = []  # (job, condition)
         self.informer = Informer(
             api,
@@ -120,8 +121,8 @@ class Shown:
 
 
 @pytest.fixture
-async def shown(kube_client: client.ApiClient, admitted_namespace: str) -> AsyncIterator[Shown]:
-    history = Shown(kube_client, admitted_namespace)
+async def shown(service_client: KubeClient, admitted_namespace: str) -> AsyncIterator[Shown]:
+    history = Shown(service_client, admitted_namespace)
     async with running(history.informer):
         yield history
 

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from kubernetes_asyncio import client
 
+from torchjob.kube.client import KubeClient
 from torchjob.kube.leader import JITTER, LeaderElector
 
 LEASE = "torchjob-test-leader"
@@ -27,7 +28,7 @@ class Candidate:
     """One elector whose lead() records when it started and whether it was cancelled."""
 
     def __init__(
-        self, api_client: client.ApiClient, namespace: str, identity: str, release: bool = True
+        self, api_client: KubeClient, namespace: str, identity: str, release: bool = True
     ) -> None:
         self.identity = identity
         self.elector = LeaderElector(
@@ -63,7 +64,7 @@ class Candidate:
 
 @contextlib.asynccontextmanager
 async def candidates(
-    api_client: client.ApiClient, namespace: str, *, first_releases: bool = True
+    api_client: KubeClient, namespace: str, *, first_releases: bool = True
 ) -> AsyncIterator[tuple[Candidate, Candidate]]:
     """Two candidates; `first`'s election is started first, so it leads."""
     first = Candidate(api_client, namespace, "first", release=first_releases)
@@ -89,8 +90,10 @@ async def seconds_until(event: asyncio.Event, timeout: float) -> float:
     return time.monotonic() - started
 
 
-async def test_only_one_candidate_leads(kube_client: client.ApiClient, namespace: str) -> None:
-    async with candidates(kube_client, namespace) as (first, second):
+async def test_only_one_candidate_leads(
+    kube_client: client.ApiClient, service_client: KubeClient, namespace: str
+) -> None:
+    async with candidates(service_client, namespace) as (first, second):
         # Long enough for the second to have tried many times, and past one lease duration.
         await asyncio.sleep(LEASE_SECONDS + POLL)
         assert first.elector.is_leader
@@ -100,9 +103,9 @@ async def test_only_one_candidate_leads(kube_client: client.ApiClient, namespace
 
 
 async def test_a_silent_leader_is_replaced_once_its_lease_expires(
-    kube_client: client.ApiClient, namespace: str
+    kube_client: client.ApiClient, service_client: KubeClient, namespace: str
 ) -> None:
-    async with candidates(kube_client, namespace, first_releases=False) as (first, second):
+    async with candidates(service_client, namespace, first_releases=False) as (first, second):
         await asyncio.sleep(POLL * 2)  # the second has seen the Lease being renewed
         await first.stop()
         assert first.stopped_leading.is_set()
@@ -116,9 +119,9 @@ async def test_a_silent_leader_is_replaced_once_its_lease_expires(
 
 
 async def test_a_released_lease_is_taken_over_without_waiting_for_it_to_expire(
-    kube_client: client.ApiClient, namespace: str
+    kube_client: client.ApiClient, service_client: KubeClient, namespace: str
 ) -> None:
-    async with candidates(kube_client, namespace) as (first, second):
+    async with candidates(service_client, namespace) as (first, second):
         await asyncio.sleep(POLL * 2)
         await first.stop()
         # client-go's release: no holder and a duration already run out, so the next look at the
@@ -132,7 +135,7 @@ async def test_a_released_lease_is_taken_over_without_waiting_for_it_to_expire(
 
 
 async def test_a_leader_that_loses_its_lease_stops_leading_and_returns(
-    kube_client: client.ApiClient, namespace: str
+    kube_client: client.ApiClient, service_client: KubeClient, namespace: str
 ) -> None:
     leading, cancelled = asyncio.Event(), asyncio.Event()
 
@@ -146,7 +149,7 @@ async def test_a_leader_that_loses_its_lease_stops_leading_and_returns(
 
     election = asyncio.create_task(
         LeaderElector(
-            kube_client,
+            service_client,
             namespace,
             LEASE,
             "leader",
@@ -182,6 +185,6 @@ async def _take_lease(api_client: client.ApiClient, namespace: str, identity: st
     await client.CoordinationV1Api(api_client).patch_namespaced_lease(LEASE, namespace, patch)
 
 
-def test_renewal_must_end_before_the_lease_expires(kube_client: client.ApiClient) -> None:
+def test_renewal_must_end_before_the_lease_expires(service_client: KubeClient) -> None:
     with pytest.raises(ValueError, match="renew_deadline"):
-        LeaderElector(kube_client, "ns", LEASE, "me", lease_seconds=10, renew_deadline=10)
+        LeaderElector(service_client, "ns", LEASE, "me", lease_seconds=10, renew_deadline=10)

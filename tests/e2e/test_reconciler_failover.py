@@ -25,6 +25,7 @@ from support.operator import is_leading, reconciler_kubeconfig, start_reconciler
 from support.processes import ServiceProcess
 
 from torchjob.api import constants
+from torchjob.kube.client import KubeClient
 from torchjob.kube.resources import JOBS, PODS, SERVICES
 
 RECOVERY_TIMEOUT = 90.0
@@ -35,11 +36,11 @@ class Scenario:
     """A four-replica ExitCode job brought to Running while a watch of the test's own records
     every pod; then its last worker is killed (exit 137) and must come back exactly once."""
 
-    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+    def __init__(self, api: client.ApiClient, service_client: KubeClient, namespace: str) -> None:
         self.api = api
         manifest = JobBuilder.example("basic").restart_policy("ExitCode").build()
         self.job = Job(api, namespace, manifest)
-        self.history = PodHistory(api, namespace)
+        self.history = PodHistory(service_client, namespace)
         self.worker = f"{self.job.name}-worker-3"
         self.worker_uid = ""
 
@@ -73,8 +74,10 @@ class Scenario:
 
 
 @pytest.fixture
-def scenario(kube_client: client.ApiClient, admitted_namespace: str) -> Scenario:
-    return Scenario(kube_client, admitted_namespace)
+def scenario(
+    kube_client: client.ApiClient, service_client: KubeClient, admitted_namespace: str
+) -> Scenario:
+    return Scenario(kube_client, service_client, admitted_namespace)
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ from support.operator import reconciler_kubeconfig, start_reconciler
 from support.processes import ServiceProcess
 
 from torchjob.api import constants
+from torchjob.kube.client import KubeClient
 from torchjob.kube.informer import Informer, KubeObject
 from torchjob.kube.resources import JOBS
 from torchjob.lifecycle.times import seconds_text
@@ -55,7 +56,7 @@ class Shown:
     """Every ReplicaFailure condition the namespace's jobs have shown, from a watch of its own:
     a wait shorter than a poll of the status is seen all the same."""
 
-    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+    def __init__(self, api: KubeClient, namespace: str) -> None:
         self.messages: list[tuple[str, str, str]] = []  # (job, reason, message)
         self.informer = Informer(
             api,
@@ -90,8 +91,8 @@ class Shown:
 
 
 @pytest.fixture
-async def shown(kube_client: client.ApiClient, admitted_namespace: str) -> AsyncIterator[Shown]:
-    history = Shown(kube_client, admitted_namespace)
+async def shown(service_client: KubeClient, admitted_namespace: str) -> AsyncIterator[Shown]:
+    history = Shown(service_client, admitted_namespace)
     async with running(history.informer):
         yield history
 

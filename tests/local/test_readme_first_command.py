@@ -60,3 +60,21 @@ def test_the_readme_first_command_trains_the_example_in_a_fresh_clone(tmp_path: 
         assert (clone / ".venv" / "bin" / "torchjob").exists()
     finally:
         shutil.rmtree(clone, ignore_errors=True)  # its .venv holds torch: gigabytes
+
+
+def test_make_help_begins_with_the_readme_commands() -> None:
+    helped = subprocess.run(
+        ["make", "--no-print-directory", "help"],
+        cwd=ROOT,
+        env=new_users_environment(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"```bash\n(?P<body>.*?)```", readme, re.DOTALL)
+    assert block
+    commands = block["body"].splitlines()
+    assert helped[: len(commands)] == commands
+    assert [line.split("#")[0].strip() for line in commands] == readme_commands()
+    assert readme_commands() == [FIRST_COMMAND, "make test"]

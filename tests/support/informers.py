@@ -6,11 +6,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from kubernetes_asyncio import client
 
+from torchjob.kube.client import KubeClient
+from torchjob.kube.credentials import Credentials, tls_context
 from torchjob.kube.informer import Informer, KubeObject
 from torchjob.kube.resources import PODS
+
+
+@dataclass(frozen=True)
+class _Header:
+    header: str | None
+
+    def authorization(self) -> str | None:
+        return self.header
+
+
+def client_like(api: client.ApiClient) -> KubeClient:
+    """Our client (kube/client.py, as the services make one) with the credentials of a
+    kubernetes-asyncio client, for the informers of tests and benchmarks."""
+    configuration = api.configuration
+    tls = tls_context(
+        ca_file=configuration.ssl_ca_cert,
+        cert_file=configuration.cert_file,
+        key_file=configuration.key_file,
+        verify=configuration.verify_ssl,
+    )
+    header = configuration.api_key.get("BearerToken")
+    return KubeClient(Credentials(str(configuration.host), tls, _Header(header)))
 
 
 @contextlib.asynccontextmanager
@@ -36,7 +61,7 @@ class PodHistory:
     """Every pod uid a namespace has had, from a watch of its own: a test can tell a replica's
     pod created twice from one created once, whatever happened to the reconciler meanwhile."""
 
-    def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
+    def __init__(self, api_client: KubeClient, namespace: str) -> None:
         self.uids: dict[str, set[str]] = {}
         self.informer = Informer(
             api_client,

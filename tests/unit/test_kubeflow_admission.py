@@ -16,6 +16,7 @@ from support.webhook import KUBEFLOW_JOB, RECONCILER, kubeflow_replica_pod, revi
 
 from torchjob.api import constants
 from torchjob.api.admission import handle
+from torchjob.api.field_errors import Cause, Result
 from torchjob.api.kubeflow import as_run, scheduling_policy
 from torchjob.api.kubeflow_admission import (
     UNSUPPORTED,
@@ -25,7 +26,6 @@ from torchjob.api.kubeflow_admission import (
     validate_pytorchjob_request,
 )
 from torchjob.api.types import PyTorchTrainingJobSpec
-from torchjob.api.validation import Cause, Result
 from torchjob.render.kubeflow import kubeflow_env, render_autoscaler
 from torchjob.render.pod_admission_handler import mutate_pod
 from torchjob.render.scheduling import Gang, render_pod_group, with_scheduling_policy

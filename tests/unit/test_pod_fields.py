@@ -21,8 +21,9 @@ from support.jobs import JobBuilder
 
 from torchjob.api import pod_schema
 from torchjob.api.defaults import default_job
+from torchjob.api.field_errors import Cause, FieldError
 from torchjob.api.pod_fields import problems
-from torchjob.api.validation import Cause, FieldError, validate
+from torchjob.api.validation import validate
 
 DATA = Path(__file__).parents[1] / "data" / "t9k"
 ROOT = Path(__file__).parents[2]

@@ -357,7 +357,7 @@ def test_replicas_rewritten_from_one_prepared_job_are_rewritten_as_each_alone() 
         ranks.append(env["RANK"])
     assert ranks == ["3", "0", "1"]
     # The variables every replica's list shares are the prepared job's own: no rewrite changed them.
-    assert shared.environment() == PreparedJob(job).environment()
+    assert shared.environment == PreparedJob(job).environment
 
 
 def make_typed_pod(job: PyTorchTrainingJob, kind: str, index: int) -> dict[str, Any]:

@@ -12,13 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.fake_time import FakeTime, settle
 
-from torchjob.kube.client import (
-    RateLimitedApiClient,
-    TokenBucket,
-    _is_watch,
-    new_api_client,
-    proxy_from_environment,
-)
+from torchjob.kube.client import KubeClient, TokenBucket, new_kube_client, proxy_from_environment
 
 # A kubeconfig the client loads without reaching the server.
 KUBECONFIG = """
@@ -119,33 +113,23 @@ def test_bad_settings_are_refused() -> None:
         TokenBucket(5, 0)
 
 
-def test_only_watches_are_exempt() -> None:
-    assert _is_watch([("watch", True)])
-    assert _is_watch([("labelSelector", "a=b"), ("watch", "true")])
-    assert not _is_watch([("watch", False)])
-    assert not _is_watch([("labelSelector", "a=b")])
-    assert not _is_watch(None)
-
-
 async def test_events_take_tokens_from_a_bucket_of_their_own(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(KUBECONFIG)
-    api = await new_api_client(str(kubeconfig), qps=5, burst=10)
+    api = await new_kube_client(str(kubeconfig), qps=5, burst=10)
     async with api:
-        assert isinstance(api, RateLimitedApiClient)
-        pods = "https://apiserver/api/v1/namespaces/ns/pods"
-        events = "https://apiserver/apis/events.k8s.io/v1/namespaces/ns/events"
+        assert isinstance(api, KubeClient)
+        pods = "/api/v1/namespaces/ns/pods"
+        events = "/apis/events.k8s.io/v1/namespaces/ns/events"
         assert api.limiter is not None and api.events_limiter is not None
         assert api.limiter is not api.events_limiter
-        assert api.limiter_for(pods, None) is api.limiter
-        assert api.limiter_for(events, None) is api.events_limiter
-        assert api.limiter_for(pods, [("watch", "true")]) is None
+        assert api.limiter_for(pods) is api.limiter
+        assert api.limiter_for(events) is api.events_limiter
         # No proxy variables and ~/.netrc read in a thread before every request.
-        assert api.rest_client.pool_manager.trust_env is False
-    unlimited = await new_api_client(str(kubeconfig), qps=0)
+        assert api.session.trust_env is False
+    unlimited = await new_kube_client(str(kubeconfig), qps=0)
     async with unlimited:
-        assert isinstance(unlimited, RateLimitedApiClient)
-        assert unlimited.limiter_for(events, None) is None
+        assert unlimited.limiter_for(events) is None
 
 
 def test_the_proxy_is_the_one_the_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,7 +14,6 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp import web
-from kubernetes_asyncio import client as kubernetes_client
 from support.webhook import (
     JOB,
     RECONCILER,
@@ -28,6 +27,8 @@ from support.webhook import (
 )
 
 from torchjob.api import admission
+from torchjob.kube.client import KubeClient
+from torchjob.kube.credentials import Credentials, StaticToken, tls_context
 from torchjob.webhook import app as webhook_app
 from torchjob.webhook import settings as webhook_settings
 from torchjob.webhook.app import (
@@ -298,9 +299,9 @@ async def test_a_pod_whose_job_lookup_hangs_is_answered_at_the_handler_timeout()
 
     apiserver = await asyncio.start_server(silent, "127.0.0.1", 0)
     port = apiserver.sockets[0].getsockname()[1]
-    configuration = kubernetes_client.Configuration(host=f"http://127.0.0.1:{port}")
+    credentials = Credentials(f"http://127.0.0.1:{port}", tls_context(), StaticToken(None))
     app = admission_app(SMALL, job=None)
-    app[webhook_app.API] = kubernetes_client.ApiClient(configuration)
+    app[webhook_app.API] = KubeClient(credentials)
     try:
         async with serving(app) as client:
             pod = review(replica_pod(), user=RECONCILER)

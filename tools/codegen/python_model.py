@@ -1,12 +1,13 @@
-"""The typed Python model: one dataclass per message, declared by a FIELDS table that
-torchjob.api.model interprets; and a TypedDict per message of the status, for code that reads and
-writes the status as the JSON it is stored as."""
+"""The typed Python model: one dataclass per message, with a FIELDS table that describes it and a
+decoder written out for it (python_decoders); and a TypedDict per message of the status, for code
+that reads and writes the status as the JSON it is stored as."""
 
 from __future__ import annotations
 
-import re
 import textwrap
 
+from codegen import python_decoders
+from codegen.python_decoders import constant, model_kind
 from codegen.schema import Field, Message, Schema
 
 SCALAR_TYPES = {"string": "str", "boolean": "bool", "int32": "int", "int64": "int"}
@@ -18,7 +19,8 @@ def render(schema: Schema) -> str:
     typing_names = ["Any", "ClassVar"]
     typing_names += ["Literal"] if schema.enums else []
     typing_names += ["TypedDict"] if status_messages else []
-    model_names = ["FieldInfo", "Limits", "Model"]
+    decoders, helpers = python_decoders.render(schema, lambda f: _annotation(schema, f))
+    model_names = ["FieldInfo", "Limits", "Model", *sorted(helpers)]
     if not any(_limits(f) for m in schema.messages.values() if not m.opaque for f in m.fields):
         model_names.remove("Limits")
     short_names = (
@@ -47,10 +49,10 @@ def render(schema: Schema) -> str:
     for enum in schema.enums.values():
         values = ", ".join(repr(v) for v, _ in enum.values)
         lines += ["", f"{enum.name} = Literal[{values}]"]
-        lines.append(f"{_constant(enum.name)}_VALUES: tuple[{enum.name}, ...] = ({values},)")
-    for message in schema.messages.values():
-        if not message.opaque and not message.int_or_string:
-            lines += ["", "", *_dataclass(schema, message)]
+        lines.append(f"{constant(enum.name)}_VALUES: tuple[{enum.name}, ...] = ({values},)")
+    for message in python_decoders.decoded_messages(schema):
+        lines += ["", "", *_dataclass(schema, message)]
+    lines += ["", "", *decoders]
     for message in status_messages:
         lines += ["", "", *_typed_dict(schema, message)]
     return "\n".join(lines) + "\n"
@@ -106,7 +108,7 @@ def _dataclass(schema: Schema, message: Message) -> list[str]:
     lines.append("    extra: dict[str, Any] = field(default_factory=dict)")
     lines += ["", "    FIELDS: ClassVar[tuple[FieldInfo, ...]] = ("]
     lines += [f"        {_field_info(schema, f)}," for f in message.fields]
-    lines.append("    )")
+    lines += ["    )", "", *python_decoders.from_dict_method(message)]
     return lines
 
 
@@ -124,13 +126,8 @@ def _annotation(schema: Schema, f: Field) -> str:
 
 
 def _field_info(schema: Schema, f: Field) -> str:
-    kind = f.kind
-    args = [repr(f.name), repr(f.json_name)]
-    if kind == "message" and schema.messages[f.ref or ""].opaque:
-        kind = "object"
-    elif kind == "message" and schema.messages[f.ref or ""].int_or_string:
-        kind = "intOrString"
-    args.append(repr(kind))
+    kind = model_kind(schema, f)
+    args = [repr(f.name), repr(f.json_name), repr(kind)]
     if f.repeated:
         args.append("repeated=True")
     if f.map:
@@ -138,7 +135,7 @@ def _field_info(schema: Schema, f: Field) -> str:
     if kind == "message":
         args.append(f"ref={f.ref!r}")
     if kind == "enum":
-        args.append(f"values={_constant(f.ref or '')}_VALUES")
+        args.append(f"values={constant(f.ref or '')}_VALUES")
     if f.has_default:
         args.append(f"default={f.default!r}")
     limits = _limits(f)
@@ -158,7 +155,3 @@ def _limits(f: Field) -> list[str]:
     if opts.pattern:
         out.append(f"pattern={opts.pattern!r}")
     return out
-
-
-def _constant(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).upper()

@@ -97,8 +97,11 @@ app.kubernetes.io/component: {{ .name }}
 {{/*
 The parts of a Deployment every component shares. Call with
 (dict "root" $ "name" "reconciler" "svc" .Values.reconciler "module" "torchjob.reconciler"
-      "args" (list ...) "env" (list ...) "ports" (list ...) "volumes" (list ...) "mounts" (list ...)).
+      "args" (list ...) "ports" (list ...) "volumes" (list ...) "mounts" (list ...)).
 The probe port is named "probes"; it also serves /metrics.
+Every setting of a service is passed as a flag (runtime/settings.py declares them): a flag the
+service does not take stops it at start, where a misspelled variable would be read by nothing.
+The environment holds only what Kubernetes fills in (the pod's name) and the user's extraEnv.
 */}}
 {{- define "torchjob.deployment" -}}
 {{- $root := .root }}
@@ -159,9 +162,6 @@ spec:
               valueFrom:
                 fieldRef:
                   fieldPath: metadata.name
-            {{- with .env }}
-            {{- toYaml . | nindent 12 }}
-            {{- end }}
             {{- with $svc.extraEnv }}
             {{- toYaml . | nindent 12 }}
             {{- end }}

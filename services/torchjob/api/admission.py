@@ -15,8 +15,9 @@ import orjson
 import pybase64
 
 from torchjob.api.defaults import default_job
+from torchjob.api.field_errors import FieldError, Result
 from torchjob.api.types import KIND
-from torchjob.api.validation import FieldError, Result, validate
+from torchjob.api.validation import validate
 
 API_VERSION = "admission.k8s.io/v1"
 MAX_WARNINGS = 32  # kubectl prints each one; a flood helps nobody

@@ -18,6 +18,7 @@ from typing import Any, Final
 from torchjob.api import constants
 from torchjob.api.admission import defaulting_handler, validating_handler
 from torchjob.api.defaults import JsonPatch, pointer
+from torchjob.api.field_errors import Cause, FieldError, Result
 from torchjob.api.job_api import KUBEFLOW_JOB
 from torchjob.api.jsoncopy import json_copy
 from torchjob.api.kubeflow import (
@@ -41,7 +42,7 @@ from torchjob.api.kubeflow_types import (
 from torchjob.api.model import Model, ModelError, child
 from torchjob.api.pod_fields import UNKNOWN_FIELD
 from torchjob.api.types import PyTorchTrainingJob
-from torchjob.api.validation import Cause, FieldError, Result, decoded_job, validate
+from torchjob.api.validation import RULE_ELASTIC_NEEDS_TORCHRUN, decoded_job, validate
 
 DEFAULT_NPROC_PER_NODE: Final = "auto"
 DEFAULT_RESTART_POLICY: Final = "OnFailure"
@@ -59,9 +60,9 @@ DNS_1035_LABEL: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # a HorizontalPodAutoscaler; scale the job with `kubectl scale pytorchjob/<name> --replicas=N`".
 UNSUPPORTED: dict[str, str] = {}
 
-# Messages of torchjob's own rules that do not apply to a PyTorchJob, by path: its elastic jobs
-# rendezvous through the PET_* variables Kubeflow sets, without torchjob's torchrunConfig.
-NOT_APPLICABLE: Final = {"spec.elastic.enabled": "torchrunConfig"}
+# torchjob's own rules that do not apply to a PyTorchJob: its elastic jobs rendezvous through the
+# PET_* variables Kubeflow sets, without torchjob's torchrunConfig.
+NOT_APPLICABLE: Final = frozenset({RULE_ELASTIC_NEEDS_TORCHRUN})
 
 
 # -- defaults -------------------------------------------------------------------------------------
@@ -221,24 +222,7 @@ def _kubeflow_errors(job: PyTorchJob, warnings: list[str]) -> Iterator[FieldErro
         )
     replica_specs = spec.pytorch_replica_specs
     if spec.elastic_policy is not None:
-        if WORKER not in (replica_specs or {}):
-            yield FieldError(
-                child("spec.pytorchReplicaSpecs", WORKER),
-                "must be configured if elastic policy is used",
-                Cause.REQUIRED,
-            )
-        if spec.elastic_policy.n_proc_per_node is not None:
-            warnings.append(
-                "spec.elasticPolicy.nProcPerNode is deprecated, use spec.nprocPerNode instead"
-            )
-            if spec.nproc_per_node is not None:
-                yield FieldError(
-                    "spec.elasticPolicy.nProcPerNode",
-                    "must not be used with spec.nprocPerNode",
-                    Cause.FORBIDDEN,
-                )
-    if spec.elastic_policy is not None:
-        yield from _metric_errors(spec.elastic_policy.metrics or [])
+        yield from _elastic_policy_errors(spec, warnings)
     if not replica_specs:
         yield FieldError("spec.pytorchReplicaSpecs", "is required", Cause.REQUIRED)
         return
@@ -261,6 +245,28 @@ def _kubeflow_errors(job: PyTorchJob, warnings: list[str]) -> Iterator[FieldErro
             yield FieldError(child(path, "replicas"), "must be 1", Cause.FORBIDDEN)
         elif replica.replicas is not None and replica.replicas < 1:
             yield FieldError(child(path, "replicas"), "must be at least 1", Cause.FORBIDDEN)
+
+
+def _elastic_policy_errors(spec: PyTorchJobSpec, warnings: list[str]) -> Iterator[FieldError]:
+    elastic = spec.elastic_policy
+    assert elastic is not None
+    if WORKER not in (spec.pytorch_replica_specs or {}):
+        yield FieldError(
+            child("spec.pytorchReplicaSpecs", WORKER),
+            "must be configured if elastic policy is used",
+            Cause.REQUIRED,
+        )
+    if elastic.n_proc_per_node is not None:
+        warnings.append(
+            "spec.elasticPolicy.nProcPerNode is deprecated, use spec.nprocPerNode instead"
+        )
+        if spec.nproc_per_node is not None:
+            yield FieldError(
+                "spec.elasticPolicy.nProcPerNode",
+                "must not be used with spec.nprocPerNode",
+                Cause.FORBIDDEN,
+            )
+    yield from _metric_errors(elastic.metrics or [])
 
 
 def _elastic_bound_errors(
@@ -433,8 +439,7 @@ def _training_job(job: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _not_applicable(error: FieldError) -> bool:
-    word = NOT_APPLICABLE.get(error.path)
-    return word is not None and word in error.message
+    return error.rule in NOT_APPLICABLE
 
 
 # The keys of the job `as_training_job` makes that torchjob's own rules judge.

@@ -7,7 +7,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypedDict
 
-from torchjob.api.model import FieldInfo, Limits, Model
+from torchjob.api.model import (
+    FieldInfo,
+    Limits,
+    Model,
+    decode_array,
+    decode_boolean,
+    decode_int32,
+    decode_int64,
+    decode_int_or_string,
+    decode_map,
+    decode_message_array,
+    decode_message_map,
+    decode_object,
+    decode_string,
+    expect_object,
+)
 
 GROUP = "kubeflow.org"
 VERSION = "v1"
@@ -36,6 +51,11 @@ class PyTorchJob(Model):
         FieldInfo("status", "status", "message", ref="JobStatus"),
     )
 
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> PyTorchJob:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_py_torch_job(data, path)
+
 
 @dataclass(slots=True)
 class PyTorchJobSpec(Model):
@@ -61,6 +81,11 @@ class PyTorchJobSpec(Model):
         FieldInfo("nproc_per_node", "nprocPerNode", "string"),
     )
 
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> PyTorchJobSpec:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_py_torch_job_spec(data, path)
+
 
 @dataclass(slots=True)
 class RunPolicy(Model):
@@ -85,6 +110,11 @@ class RunPolicy(Model):
         FieldInfo("suspend", "suspend", "boolean", default=False),
         FieldInfo("managed_by", "managedBy", "string"),
     )
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> RunPolicy:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_run_policy(data, path)
 
 
 @dataclass(slots=True)
@@ -114,6 +144,11 @@ class SchedulingPolicy(Model):
         FieldInfo("priority_class", "priorityClass", "string"),
         FieldInfo("schedule_timeout_seconds", "scheduleTimeoutSeconds", "int32"),
     )
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> SchedulingPolicy:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_scheduling_policy(data, path)
 
 
 @dataclass(slots=True)
@@ -148,6 +183,11 @@ class ElasticPolicy(Model):
         FieldInfo("metrics", "metrics", "object", repeated=True),
     )
 
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> ElasticPolicy:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_elastic_policy(data, path)
+
 
 @dataclass(slots=True)
 class RDZVConf(Model):
@@ -161,6 +201,11 @@ class RDZVConf(Model):
         FieldInfo("key", "key", "string"),
         FieldInfo("value", "value", "string"),
     )
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> RDZVConf:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_rdzv_conf(data, path)
 
 
 @dataclass(slots=True)
@@ -178,6 +223,11 @@ class ReplicaSpec(Model):
         FieldInfo("restart_policy", "restartPolicy", "string"),
     )
 
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> ReplicaSpec:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_replica_spec(data, path)
+
 
 @dataclass(slots=True)
 class PodTemplateSpec(Model):
@@ -191,6 +241,11 @@ class PodTemplateSpec(Model):
         FieldInfo("metadata", "metadata", "object"),
         FieldInfo("spec", "spec", "object"),
     )
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> PodTemplateSpec:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_pod_template_spec(data, path)
 
 
 @dataclass(slots=True)
@@ -214,6 +269,11 @@ class JobStatus(Model):
         FieldInfo("torchjob", "torchjob", "object"),
     )
 
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> JobStatus:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_job_status(data, path)
+
 
 @dataclass(slots=True)
 class JobCondition(Model):
@@ -236,6 +296,11 @@ class JobCondition(Model):
         FieldInfo("last_transition_time", "lastTransitionTime", "string"),
     )
 
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> JobCondition:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_job_condition(data, path)
+
 
 @dataclass(slots=True)
 class ReplicaStatus(Model):
@@ -255,6 +320,11 @@ class ReplicaStatus(Model):
         FieldInfo("label_selector", "labelSelector", "message", ref="LabelSelector"),
         FieldInfo("selector", "selector", "string"),
     )
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> ReplicaStatus:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_replica_status(data, path)
 
 
 @dataclass(slots=True)
@@ -277,6 +347,11 @@ class LabelSelector(Model):
         FieldInfo("match_labels", "matchLabels", "string", map=True),
     )
 
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> LabelSelector:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_label_selector(data, path)
+
 
 @dataclass(slots=True)
 class LabelSelectorRequirement(Model):
@@ -292,6 +367,504 @@ class LabelSelectorRequirement(Model):
         FieldInfo("operator", "operator", "string", limits=Limits(required=True)),
         FieldInfo("values", "values", "string", repeated=True),
     )
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> LabelSelectorRequirement:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_label_selector_requirement(data, path)
+
+
+# Decoders: one per message, called by its from_dict and by the decoders of the messages
+# that hold it. Each accepts a value that fits its field as it is; anything else goes to
+# torchjob.api.model's decode helpers, which convert it (3.0 is 3) or raise a ModelError
+# naming the field.
+
+
+def _decode_py_torch_job(data: object, path: str) -> PyTorchJob:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    api_version: str | None = None
+    kind: str | None = None
+    metadata: dict[str, Any] | None = None
+    spec: PyTorchJobSpec | None = None
+    status: JobStatus | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "apiVersion":
+            if isinstance(raw, str):
+                api_version = raw
+            elif raw is not None:
+                api_version = decode_string(raw, path, key)
+        elif key == "kind":
+            if isinstance(raw, str):
+                kind = raw
+            elif raw is not None:
+                kind = decode_string(raw, path, key)
+        elif key == "metadata":
+            if isinstance(raw, dict):
+                metadata = raw
+            elif raw is not None:
+                metadata = decode_object(raw, path, key)
+        elif key == "spec":
+            if raw is not None:
+                spec = _decode_py_torch_job_spec(raw, f"{path}.{key}" if path else key)
+        elif key == "status":
+            if raw is not None:
+                status = _decode_job_status(raw, f"{path}.{key}" if path else key)
+        else:
+            extra[key] = raw
+    return PyTorchJob(api_version, kind, metadata, spec, status, extra)
+
+
+def _decode_py_torch_job_spec(data: object, path: str) -> PyTorchJobSpec:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    run_policy: RunPolicy | None = None
+    elastic_policy: ElasticPolicy | None = None
+    pytorch_replica_specs: dict[str, ReplicaSpec] | None = None
+    nproc_per_node: str | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "runPolicy":
+            if raw is not None:
+                run_policy = _decode_run_policy(raw, f"{path}.{key}" if path else key)
+        elif key == "elasticPolicy":
+            if raw is not None:
+                elastic_policy = _decode_elastic_policy(raw, f"{path}.{key}" if path else key)
+        elif key == "pytorchReplicaSpecs":
+            if raw is not None:
+                pytorch_replica_specs = decode_message_map(raw, path, key, _decode_replica_spec)
+        elif key == "nprocPerNode":
+            if isinstance(raw, str):
+                nproc_per_node = raw
+            elif raw is not None:
+                nproc_per_node = decode_string(raw, path, key)
+        else:
+            extra[key] = raw
+    return PyTorchJobSpec(run_policy, elastic_policy, pytorch_replica_specs, nproc_per_node, extra)
+
+
+def _decode_run_policy(data: object, path: str) -> RunPolicy:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    clean_pod_policy: str | None = None
+    ttl_seconds_after_finished: int | None = None
+    active_deadline_seconds: int | None = None
+    backoff_limit: int | None = None
+    scheduling_policy: SchedulingPolicy | None = None
+    suspend: bool | None = None
+    managed_by: str | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "cleanPodPolicy":
+            if isinstance(raw, str):
+                clean_pod_policy = raw
+            elif raw is not None:
+                clean_pod_policy = decode_string(raw, path, key)
+        elif key == "ttlSecondsAfterFinished":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                ttl_seconds_after_finished = raw
+            elif raw is not None:
+                ttl_seconds_after_finished = decode_int32(raw, path, key)
+        elif key == "activeDeadlineSeconds":
+            if type(raw) is int and -(2**63) <= raw < 2**63:
+                active_deadline_seconds = raw
+            elif raw is not None:
+                active_deadline_seconds = decode_int64(raw, path, key)
+        elif key == "backoffLimit":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                backoff_limit = raw
+            elif raw is not None:
+                backoff_limit = decode_int32(raw, path, key)
+        elif key == "schedulingPolicy":
+            if raw is not None:
+                scheduling_policy = _decode_scheduling_policy(raw, f"{path}.{key}" if path else key)
+        elif key == "suspend":
+            if isinstance(raw, bool):
+                suspend = raw
+            elif raw is not None:
+                suspend = decode_boolean(raw, path, key)
+        elif key == "managedBy":
+            if isinstance(raw, str):
+                managed_by = raw
+            elif raw is not None:
+                managed_by = decode_string(raw, path, key)
+        else:
+            extra[key] = raw
+    return RunPolicy(
+        clean_pod_policy,
+        ttl_seconds_after_finished,
+        active_deadline_seconds,
+        backoff_limit,
+        scheduling_policy,
+        suspend,
+        managed_by,
+        extra,
+    )
+
+
+def _decode_scheduling_policy(data: object, path: str) -> SchedulingPolicy:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    min_available: int | None = None
+    queue: str | None = None
+    min_resources: dict[str, int | str] | None = None
+    priority_class: str | None = None
+    schedule_timeout_seconds: int | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "minAvailable":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                min_available = raw
+            elif raw is not None:
+                min_available = decode_int32(raw, path, key)
+        elif key == "queue":
+            if isinstance(raw, str):
+                queue = raw
+            elif raw is not None:
+                queue = decode_string(raw, path, key)
+        elif key == "minResources":
+            if raw is not None:
+                min_resources = decode_map(raw, path, key, decode_int_or_string)
+        elif key == "priorityClass":
+            if isinstance(raw, str):
+                priority_class = raw
+            elif raw is not None:
+                priority_class = decode_string(raw, path, key)
+        elif key == "scheduleTimeoutSeconds":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                schedule_timeout_seconds = raw
+            elif raw is not None:
+                schedule_timeout_seconds = decode_int32(raw, path, key)
+        else:
+            extra[key] = raw
+    return SchedulingPolicy(
+        min_available, queue, min_resources, priority_class, schedule_timeout_seconds, extra
+    )
+
+
+def _decode_elastic_policy(data: object, path: str) -> ElasticPolicy:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    rdzv_backend: str | None = None
+    rdzv_port: int | None = None
+    rdzv_host: str | None = None
+    rdzv_id: str | None = None
+    rdzv_conf: list[RDZVConf] | None = None
+    standalone: bool | None = None
+    n_proc_per_node: int | None = None
+    max_restarts: int | None = None
+    metrics: list[dict[str, Any]] | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "minReplicas":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                min_replicas = raw
+            elif raw is not None:
+                min_replicas = decode_int32(raw, path, key)
+        elif key == "maxReplicas":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                max_replicas = raw
+            elif raw is not None:
+                max_replicas = decode_int32(raw, path, key)
+        elif key == "rdzvBackend":
+            if isinstance(raw, str):
+                rdzv_backend = raw
+            elif raw is not None:
+                rdzv_backend = decode_string(raw, path, key)
+        elif key == "rdzvPort":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                rdzv_port = raw
+            elif raw is not None:
+                rdzv_port = decode_int32(raw, path, key)
+        elif key == "rdzvHost":
+            if isinstance(raw, str):
+                rdzv_host = raw
+            elif raw is not None:
+                rdzv_host = decode_string(raw, path, key)
+        elif key == "rdzvId":
+            if isinstance(raw, str):
+                rdzv_id = raw
+            elif raw is not None:
+                rdzv_id = decode_string(raw, path, key)
+        elif key == "rdzvConf":
+            if raw is not None:
+                rdzv_conf = decode_message_array(raw, path, key, _decode_rdzv_conf)
+        elif key == "standalone":
+            if isinstance(raw, bool):
+                standalone = raw
+            elif raw is not None:
+                standalone = decode_boolean(raw, path, key)
+        elif key == "nProcPerNode":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                n_proc_per_node = raw
+            elif raw is not None:
+                n_proc_per_node = decode_int32(raw, path, key)
+        elif key == "maxRestarts":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                max_restarts = raw
+            elif raw is not None:
+                max_restarts = decode_int32(raw, path, key)
+        elif key == "metrics":
+            if raw is not None:
+                metrics = decode_array(raw, path, key, decode_object)
+        else:
+            extra[key] = raw
+    return ElasticPolicy(
+        min_replicas,
+        max_replicas,
+        rdzv_backend,
+        rdzv_port,
+        rdzv_host,
+        rdzv_id,
+        rdzv_conf,
+        standalone,
+        n_proc_per_node,
+        max_restarts,
+        metrics,
+        extra,
+    )
+
+
+def _decode_rdzv_conf(data: object, path: str) -> RDZVConf:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    key_: str | None = None
+    value: str | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "key":
+            if isinstance(raw, str):
+                key_ = raw
+            elif raw is not None:
+                key_ = decode_string(raw, path, key)
+        elif key == "value":
+            if isinstance(raw, str):
+                value = raw
+            elif raw is not None:
+                value = decode_string(raw, path, key)
+        else:
+            extra[key] = raw
+    return RDZVConf(key_, value, extra)
+
+
+def _decode_replica_spec(data: object, path: str) -> ReplicaSpec:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    replicas: int | None = None
+    template: PodTemplateSpec | None = None
+    restart_policy: str | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "replicas":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                replicas = raw
+            elif raw is not None:
+                replicas = decode_int32(raw, path, key)
+        elif key == "template":
+            if raw is not None:
+                template = _decode_pod_template_spec(raw, f"{path}.{key}" if path else key)
+        elif key == "restartPolicy":
+            if isinstance(raw, str):
+                restart_policy = raw
+            elif raw is not None:
+                restart_policy = decode_string(raw, path, key)
+        else:
+            extra[key] = raw
+    return ReplicaSpec(replicas, template, restart_policy, extra)
+
+
+def _decode_pod_template_spec(data: object, path: str) -> PodTemplateSpec:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    metadata: dict[str, Any] | None = None
+    spec: dict[str, Any] | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "metadata":
+            if isinstance(raw, dict):
+                metadata = raw
+            elif raw is not None:
+                metadata = decode_object(raw, path, key)
+        elif key == "spec":
+            if isinstance(raw, dict):
+                spec = raw
+            elif raw is not None:
+                spec = decode_object(raw, path, key)
+        else:
+            extra[key] = raw
+    return PodTemplateSpec(metadata, spec, extra)
+
+
+def _decode_job_status(data: object, path: str) -> JobStatus:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    conditions: list[JobCondition] | None = None
+    replica_statuses: dict[str, ReplicaStatus] | None = None
+    start_time: str | None = None
+    completion_time: str | None = None
+    last_reconcile_time: str | None = None
+    torchjob: dict[str, Any] | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "conditions":
+            if raw is not None:
+                conditions = decode_message_array(raw, path, key, _decode_job_condition)
+        elif key == "replicaStatuses":
+            if raw is not None:
+                replica_statuses = decode_message_map(raw, path, key, _decode_replica_status)
+        elif key == "startTime":
+            if isinstance(raw, str):
+                start_time = raw
+            elif raw is not None:
+                start_time = decode_string(raw, path, key)
+        elif key == "completionTime":
+            if isinstance(raw, str):
+                completion_time = raw
+            elif raw is not None:
+                completion_time = decode_string(raw, path, key)
+        elif key == "lastReconcileTime":
+            if isinstance(raw, str):
+                last_reconcile_time = raw
+            elif raw is not None:
+                last_reconcile_time = decode_string(raw, path, key)
+        elif key == "torchjob":
+            if isinstance(raw, dict):
+                torchjob = raw
+            elif raw is not None:
+                torchjob = decode_object(raw, path, key)
+        else:
+            extra[key] = raw
+    return JobStatus(
+        conditions,
+        replica_statuses,
+        start_time,
+        completion_time,
+        last_reconcile_time,
+        torchjob,
+        extra,
+    )
+
+
+def _decode_job_condition(data: object, path: str) -> JobCondition:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    type_: str | None = None
+    status: str | None = None
+    reason: str | None = None
+    message: str | None = None
+    last_update_time: str | None = None
+    last_transition_time: str | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "type":
+            if isinstance(raw, str):
+                type_ = raw
+            elif raw is not None:
+                type_ = decode_string(raw, path, key)
+        elif key == "status":
+            if isinstance(raw, str):
+                status = raw
+            elif raw is not None:
+                status = decode_string(raw, path, key)
+        elif key == "reason":
+            if isinstance(raw, str):
+                reason = raw
+            elif raw is not None:
+                reason = decode_string(raw, path, key)
+        elif key == "message":
+            if isinstance(raw, str):
+                message = raw
+            elif raw is not None:
+                message = decode_string(raw, path, key)
+        elif key == "lastUpdateTime":
+            if isinstance(raw, str):
+                last_update_time = raw
+            elif raw is not None:
+                last_update_time = decode_string(raw, path, key)
+        elif key == "lastTransitionTime":
+            if isinstance(raw, str):
+                last_transition_time = raw
+            elif raw is not None:
+                last_transition_time = decode_string(raw, path, key)
+        else:
+            extra[key] = raw
+    return JobCondition(
+        type_, status, reason, message, last_update_time, last_transition_time, extra
+    )
+
+
+def _decode_replica_status(data: object, path: str) -> ReplicaStatus:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    active: int | None = None
+    succeeded: int | None = None
+    failed: int | None = None
+    label_selector: LabelSelector | None = None
+    selector: str | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "active":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                active = raw
+            elif raw is not None:
+                active = decode_int32(raw, path, key)
+        elif key == "succeeded":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                succeeded = raw
+            elif raw is not None:
+                succeeded = decode_int32(raw, path, key)
+        elif key == "failed":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                failed = raw
+            elif raw is not None:
+                failed = decode_int32(raw, path, key)
+        elif key == "labelSelector":
+            if raw is not None:
+                label_selector = _decode_label_selector(raw, f"{path}.{key}" if path else key)
+        elif key == "selector":
+            if isinstance(raw, str):
+                selector = raw
+            elif raw is not None:
+                selector = decode_string(raw, path, key)
+        else:
+            extra[key] = raw
+    return ReplicaStatus(active, succeeded, failed, label_selector, selector, extra)
+
+
+def _decode_label_selector(data: object, path: str) -> LabelSelector:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    match_expressions: list[LabelSelectorRequirement] | None = None
+    match_labels: dict[str, str] | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "matchExpressions":
+            if raw is not None:
+                match_expressions = decode_message_array(
+                    raw, path, key, _decode_label_selector_requirement
+                )
+        elif key == "matchLabels":
+            if raw is not None:
+                match_labels = decode_map(raw, path, key, decode_string)
+        else:
+            extra[key] = raw
+    return LabelSelector(match_expressions, match_labels, extra)
+
+
+def _decode_label_selector_requirement(data: object, path: str) -> LabelSelectorRequirement:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    key_: str | None = None
+    operator: str | None = None
+    values: list[str] | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "key":
+            if isinstance(raw, str):
+                key_ = raw
+            elif raw is not None:
+                key_ = decode_string(raw, path, key)
+        elif key == "operator":
+            if isinstance(raw, str):
+                operator = raw
+            elif raw is not None:
+                operator = decode_string(raw, path, key)
+        elif key == "values":
+            if raw is not None:
+                values = decode_array(raw, path, key, decode_string)
+        else:
+            extra[key] = raw
+    return LabelSelectorRequirement(key_, operator, values, extra)
 
 
 class JobStatusDict(TypedDict, total=False):

@@ -1,17 +1,18 @@
-"""The runtime half of the generated API model: decoding a JSON object into typed dataclasses with
-errors that name the field, and encoding it back without losing anything.
+"""The runtime half of the generated API model: the errors, the field tables, encoding, and the
+helpers the generated decoders call.
 
-`types.py` (generated from proto/) declares each message as a dataclass with a FIELDS table;
-this module does the work for all of them, so the generated file stays declarative.
+`types.py` and `kubeflow_types.py` (generated from proto/ by tools/codegen) declare each message
+as a dataclass with a FIELDS table and a decoder written out for it: its keys compared in turn,
+each value checked by a test of its own kind, the class built from positional arguments. Admission
+decodes every job it sees, and such a decoder takes about half the time of one that looks every
+field up in the FIELDS table; writing it at build time makes it plain code with a file and line.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypeVar
 
 Kind = Literal["string", "boolean", "int32", "int64", "enum", "message", "object", "intOrString"]
 
@@ -122,9 +123,9 @@ class Model:
 
     @classmethod
     def from_dict(cls, data: object, path: str = "") -> Self:
-        """Decode `data`; raise ModelError naming the first field that does not fit."""
-        decode = _DECODERS.get(cls) or _decoder_of(cls)
-        return decode(data, path)  # type: ignore[return-value]
+        """Decode `data`; raise ModelError naming the first field that does not fit. Each
+        generated class defines its own, calling the decoder generated for it."""
+        raise NotImplementedError(f"{cls.__qualname__} has no generated decoder")
 
     def to_dict(self) -> dict[str, Any]:
         """Encode to plain JSON values: exactly the fields that are set, plus unknown ones."""
@@ -143,183 +144,102 @@ class Model:
         return out
 
 
-Decoder = Callable[[object, str], "Model"]
+# The decode helpers the generated decoders call. A generated decoder accepts a value that fits
+# its field as it is, with a test written inline; anything else comes here, to be converted (3.0
+# is an integer) or refused with a ModelError naming the field. The field's path is built only
+# then: `path` is its owner's, and `parts` the key (and index) below it, as `child` takes them.
 
-# Each message class's decoder, made on its first use. Admission decodes every job it sees, and a
-# decoder written out for one class (its keys compared in turn, each value checked by a test
-# of its own kind, the class built from positional arguments) takes about half the time of one
-# that looks every field up in the class's FIELDS table.
-_DECODERS: dict[type[Model], Decoder] = {}
-
-
-# Compiling is once per class, but may first happen in two threads at once (the webhook decodes
-# large bodies in a worker thread): one compiles, the other waits for it.
-_COMPILING = threading.RLock()
-_IN_PROGRESS: set[type[Model]] = set()
+T = TypeVar("T")
+M = TypeVar("M", bound=Model)
+E = TypeVar("E", bound=str)
 
 
-def _decoder_of(model: type[Model]) -> Decoder:
-    decoder = _DECODERS.get(model)
-    if decoder is not None:
-        return decoder
-    with _COMPILING:
-        decoder = _DECODERS.get(model)
-        if decoder is not None:
-            return decoder
-        if model in _IN_PROGRESS:
-            # A message that holds itself, at any depth: its decoder is looked up when called,
-            # by which time it is made.
-            return lambda data, path: _decoder_of(model)(data, path)
-        _IN_PROGRESS.add(model)
-        try:
-            decoder = _DECODERS[model] = _compiled_decoder(model)
-        finally:
-            _IN_PROGRESS.discard(model)
-    return decoder
-
-
-def _compiled_decoder(model: type[Model]) -> Decoder:
-    """The decoder of `model`, written as Python and compiled: for each key present, the test
-    that accepts a value of the field's kind as it is, and `_decode` (which raises a ModelError
-    naming the field) for anything else. Keys are taken in the object's order, so the first
-    field that does not fit is the one reported, as the table-driven decoding did."""
-    scope: dict[str, Any] = {
-        "Model": model,
-        "child": child,
-        "expect_object": expect_object,
-        "_decode": _decode,
-        "_decode_field": _decode_field,
-    }
-    attrs = [info.attr for info in model.FIELDS]
-    lines = [
-        "def decode(data, path):",
-        "    if not isinstance(data, dict):",
-        "        expect_object(data, path)",
-        "    extra = {}",
-        *(f"    v{n} = None" for n in range(len(attrs))),
-        "    for key, raw in data.items():",
-    ]
-    for n, info in enumerate(model.FIELDS):
-        scope[f"F{n}"] = info
-        lines += [
-            f"        {'if' if n == 0 else 'elif'} key == {info.key!r}:",
-            "            if raw is not None:",
-            f"                v{n} = {_value_expression(model, info, n, scope)}",
-        ]
-    lines += [
-        f"        {'else' if attrs else 'if True'}:",
-        "            extra[key] = raw",
-        f"    return Model({_arguments(model, attrs)})",
-    ]
-    exec("\n".join(lines), scope)  # the source is built above from the FIELDS table alone
-    decoder: Decoder = scope["decode"]
-    return decoder
-
-
-def _value_expression(model: type[Model], info: FieldInfo, n: int, scope: dict[str, Any]) -> str:
-    """The expression that decodes `raw`, the value of field number `n` (`F{n}` in `scope`)."""
-    generic = f"_decode(Model, F{n}, raw, path, key)"
-    if info.map:
-        return f"_decode_field(Model, F{n}, raw, path, key)"
-    if info.kind == "message":
-        scope[f"D{n}"] = _decoder_of(model_of(model, info.ref))
-        # The field's path, `child(path, key)` written out for this key: every nested message
-        # of every decoded job has its path made, error or not.
-        here = f"(path + {'.' + info.key!r} if path else {info.key!r})"
-        if info.repeated:
-            return (
-                f"[D{n}(item, f'{{here}}[{{index}}]') for here in ({here},) "
-                "for index, item in enumerate(raw)] if isinstance(raw, list) "
-                f"else _decode_field(Model, F{n}, raw, path, key)"
-            )
-        return f"D{n}(raw, {here})"
-    if info.repeated:
-        return f"_decode_field(Model, F{n}, raw, path, key)"
-    if info.kind in INT_BOUNDS:
-        low, high = INT_BOUNDS[info.kind]
-        return f"raw if type(raw) is int and {low} <= raw <= {high} else {generic}"
-    if info.kind == "enum":
-        scope[f"V{n}"] = frozenset(info.values)
-        return f"raw if isinstance(raw, str) and raw in V{n} else {generic}"
-    test = {"string": "str", "object": "dict", "boolean": "bool"}.get(info.kind)
-    return f"raw if isinstance(raw, {test}) else {generic}" if test else generic
-
-
-def _arguments(model: type[Model], attrs: list[str]) -> str:
-    """The call's arguments: positional when the dataclass's fields are FIELDS then `extra`."""
-    declared = [f.name for f in dataclasses.fields(model)]  # type: ignore[arg-type]
-    if declared == [*attrs, "extra"]:
-        return ", ".join([*(f"v{n}" for n in range(len(attrs))), "extra"])
-    return ", ".join([*(f"{attr}=v{n}" for n, attr in enumerate(attrs)), "extra=extra"])
-
-
-def _decode_field(owner: type[Model], info: FieldInfo, raw: object, path: str, key: str) -> Any:
-    """A repeated or map field's value; `path` is its owner's, `key` its own."""
-    if info.map:
-        obj = raw if isinstance(raw, dict) else expect_object(raw, child(path, key))
-        return {name: _decode(owner, info, value, path, key, name) for name, value in obj.items()}
-    if not isinstance(raw, list):
-        raise ModelError(child(path, key), f"must be an array, not {json_type(raw)}")
-    return [_decode(owner, info, item, path, key, index) for index, item in enumerate(raw)]
-
-
-def _decode(owner: type[Model], info: FieldInfo, raw: object, path: str, *parts: str | int) -> Any:
-    """One value of `info`, at `child(path, *parts)`: a value that fits as it is is returned
-    without building its path; anything else is decoded, or refused, by `_decode_value`."""
-    kind = info.kind
-    if kind == "string":
-        if isinstance(raw, str):
-            return raw
-    elif kind == "message":
-        return model_of(owner, info.ref).from_dict(raw, child(path, *parts))
-    elif kind == "object":
-        if isinstance(raw, dict):
-            return raw
-    elif kind == "boolean":
-        if isinstance(raw, bool):
-            return raw
-    elif kind in INT_BOUNDS:
-        low, high = INT_BOUNDS[kind]
-        if type(raw) is int and low <= raw <= high:
-            return raw
-    elif kind == "enum" and isinstance(raw, str) and raw in info.values:
-        return raw
-    return _decode_value(owner, info, raw, child(path, *parts))
-
-
-def _decode_value(owner: type[Model], info: FieldInfo, raw: object, path: str) -> Any:
-    kind = info.kind
-    if kind == "message":
-        return model_of(owner, info.ref).from_dict(raw, path)
-    if kind == "object":
-        return expect_object(raw, path)
-    if kind == "boolean":
-        if not isinstance(raw, bool):
-            raise ModelError(path, f"must be a boolean, not {json_type(raw)}")
-        return raw
-    if kind in INT_BOUNDS:
-        return _decode_int(kind, raw, path)
-    if kind == "intOrString":
-        if isinstance(raw, str) or (isinstance(raw, int) and not isinstance(raw, bool)):
-            return raw
-        raise ModelError(path, f"must be an integer or a string, not {json_type(raw)}")
+def decode_string(raw: object, path: str, *parts: str | int) -> str:
     if not isinstance(raw, str):
-        raise ModelError(path, f"must be a string, not {json_type(raw)}")
-    if kind == "enum" and raw not in info.values:
-        raise ModelError(path, f"must be one of {', '.join(info.values)}, not {raw!r}")
+        raise ModelError(child(path, *parts), f"must be a string, not {json_type(raw)}")
     return raw
 
 
-def _decode_int(kind: str, raw: object, path: str) -> int:
+def decode_boolean(raw: object, path: str, *parts: str | int) -> bool:
+    if not isinstance(raw, bool):
+        raise ModelError(child(path, *parts), f"must be a boolean, not {json_type(raw)}")
+    return raw
+
+
+def decode_object(raw: object, path: str, *parts: str | int) -> dict[str, Any]:
+    """A JSON object kept as it is: an opaque message, such as a pod template's spec."""
+    return raw if isinstance(raw, dict) else expect_object(raw, child(path, *parts))
+
+
+def decode_int32(raw: object, path: str, *parts: str | int) -> int:
+    return _decode_int("int32", raw, path, parts)
+
+
+def decode_int64(raw: object, path: str, *parts: str | int) -> int:
+    return _decode_int("int64", raw, path, parts)
+
+
+def _decode_int(kind: str, raw: object, path: str, parts: tuple[str | int, ...]) -> int:
     # JSON decoders may give 3.0 for 3; a float with no fraction is still an integer.
     if isinstance(raw, float) and raw.is_integer():
         raw = int(raw)
     if isinstance(raw, bool) or not isinstance(raw, int):
-        raise ModelError(path, f"must be an integer, not {json_type(raw)}")
+        raise ModelError(child(path, *parts), f"must be an integer, not {json_type(raw)}")
     low, high = INT_BOUNDS[kind]
     if not low <= raw <= high:
-        raise ModelError(path, f"must fit in {kind}")
+        raise ModelError(child(path, *parts), f"must fit in {kind}")
     return raw
+
+
+def decode_int_or_string(raw: object, path: str, *parts: str | int) -> int | str:
+    """A Kubernetes quantity or IntOrString."""
+    if isinstance(raw, str) or (isinstance(raw, int) and not isinstance(raw, bool)):
+        return raw
+    message = f"must be an integer or a string, not {json_type(raw)}"
+    raise ModelError(child(path, *parts), message)
+
+
+def decode_enum(raw: object, values: tuple[E, ...], path: str, *parts: str | int) -> E:
+    if not isinstance(raw, str):
+        raise ModelError(child(path, *parts), f"must be a string, not {json_type(raw)}")
+    if raw not in values:
+        raise ModelError(child(path, *parts), f"must be one of {', '.join(values)}, not {raw!r}")
+    return raw
+
+
+def decode_array(
+    raw: object, path: str, key: str, decode_item: Callable[[object, str, str, int], T]
+) -> list[T]:
+    """A repeated scalar field: `decode_item(item, path, key, index)` for each item."""
+    if not isinstance(raw, list):
+        raise ModelError(child(path, key), f"must be an array, not {json_type(raw)}")
+    return [decode_item(item, path, key, index) for index, item in enumerate(raw)]
+
+
+def decode_message_array(
+    raw: object, path: str, key: str, decode_message: Callable[[object, str], M]
+) -> list[M]:
+    """A repeated message field: `decode_message(item, "<path>.<key>[<index>]")` for each item."""
+    if not isinstance(raw, list):
+        raise ModelError(child(path, key), f"must be an array, not {json_type(raw)}")
+    here = f"{path}.{key}" if path else key
+    return [decode_message(item, f"{here}[{index}]") for index, item in enumerate(raw)]
+
+
+def decode_map(
+    raw: object, path: str, key: str, decode_value: Callable[[object, str, str, str], T]
+) -> dict[str, T]:
+    """A map of scalars (`map<string, V>`): `decode_value(value, path, key, name)` for each."""
+    entries = raw if isinstance(raw, dict) else expect_object(raw, child(path, key))
+    return {name: decode_value(value, path, key, name) for name, value in entries.items()}
+
+
+def decode_message_map(
+    raw: object, path: str, key: str, decode_message: Callable[[object, str], M]
+) -> dict[str, M]:
+    """A map of messages: `decode_message(value, "<path>.<key>.<name>")` for each entry."""
+    entries = raw if isinstance(raw, dict) else expect_object(raw, child(path, key))
+    return {name: decode_message(value, child(path, key, name)) for name, value in entries.items()}
 
 
 def _encode(value: Any) -> Any:

@@ -7,7 +7,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
-from torchjob.api.model import FieldInfo, Limits, Model
+from torchjob.api.model import (
+    FieldInfo,
+    Limits,
+    Model,
+    decode_array,
+    decode_boolean,
+    decode_enum,
+    decode_int32,
+    decode_int64,
+    decode_message_array,
+    decode_object,
+    decode_string,
+    expect_object,
+)
 
 GROUP = "batch.tensorstack.dev"
 VERSION = "v1beta1"
@@ -99,6 +112,11 @@ class PyTorchTrainingJob(Model):
         FieldInfo("status", "status", "message", ref="PyTorchTrainingJobStatus"),
     )
 
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> PyTorchTrainingJob:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_py_torch_training_job(data, path)
+
 
 @dataclass(slots=True)
 class PyTorchTrainingJobSpec(Model):
@@ -129,6 +147,11 @@ class PyTorchTrainingJobSpec(Model):
         FieldInfo("tensorboard_spec", "tensorboardSpec", "message", ref="TensorBoardSpec"),
         FieldInfo("run_mode", "runMode", "message", ref="RunMode"),
     )
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> PyTorchTrainingJobSpec:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_py_torch_training_job_spec(data, path)
 
 
 @dataclass(slots=True)
@@ -165,6 +188,11 @@ class ReplicaSpec(Model):
         FieldInfo("scaling_weight", "scalingWeight", "int32", limits=Limits(minimum=0)),
     )
 
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> ReplicaSpec:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_replica_spec(data, path)
+
 
 @dataclass(slots=True)
 class PodTemplateSpec(Model):
@@ -178,6 +206,11 @@ class PodTemplateSpec(Model):
         FieldInfo("metadata", "metadata", "object"),
         FieldInfo("spec", "spec", "object", limits=Limits(required=True)),
     )
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> PodTemplateSpec:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_pod_template_spec(data, path)
 
 
 @dataclass(slots=True)
@@ -219,6 +252,11 @@ class TorchrunConfig(Model):
         ),
     )
 
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> TorchrunConfig:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_torchrun_config(data, path)
+
 
 @dataclass(slots=True)
 class Elastic(Model):
@@ -237,6 +275,11 @@ class Elastic(Model):
         FieldInfo("max_replicas", "maxReplicas", "int32", limits=Limits(minimum=1)),
         FieldInfo("expected_replicas", "expectedReplicas", "int32", limits=Limits(minimum=1)),
     )
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> Elastic:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_elastic(data, path)
 
 
 @dataclass(slots=True)
@@ -269,6 +312,11 @@ class RunPolicy(Model):
         ),
     )
 
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> RunPolicy:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_run_policy(data, path)
+
 
 @dataclass(slots=True)
 class Scheduler(Model):
@@ -280,6 +328,11 @@ class Scheduler(Model):
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
         FieldInfo("t9k_scheduler", "t9kScheduler", "message", ref="T9kScheduler"),
     )
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> Scheduler:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_scheduler(data, path)
 
 
 @dataclass(slots=True)
@@ -296,6 +349,11 @@ class T9kScheduler(Model):
         ),
         FieldInfo("priority", "priority", "int32", limits=Limits(minimum=0, maximum=100)),
     )
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> T9kScheduler:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_t9k_scheduler(data, path)
 
 
 @dataclass(slots=True)
@@ -323,6 +381,11 @@ class TensorBoardSpec(Model):
         FieldInfo("resources", "resources", "object"),
     )
 
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> TensorBoardSpec:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_tensor_board_spec(data, path)
+
 
 @dataclass(slots=True)
 class LogDir(Model):
@@ -336,6 +399,11 @@ class LogDir(Model):
             "pvc", "pvc", "message", repeated=True, ref="PVCLogSource", limits=Limits(max_items=32)
         ),
     )
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> LogDir:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_log_dir(data, path)
 
 
 @dataclass(slots=True)
@@ -359,6 +427,11 @@ class PVCLogSource(Model):
         ),
     )
 
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> PVCLogSource:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_pvc_log_source(data, path)
+
 
 @dataclass(slots=True)
 class RunMode(Model):
@@ -372,6 +445,11 @@ class RunMode(Model):
         FieldInfo("debug", "debug", "message", ref="DebugMode"),
         FieldInfo("pause", "pause", "message", ref="PauseMode"),
     )
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> RunMode:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_run_mode(data, path)
 
 
 @dataclass(slots=True)
@@ -395,6 +473,11 @@ class DebugMode(Model):
             limits=Limits(max_items=16),
         ),
     )
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> DebugMode:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_debug_mode(data, path)
 
 
 @dataclass(slots=True)
@@ -424,6 +507,11 @@ class DebugReplicaSpec(Model):
         ),
     )
 
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> DebugReplicaSpec:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_debug_replica_spec(data, path)
+
 
 @dataclass(slots=True)
 class PauseMode(Model):
@@ -444,6 +532,11 @@ class PauseMode(Model):
             limits=Limits(max_items=16),
         ),
     )
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> PauseMode:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_pause_mode(data, path)
 
 
 @dataclass(slots=True)
@@ -475,6 +568,11 @@ class ResumeSpec(Model):
             "args", "args", "string", repeated=True, limits=Limits(max_length=4096, max_items=256)
         ),
     )
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> ResumeSpec:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_resume_spec(data, path)
 
 
 @dataclass(slots=True)
@@ -522,6 +620,11 @@ class PyTorchTrainingJobStatus(Model):
         FieldInfo("selector", "selector", "string"),
     )
 
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> PyTorchTrainingJobStatus:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_py_torch_training_job_status(data, path)
+
 
 @dataclass(slots=True)
 class Condition(Model):
@@ -548,6 +651,11 @@ class Condition(Model):
         FieldInfo("observed_generation", "observedGeneration", "int64", limits=Limits(minimum=0)),
     )
 
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> Condition:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_condition(data, path)
+
 
 @dataclass(slots=True)
 class TaskStatus(Model):
@@ -563,6 +671,11 @@ class TaskStatus(Model):
         FieldInfo("restart_count", "restartCount", "int32"),
         FieldInfo("replicas", "replicas", "message", repeated=True, ref="ReplicaStatus"),
     )
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> TaskStatus:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_task_status(data, path)
 
 
 @dataclass(slots=True)
@@ -584,6 +697,11 @@ class ReplicaStatus(Model):
         FieldInfo("consecutive_restarts", "consecutiveRestarts", "int32", limits=Limits(minimum=0)),
     )
 
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> ReplicaStatus:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_replica_status(data, path)
+
 
 @dataclass(slots=True)
 class ContainerStatus(Model):
@@ -601,6 +719,11 @@ class ContainerStatus(Model):
         FieldInfo("exit_code", "exitCode", "int32"),
         FieldInfo("reason", "reason", "string", limits=Limits(max_length=1024)),
     )
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> ContainerStatus:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_container_status(data, path)
 
 
 @dataclass(slots=True)
@@ -626,6 +749,11 @@ class Aggregate(Model):
         FieldInfo("deleted", "deleted", "int32"),
     )
 
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> Aggregate:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_aggregate(data, path)
+
 
 @dataclass(slots=True)
 class TensorBoardStatus(Model):
@@ -643,6 +771,791 @@ class TensorBoardStatus(Model):
         FieldInfo("reason", "reason", "string"),
         FieldInfo("message", "message", "string"),
     )
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> TensorBoardStatus:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_tensor_board_status(data, path)
+
+
+# Decoders: one per message, called by its from_dict and by the decoders of the messages
+# that hold it. Each accepts a value that fits its field as it is; anything else goes to
+# torchjob.api.model's decode helpers, which convert it (3.0 is 3) or raise a ModelError
+# naming the field.
+
+
+def _decode_py_torch_training_job(data: object, path: str) -> PyTorchTrainingJob:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    api_version: str | None = None
+    kind: str | None = None
+    metadata: dict[str, Any] | None = None
+    spec: PyTorchTrainingJobSpec | None = None
+    status: PyTorchTrainingJobStatus | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "apiVersion":
+            if isinstance(raw, str):
+                api_version = raw
+            elif raw is not None:
+                api_version = decode_string(raw, path, key)
+        elif key == "kind":
+            if isinstance(raw, str):
+                kind = raw
+            elif raw is not None:
+                kind = decode_string(raw, path, key)
+        elif key == "metadata":
+            if isinstance(raw, dict):
+                metadata = raw
+            elif raw is not None:
+                metadata = decode_object(raw, path, key)
+        elif key == "spec":
+            if raw is not None:
+                spec = _decode_py_torch_training_job_spec(raw, f"{path}.{key}" if path else key)
+        elif key == "status":
+            if raw is not None:
+                status = _decode_py_torch_training_job_status(raw, f"{path}.{key}" if path else key)
+        else:
+            extra[key] = raw
+    return PyTorchTrainingJob(api_version, kind, metadata, spec, status, extra)
+
+
+def _decode_py_torch_training_job_spec(data: object, path: str) -> PyTorchTrainingJobSpec:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    replica_specs: list[ReplicaSpec] | None = None
+    torchrun_config: TorchrunConfig | None = None
+    elastic: Elastic | None = None
+    run_policy: RunPolicy | None = None
+    scheduler: Scheduler | None = None
+    tensorboard_spec: TensorBoardSpec | None = None
+    run_mode: RunMode | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "replicaSpecs":
+            if raw is not None:
+                replica_specs = decode_message_array(raw, path, key, _decode_replica_spec)
+        elif key == "torchrunConfig":
+            if raw is not None:
+                torchrun_config = _decode_torchrun_config(raw, f"{path}.{key}" if path else key)
+        elif key == "elastic":
+            if raw is not None:
+                elastic = _decode_elastic(raw, f"{path}.{key}" if path else key)
+        elif key == "runPolicy":
+            if raw is not None:
+                run_policy = _decode_run_policy(raw, f"{path}.{key}" if path else key)
+        elif key == "scheduler":
+            if raw is not None:
+                scheduler = _decode_scheduler(raw, f"{path}.{key}" if path else key)
+        elif key == "tensorboardSpec":
+            if raw is not None:
+                tensorboard_spec = _decode_tensor_board_spec(raw, f"{path}.{key}" if path else key)
+        elif key == "runMode":
+            if raw is not None:
+                run_mode = _decode_run_mode(raw, f"{path}.{key}" if path else key)
+        else:
+            extra[key] = raw
+    return PyTorchTrainingJobSpec(
+        replica_specs,
+        torchrun_config,
+        elastic,
+        run_policy,
+        scheduler,
+        tensorboard_spec,
+        run_mode,
+        extra,
+    )
+
+
+def _decode_replica_spec(data: object, path: str) -> ReplicaSpec:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    type_: str | None = None
+    replicas: int | None = None
+    restart_policy: RestartPolicy | None = None
+    template: PodTemplateSpec | None = None
+    scaling_weight: int | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "type":
+            if isinstance(raw, str):
+                type_ = raw
+            elif raw is not None:
+                type_ = decode_string(raw, path, key)
+        elif key == "replicas":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                replicas = raw
+            elif raw is not None:
+                replicas = decode_int32(raw, path, key)
+        elif key == "restartPolicy":
+            if raw in RESTART_POLICY_VALUES:
+                restart_policy = raw
+            elif raw is not None:
+                restart_policy = decode_enum(raw, RESTART_POLICY_VALUES, path, key)
+        elif key == "template":
+            if raw is not None:
+                template = _decode_pod_template_spec(raw, f"{path}.{key}" if path else key)
+        elif key == "scalingWeight":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                scaling_weight = raw
+            elif raw is not None:
+                scaling_weight = decode_int32(raw, path, key)
+        else:
+            extra[key] = raw
+    return ReplicaSpec(type_, replicas, restart_policy, template, scaling_weight, extra)
+
+
+def _decode_pod_template_spec(data: object, path: str) -> PodTemplateSpec:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    metadata: dict[str, Any] | None = None
+    spec: dict[str, Any] | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "metadata":
+            if isinstance(raw, dict):
+                metadata = raw
+            elif raw is not None:
+                metadata = decode_object(raw, path, key)
+        elif key == "spec":
+            if isinstance(raw, dict):
+                spec = raw
+            elif raw is not None:
+                spec = decode_object(raw, path, key)
+        else:
+            extra[key] = raw
+    return PodTemplateSpec(metadata, spec, extra)
+
+
+def _decode_torchrun_config(data: object, path: str) -> TorchrunConfig:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    enable: bool | None = None
+    enabled: bool | None = None
+    min_nodes: int | None = None
+    max_restarts: int | None = None
+    proc_per_node: str | None = None
+    rdzv_backend: RdzvBackend | None = None
+    extra_options: list[str] | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "enable":
+            if isinstance(raw, bool):
+                enable = raw
+            elif raw is not None:
+                enable = decode_boolean(raw, path, key)
+        elif key == "enabled":
+            if isinstance(raw, bool):
+                enabled = raw
+            elif raw is not None:
+                enabled = decode_boolean(raw, path, key)
+        elif key == "minNodes":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                min_nodes = raw
+            elif raw is not None:
+                min_nodes = decode_int32(raw, path, key)
+        elif key == "maxRestarts":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                max_restarts = raw
+            elif raw is not None:
+                max_restarts = decode_int32(raw, path, key)
+        elif key == "procPerNode":
+            if isinstance(raw, str):
+                proc_per_node = raw
+            elif raw is not None:
+                proc_per_node = decode_string(raw, path, key)
+        elif key == "rdzvBackend":
+            if raw in RDZV_BACKEND_VALUES:
+                rdzv_backend = raw
+            elif raw is not None:
+                rdzv_backend = decode_enum(raw, RDZV_BACKEND_VALUES, path, key)
+        elif key == "extraOptions":
+            if raw is not None:
+                extra_options = decode_array(raw, path, key, decode_string)
+        else:
+            extra[key] = raw
+    return TorchrunConfig(
+        enable, enabled, min_nodes, max_restarts, proc_per_node, rdzv_backend, extra_options, extra
+    )
+
+
+def _decode_elastic(data: object, path: str) -> Elastic:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    enabled: bool | None = None
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    expected_replicas: int | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "enabled":
+            if isinstance(raw, bool):
+                enabled = raw
+            elif raw is not None:
+                enabled = decode_boolean(raw, path, key)
+        elif key == "minReplicas":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                min_replicas = raw
+            elif raw is not None:
+                min_replicas = decode_int32(raw, path, key)
+        elif key == "maxReplicas":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                max_replicas = raw
+            elif raw is not None:
+                max_replicas = decode_int32(raw, path, key)
+        elif key == "expectedReplicas":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                expected_replicas = raw
+            elif raw is not None:
+                expected_replicas = decode_int32(raw, path, key)
+        else:
+            extra[key] = raw
+    return Elastic(enabled, min_replicas, max_replicas, expected_replicas, extra)
+
+
+def _decode_run_policy(data: object, path: str) -> RunPolicy:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    backoff_limit: int | None = None
+    active_deadline_seconds: int | None = None
+    clean_up_policy: CleanUpPolicy | None = None
+    ttl_seconds_after_finished: int | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "backoffLimit":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                backoff_limit = raw
+            elif raw is not None:
+                backoff_limit = decode_int32(raw, path, key)
+        elif key == "activeDeadlineSeconds":
+            if type(raw) is int and -(2**63) <= raw < 2**63:
+                active_deadline_seconds = raw
+            elif raw is not None:
+                active_deadline_seconds = decode_int64(raw, path, key)
+        elif key == "cleanUpPolicy":
+            if raw in CLEAN_UP_POLICY_VALUES:
+                clean_up_policy = raw
+            elif raw is not None:
+                clean_up_policy = decode_enum(raw, CLEAN_UP_POLICY_VALUES, path, key)
+        elif key == "ttlSecondsAfterFinished":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                ttl_seconds_after_finished = raw
+            elif raw is not None:
+                ttl_seconds_after_finished = decode_int32(raw, path, key)
+        else:
+            extra[key] = raw
+    return RunPolicy(
+        backoff_limit, active_deadline_seconds, clean_up_policy, ttl_seconds_after_finished, extra
+    )
+
+
+def _decode_scheduler(data: object, path: str) -> Scheduler:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    t9k_scheduler: T9kScheduler | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "t9kScheduler":
+            if raw is not None:
+                t9k_scheduler = _decode_t9k_scheduler(raw, f"{path}.{key}" if path else key)
+        else:
+            extra[key] = raw
+    return Scheduler(t9k_scheduler, extra)
+
+
+def _decode_t9k_scheduler(data: object, path: str) -> T9kScheduler:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    queue: str | None = None
+    priority: int | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "queue":
+            if isinstance(raw, str):
+                queue = raw
+            elif raw is not None:
+                queue = decode_string(raw, path, key)
+        elif key == "priority":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                priority = raw
+            elif raw is not None:
+                priority = decode_int32(raw, path, key)
+        else:
+            extra[key] = raw
+    return T9kScheduler(queue, priority, extra)
+
+
+def _decode_tensor_board_spec(data: object, path: str) -> TensorBoardSpec:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    image: str | None = None
+    training_log_filesets: list[str] | None = None
+    log_dir: LogDir | None = None
+    resources: dict[str, Any] | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "image":
+            if isinstance(raw, str):
+                image = raw
+            elif raw is not None:
+                image = decode_string(raw, path, key)
+        elif key == "trainingLogFilesets":
+            if raw is not None:
+                training_log_filesets = decode_array(raw, path, key, decode_string)
+        elif key == "logDir":
+            if raw is not None:
+                log_dir = _decode_log_dir(raw, f"{path}.{key}" if path else key)
+        elif key == "resources":
+            if isinstance(raw, dict):
+                resources = raw
+            elif raw is not None:
+                resources = decode_object(raw, path, key)
+        else:
+            extra[key] = raw
+    return TensorBoardSpec(image, training_log_filesets, log_dir, resources, extra)
+
+
+def _decode_log_dir(data: object, path: str) -> LogDir:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    pvc: list[PVCLogSource] | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "pvc":
+            if raw is not None:
+                pvc = decode_message_array(raw, path, key, _decode_pvc_log_source)
+        else:
+            extra[key] = raw
+    return LogDir(pvc, extra)
+
+
+def _decode_pvc_log_source(data: object, path: str) -> PVCLogSource:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    name: str | None = None
+    sub_path: list[str] | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "name":
+            if isinstance(raw, str):
+                name = raw
+            elif raw is not None:
+                name = decode_string(raw, path, key)
+        elif key == "subPath":
+            if raw is not None:
+                sub_path = decode_array(raw, path, key, decode_string)
+        else:
+            extra[key] = raw
+    return PVCLogSource(name, sub_path, extra)
+
+
+def _decode_run_mode(data: object, path: str) -> RunMode:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    debug: DebugMode | None = None
+    pause: PauseMode | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "debug":
+            if raw is not None:
+                debug = _decode_debug_mode(raw, f"{path}.{key}" if path else key)
+        elif key == "pause":
+            if raw is not None:
+                pause = _decode_pause_mode(raw, f"{path}.{key}" if path else key)
+        else:
+            extra[key] = raw
+    return RunMode(debug, pause, extra)
+
+
+def _decode_debug_mode(data: object, path: str) -> DebugMode:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    enable: bool | None = None
+    enabled: bool | None = None
+    replica_specs: list[DebugReplicaSpec] | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "enable":
+            if isinstance(raw, bool):
+                enable = raw
+            elif raw is not None:
+                enable = decode_boolean(raw, path, key)
+        elif key == "enabled":
+            if isinstance(raw, bool):
+                enabled = raw
+            elif raw is not None:
+                enabled = decode_boolean(raw, path, key)
+        elif key == "replicaSpecs":
+            if raw is not None:
+                replica_specs = decode_message_array(raw, path, key, _decode_debug_replica_spec)
+        else:
+            extra[key] = raw
+    return DebugMode(enable, enabled, replica_specs, extra)
+
+
+def _decode_debug_replica_spec(data: object, path: str) -> DebugReplicaSpec:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    type_: str | None = None
+    skip_init_container: bool | None = None
+    command: list[str] | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "type":
+            if isinstance(raw, str):
+                type_ = raw
+            elif raw is not None:
+                type_ = decode_string(raw, path, key)
+        elif key == "skipInitContainer":
+            if isinstance(raw, bool):
+                skip_init_container = raw
+            elif raw is not None:
+                skip_init_container = decode_boolean(raw, path, key)
+        elif key == "command":
+            if raw is not None:
+                command = decode_array(raw, path, key, decode_string)
+        else:
+            extra[key] = raw
+    return DebugReplicaSpec(type_, skip_init_container, command, extra)
+
+
+def _decode_pause_mode(data: object, path: str) -> PauseMode:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    enabled: bool | None = None
+    resume_specs: list[ResumeSpec] | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "enabled":
+            if isinstance(raw, bool):
+                enabled = raw
+            elif raw is not None:
+                enabled = decode_boolean(raw, path, key)
+        elif key == "resumeSpecs":
+            if raw is not None:
+                resume_specs = decode_message_array(raw, path, key, _decode_resume_spec)
+        else:
+            extra[key] = raw
+    return PauseMode(enabled, resume_specs, extra)
+
+
+def _decode_resume_spec(data: object, path: str) -> ResumeSpec:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    type_: str | None = None
+    skip_init_container: bool | None = None
+    command: list[str] | None = None
+    args: list[str] | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "type":
+            if isinstance(raw, str):
+                type_ = raw
+            elif raw is not None:
+                type_ = decode_string(raw, path, key)
+        elif key == "skipInitContainer":
+            if isinstance(raw, bool):
+                skip_init_container = raw
+            elif raw is not None:
+                skip_init_container = decode_boolean(raw, path, key)
+        elif key == "command":
+            if raw is not None:
+                command = decode_array(raw, path, key, decode_string)
+        elif key == "args":
+            if raw is not None:
+                args = decode_array(raw, path, key, decode_string)
+        else:
+            extra[key] = raw
+    return ResumeSpec(type_, skip_init_container, command, args, extra)
+
+
+def _decode_py_torch_training_job_status(data: object, path: str) -> PyTorchTrainingJobStatus:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    phase: JobPhase | None = None
+    conditions: list[Condition] | None = None
+    tasks: list[TaskStatus] | None = None
+    aggregate: Aggregate | None = None
+    backoff_count: int | None = None
+    start_time: str | None = None
+    completion_time: str | None = None
+    observed_generation: int | None = None
+    tensorboard: TensorBoardStatus | None = None
+    replicas: int | None = None
+    selector: str | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "phase":
+            if raw in JOB_PHASE_VALUES:
+                phase = raw
+            elif raw is not None:
+                phase = decode_enum(raw, JOB_PHASE_VALUES, path, key)
+        elif key == "conditions":
+            if raw is not None:
+                conditions = decode_message_array(raw, path, key, _decode_condition)
+        elif key == "tasks":
+            if raw is not None:
+                tasks = decode_message_array(raw, path, key, _decode_task_status)
+        elif key == "aggregate":
+            if raw is not None:
+                aggregate = _decode_aggregate(raw, f"{path}.{key}" if path else key)
+        elif key == "backoffCount":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                backoff_count = raw
+            elif raw is not None:
+                backoff_count = decode_int32(raw, path, key)
+        elif key == "startTime":
+            if isinstance(raw, str):
+                start_time = raw
+            elif raw is not None:
+                start_time = decode_string(raw, path, key)
+        elif key == "completionTime":
+            if isinstance(raw, str):
+                completion_time = raw
+            elif raw is not None:
+                completion_time = decode_string(raw, path, key)
+        elif key == "observedGeneration":
+            if type(raw) is int and -(2**63) <= raw < 2**63:
+                observed_generation = raw
+            elif raw is not None:
+                observed_generation = decode_int64(raw, path, key)
+        elif key == "tensorboard":
+            if raw is not None:
+                tensorboard = _decode_tensor_board_status(raw, f"{path}.{key}" if path else key)
+        elif key == "replicas":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                replicas = raw
+            elif raw is not None:
+                replicas = decode_int32(raw, path, key)
+        elif key == "selector":
+            if isinstance(raw, str):
+                selector = raw
+            elif raw is not None:
+                selector = decode_string(raw, path, key)
+        else:
+            extra[key] = raw
+    return PyTorchTrainingJobStatus(
+        phase,
+        conditions,
+        tasks,
+        aggregate,
+        backoff_count,
+        start_time,
+        completion_time,
+        observed_generation,
+        tensorboard,
+        replicas,
+        selector,
+        extra,
+    )
+
+
+def _decode_condition(data: object, path: str) -> Condition:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    type_: ConditionType | None = None
+    status: ConditionStatus | None = None
+    reason: str | None = None
+    message: str | None = None
+    last_transition_time: str | None = None
+    observed_generation: int | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "type":
+            if raw in CONDITION_TYPE_VALUES:
+                type_ = raw
+            elif raw is not None:
+                type_ = decode_enum(raw, CONDITION_TYPE_VALUES, path, key)
+        elif key == "status":
+            if raw in CONDITION_STATUS_VALUES:
+                status = raw
+            elif raw is not None:
+                status = decode_enum(raw, CONDITION_STATUS_VALUES, path, key)
+        elif key == "reason":
+            if isinstance(raw, str):
+                reason = raw
+            elif raw is not None:
+                reason = decode_string(raw, path, key)
+        elif key == "message":
+            if isinstance(raw, str):
+                message = raw
+            elif raw is not None:
+                message = decode_string(raw, path, key)
+        elif key == "lastTransitionTime":
+            if isinstance(raw, str):
+                last_transition_time = raw
+            elif raw is not None:
+                last_transition_time = decode_string(raw, path, key)
+        elif key == "observedGeneration":
+            if type(raw) is int and -(2**63) <= raw < 2**63:
+                observed_generation = raw
+            elif raw is not None:
+                observed_generation = decode_int64(raw, path, key)
+        else:
+            extra[key] = raw
+    return Condition(
+        type_, status, reason, message, last_transition_time, observed_generation, extra
+    )
+
+
+def _decode_task_status(data: object, path: str) -> TaskStatus:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    type_: str | None = None
+    restart_count: int | None = None
+    replicas: list[ReplicaStatus] | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "type":
+            if isinstance(raw, str):
+                type_ = raw
+            elif raw is not None:
+                type_ = decode_string(raw, path, key)
+        elif key == "restartCount":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                restart_count = raw
+            elif raw is not None:
+                restart_count = decode_int32(raw, path, key)
+        elif key == "replicas":
+            if raw is not None:
+                replicas = decode_message_array(raw, path, key, _decode_replica_status)
+        else:
+            extra[key] = raw
+    return TaskStatus(type_, restart_count, replicas, extra)
+
+
+def _decode_replica_status(data: object, path: str) -> ReplicaStatus:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    name: str | None = None
+    uid: str | None = None
+    phase: str | None = None
+    containers: list[ContainerStatus] | None = None
+    consecutive_restarts: int | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "name":
+            if isinstance(raw, str):
+                name = raw
+            elif raw is not None:
+                name = decode_string(raw, path, key)
+        elif key == "uid":
+            if isinstance(raw, str):
+                uid = raw
+            elif raw is not None:
+                uid = decode_string(raw, path, key)
+        elif key == "phase":
+            if isinstance(raw, str):
+                phase = raw
+            elif raw is not None:
+                phase = decode_string(raw, path, key)
+        elif key == "containers":
+            if raw is not None:
+                containers = decode_message_array(raw, path, key, _decode_container_status)
+        elif key == "consecutiveRestarts":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                consecutive_restarts = raw
+            elif raw is not None:
+                consecutive_restarts = decode_int32(raw, path, key)
+        else:
+            extra[key] = raw
+    return ReplicaStatus(name, uid, phase, containers, consecutive_restarts, extra)
+
+
+def _decode_container_status(data: object, path: str) -> ContainerStatus:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    name: str | None = None
+    state: str | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "name":
+            if isinstance(raw, str):
+                name = raw
+            elif raw is not None:
+                name = decode_string(raw, path, key)
+        elif key == "state":
+            if isinstance(raw, str):
+                state = raw
+            elif raw is not None:
+                state = decode_string(raw, path, key)
+        elif key == "exitCode":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                exit_code = raw
+            elif raw is not None:
+                exit_code = decode_int32(raw, path, key)
+        elif key == "reason":
+            if isinstance(raw, str):
+                reason = raw
+            elif raw is not None:
+                reason = decode_string(raw, path, key)
+        else:
+            extra[key] = raw
+    return ContainerStatus(name, state, exit_code, reason, extra)
+
+
+def _decode_aggregate(data: object, path: str) -> Aggregate:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    creating: int | None = None
+    pending: int | None = None
+    running: int | None = None
+    succeeded: int | None = None
+    failed: int | None = None
+    unknown: int | None = None
+    deleted: int | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "creating":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                creating = raw
+            elif raw is not None:
+                creating = decode_int32(raw, path, key)
+        elif key == "pending":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                pending = raw
+            elif raw is not None:
+                pending = decode_int32(raw, path, key)
+        elif key == "running":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                running = raw
+            elif raw is not None:
+                running = decode_int32(raw, path, key)
+        elif key == "succeeded":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                succeeded = raw
+            elif raw is not None:
+                succeeded = decode_int32(raw, path, key)
+        elif key == "failed":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                failed = raw
+            elif raw is not None:
+                failed = decode_int32(raw, path, key)
+        elif key == "unknown":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                unknown = raw
+            elif raw is not None:
+                unknown = decode_int32(raw, path, key)
+        elif key == "deleted":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                deleted = raw
+            elif raw is not None:
+                deleted = decode_int32(raw, path, key)
+        else:
+            extra[key] = raw
+    return Aggregate(creating, pending, running, succeeded, failed, unknown, deleted, extra)
+
+
+def _decode_tensor_board_status(data: object, path: str) -> TensorBoardStatus:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    ready: bool | None = None
+    url: str | None = None
+    reason: str | None = None
+    message: str | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "ready":
+            if isinstance(raw, bool):
+                ready = raw
+            elif raw is not None:
+                ready = decode_boolean(raw, path, key)
+        elif key == "url":
+            if isinstance(raw, str):
+                url = raw
+            elif raw is not None:
+                url = decode_string(raw, path, key)
+        elif key == "reason":
+            if isinstance(raw, str):
+                reason = raw
+            elif raw is not None:
+                reason = decode_string(raw, path, key)
+        elif key == "message":
+            if isinstance(raw, str):
+                message = raw
+            elif raw is not None:
+                message = decode_string(raw, path, key)
+        else:
+            extra[key] = raw
+    return TensorBoardStatus(ready, url, reason, message, extra)
 
 
 class PyTorchTrainingJobStatusDict(TypedDict, total=False):

@@ -3,18 +3,15 @@ them at once; soft problems come back as warnings. Pure: the webhook and `torchj
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, TypeVar
 
-from torchjob.api import constants, pod_fields, queries
-from torchjob.api.model import Limits, Model, ModelError, child
+from torchjob.api import constants, queries, schema_checks
+from torchjob.api.field_errors import Cause, FieldError, Result, counted
+from torchjob.api.model import Model, ModelError, child
 from torchjob.api.types import (
     Elastic,
-    PodTemplateSpec,
     PyTorchTrainingJob,
     PyTorchTrainingJobSpec,
     ReplicaSpec,
@@ -22,44 +19,14 @@ from torchjob.api.types import (
     TorchrunConfig,
 )
 
+# Rules another API tells apart (FieldError.rule).
+RULE_ELASTIC_NEEDS_TORCHRUN = "ElasticNeedsTorchrun"
+
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 FILESET = re.compile(
     rf"^{re.escape(constants.T9K_PVC_PREFIX)}"
     r"(?P<claim>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)(?P<subpath>/.*)?$"
 )
-
-
-class Cause(StrEnum):
-    """What is wrong with a field, as Kubernetes names it (apimachinery's field.ErrorType): the
-    reason of the error's cause in a Status."""
-
-    REQUIRED = "FieldValueRequired"
-    FORBIDDEN = "FieldValueForbidden"
-    INVALID = "FieldValueInvalid"
-    NOT_SUPPORTED = "FieldValueNotSupported"
-    DUPLICATE = "FieldValueDuplicate"
-    TOO_LONG = "FieldValueTooLong"
-    TOO_MANY = "FieldValueTooMany"
-
-
-@dataclass(frozen=True, slots=True)
-class FieldError:
-    path: str
-    message: str
-    cause: Cause = Cause.INVALID
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
-
-
-@dataclass(slots=True)
-class Result:
-    errors: list[FieldError] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def allowed(self) -> bool:
-        return not self.errors
 
 
 def validate(obj: Any, old: Any = None, *, schema: bool = False) -> Result:
@@ -109,11 +76,12 @@ def _object_errors(job: PyTorchTrainingJob, *, schema: bool) -> list[FieldError]
     errors = _spec_errors(job) + _gang_choice_errors(job)
     # A field the rules above already refused needs no second message.
     refused = {error.path for error in errors}
-    errors += [e for e in unknown_field_errors(job) if e.path not in refused]
+    errors += [e for e in schema_checks.unknown_field_errors(job) if e.path not in refused]
     if schema and job.spec is not None:
         refused = {error.path for error in errors}
         # The spec only: the apiserver drops a status written on create.
-        errors += [e for e in schema_errors(job.spec, "spec") if e.path not in refused]
+        limits = schema_checks.schema_errors(job.spec, "spec")
+        errors += [e for e in limits if e.path not in refused]
     return errors
 
 
@@ -125,160 +93,6 @@ def _gang_choice_errors(job: PyTorchTrainingJob) -> list[FieldError]:
     path = f"metadata.annotations[{constants.ANNOTATION_GANG_SCHEDULING}]"
     allowed = ", ".join(constants.GANG_SCHEDULING_CHOICES)
     return [FieldError(path, f"{choice!r} is not one of {allowed}", Cause.NOT_SUPPORTED)]
-
-
-# The fields of our schema that hold a Kubernetes object, with the definition of its type in the
-# Pod schema of the Kubernetes version we support (api/pod_schema.py).
-EMBEDDED: dict[tuple[type[Model], str], str] = {
-    (PyTorchTrainingJob, "metadata"): "ObjectMeta",
-    (PodTemplateSpec, "metadata"): "ObjectMeta",
-    (PodTemplateSpec, "spec"): "PodSpec",
-    (TensorBoardSpec, "resources"): "ResourceRequirements",
-}
-
-
-def unknown_field_errors(job: PyTorchTrainingJob) -> list[FieldError]:
-    """Every field of the object that its schema does not have, as the apiserver's strict field
-    validation refuses them (`kubectl apply` validates strictly by default): top-level and in the
-    spec, from the CRD's structural schema, which the generated model knows; inside the Kubernetes
-    objects the spec embeds (a replica's pod template above all, which the CRD keeps opaque), from
-    the Pod schema, with each value's JSON type. The status is the reconciler's, written through
-    its own subresource, and is not checked."""
-    errors = [FieldError(key, pod_fields.UNKNOWN_FIELD, Cause.NOT_SUPPORTED) for key in job.extra]
-    if job.metadata is not None:
-        _embedded_errors(job.metadata, "ObjectMeta", "metadata", errors)
-    # Nearly every spec has no unknown field: a check that builds no path says so, and only a
-    # spec with one is walked again to name them.
-    if job.spec is not None and not _fits_model(job.spec):
-        _model_unknown_errors(job.spec, "spec", errors)
-    return errors
-
-
-# Per message class, the fields that can hold an unknown field: (attribute, key, repeated, the
-# Kubernetes definition of an embedded object or "" for a message of ours). Admission walks every
-# job through them, so they are worked out once.
-_WALKED: dict[type[Model], tuple[tuple[str, str, bool, str], ...]] = {}
-
-
-def _walked(model: type[Model]) -> tuple[tuple[str, str, bool, str], ...]:
-    walked = _WALKED.get(model)
-    if walked is None:
-        walked = _WALKED[model] = tuple(
-            (info.attr, info.key, info.repeated, EMBEDDED.get((model, info.key), ""))
-            for info in model.FIELDS
-            if info.kind == "message" or (model, info.key) in EMBEDDED
-        )
-    return walked
-
-
-def _fits_model(message: Model) -> bool:
-    """Whether `message` and the messages and embedded objects within it have no unknown field
-    and no value of the wrong type (what `_model_unknown_errors` would report)."""
-    if message.extra:
-        return False
-    for attr, _, repeated, definition in _walked(type(message)):
-        value = getattr(message, attr)
-        if value is None:
-            continue
-        if definition:
-            if not pod_fields.fits(value, definition):
-                return False
-        elif not repeated:
-            if not _fits_model(value):
-                return False
-        else:
-            for item in value:
-                if not _fits_model(item):
-                    return False
-    return True
-
-
-def _model_unknown_errors(message: Model, path: str, errors: list[FieldError]) -> None:
-    for key in message.extra:
-        errors.append(FieldError(child(path, key), pod_fields.UNKNOWN_FIELD, Cause.NOT_SUPPORTED))
-    for attr, key, repeated, definition in _walked(type(message)):
-        value = getattr(message, attr)
-        if value is None:
-            continue
-        if definition:
-            _embedded_errors(value, definition, child(path, key), errors)
-        elif not repeated:
-            _model_unknown_errors(value, child(path, key), errors)
-        else:
-            for index, item in enumerate(value):
-                _model_unknown_errors(item, child(path, key, index), errors)
-
-
-def _embedded_errors(value: Any, definition: str, path: str, errors: list[FieldError]) -> None:
-    for problem in pod_fields.problems(value, definition, path):
-        cause = Cause.NOT_SUPPORTED if problem.unknown else Cause.INVALID
-        errors.append(FieldError(problem.path, problem.message, cause))
-
-
-def schema_errors(message: Model, path: str = "") -> Iterator[FieldError]:
-    """Every value that breaks a limit of the CRD schema (bounds, lengths, patterns, required
-    fields, item counts), in this message and the messages within it."""
-    for info in message.FIELDS:
-        value = getattr(message, info.attr)
-        here = child(path, info.key)
-        if info.limits is not None:
-            yield from _limit_errors(info.limits, info.repeated, value, here)
-        if info.kind != "message" or value is None:
-            continue
-        if not info.repeated:
-            yield from schema_errors(value, here)
-            continue
-        for index, item in enumerate(value):
-            yield from schema_errors(item, child(here, index))
-
-
-def _limit_errors(limits: Limits, repeated: bool, value: Any, path: str) -> Iterator[FieldError]:
-    if value is None:
-        if limits.required:
-            yield FieldError(path, "is required", Cause.REQUIRED)
-        return
-    if not repeated:
-        yield from _value_errors(limits, value, path)
-        return
-    if limits.min_items is not None and len(value) < limits.min_items:
-        yield FieldError(path, f"must have at least {_counted(limits.min_items, 'item')}")
-    if limits.max_items is not None and len(value) > limits.max_items:
-        yield FieldError(
-            path, f"must have at most {_counted(limits.max_items, 'item')}", Cause.TOO_MANY
-        )
-    for index, item in enumerate(value):
-        yield from _value_errors(limits, item, child(path, index))
-
-
-def _value_errors(limits: Limits, value: Any, path: str) -> Iterator[FieldError]:
-    if isinstance(value, int):
-        if limits.minimum is not None and value < limits.minimum:
-            yield FieldError(path, f"{value} is less than the minimum {limits.minimum}")
-        if limits.maximum is not None and value > limits.maximum:
-            yield FieldError(path, f"{value} is more than the maximum {limits.maximum}")
-    if not isinstance(value, str):
-        return
-    if limits.min_length is not None and len(value) < limits.min_length:
-        yield FieldError(path, f"must be at least {_counted(limits.min_length, 'character')}")
-    if limits.max_length is not None and len(value) > limits.max_length:
-        message = f"must be at most {_counted(limits.max_length, 'character')}"
-        yield FieldError(path, message, Cause.TOO_LONG)
-    if limits.pattern and not _compiled(limits.pattern).search(value):
-        yield FieldError(path, f"{value!r} does not match {limits.pattern}")
-
-
-def _counted(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
-
-
-# An unescaped `$`. The apiserver's (RE2) `$` is the end of the text; Python's also matches before
-# a final newline, which would let "4\n" through a pattern the apiserver refuses it by.
-END_ANCHOR = re.compile(r"(?<!\\)\$")
-
-
-@functools.cache
-def _compiled(pattern: str) -> re.Pattern[str]:
-    return re.compile(END_ANCHOR.sub(r"\\Z", pattern))
 
 
 def _spec_errors(job: PyTorchTrainingJob) -> list[FieldError]:
@@ -462,6 +276,7 @@ def _elastic_errors(spec: PyTorchTrainingJobSpec) -> Iterator[FieldError]:
             "spec.elastic.enabled",
             "elastic training needs spec.torchrunConfig.enabled",
             Cause.FORBIDDEN,
+            rule=RULE_ELASTIC_NEEDS_TORCHRUN,
         )
     low, high = elastic.min_replicas, elastic.max_replicas
     if low is not None and high is not None and low > high:
@@ -508,9 +323,9 @@ def _counts_text(counts: list[tuple[str, int]], total: int) -> tuple[str, str]:
     """The field that holds the replica counts, and what they add up to, for a message."""
     are = "is" if total == 1 else "are"
     if len(counts) == 1:
-        return "spec.replicaSpecs[0].replicas", f"{_counted(total, 'replica')} {are}"
+        return "spec.replicaSpecs[0].replicas", f"{counted(total, 'replica')} {are}"
     by_type = ", ".join(f"{kind} {count}" for kind, count in counts)
-    return "spec.replicaSpecs", f"{_counted(total, 'replica')} in all ({by_type}) {are}"
+    return "spec.replicaSpecs", f"{counted(total, 'replica')} in all ({by_type}) {are}"
 
 
 def _bounds_text(low: int | None, low_field: str, high: int | None) -> str:

@@ -18,6 +18,7 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 from kubernetes_asyncio.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION
 
 from torchjob.api import constants, types
+from torchjob.cli import api_errors
 from torchjob.cli.views.tables import similar_names
 from torchjob.kube import errors
 
@@ -257,7 +258,7 @@ class Cluster:
         self, *, job: str | None = None, creating: str | None = None, pod: str | None = None
     ) -> AsyncIterator[None]:
         try:
-            async with errors.translated():
+            async with api_errors.translated():
                 yield
         except errors.KubeError as error:
             raise await self._explain(error, job=job, creating=creating, pod=pod) from error

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torchjob.runtime.lean_imports  # noqa: F401  (first: the libraries without unused parts)
 from torchjob.housekeeper.controller import Housekeeper
 from torchjob.housekeeper.settings import parse
 from torchjob.runtime.service import run_controller_service

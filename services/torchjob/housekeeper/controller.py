@@ -9,13 +9,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import structlog
-from kubernetes_asyncio import client
 
 from torchjob.api import constants
 from torchjob.api.kubeflow import as_run
 from torchjob.api.model import ModelError
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.housekeeper.executor import HousekeeperExecutor
+from torchjob.kube.client import KubeClient
 from torchjob.kube.events import EventRecorder
 from torchjob.kube.informer import Informer, controller_uid
 from torchjob.kube.reconcile import JobKey, Result, TerminalError
@@ -65,7 +65,7 @@ def _relevant(job: dict[str, Any]) -> tuple[Any, ...]:
 
 
 class Housekeeper:
-    def __init__(self, api: client.ApiClient, identity: str, *, kubeflow: bool = False) -> None:
+    def __init__(self, api: KubeClient, identity: str, *, kubeflow: bool = False) -> None:
         self.queue: WorkQueue[JobKey] = WorkQueue()
         self.events = EventRecorder(api, "torchjob-housekeeper", identity)
         self.executor = HousekeeperExecutor(api, self.events)

@@ -8,11 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 import structlog
-from kubernetes_asyncio import client
 from prometheus_client import Counter
 
 from torchjob.api import constants
 from torchjob.api.job_api import api_of
+from torchjob.kube.client import KubeClient
 from torchjob.kube.errors import Conflict, Invalid, KubeError, NotFound
 from torchjob.kube.events import EventRecorder
 from torchjob.kube.informer import ResourceKind
@@ -38,7 +38,7 @@ def _resource_of(kind: str) -> ResourceKind:
 
 
 class HousekeeperExecutor:
-    def __init__(self, api: client.ApiClient, events: EventRecorder) -> None:
+    def __init__(self, api: KubeClient, events: EventRecorder) -> None:
         self.resources = Resources(api)
         self.events = events
 

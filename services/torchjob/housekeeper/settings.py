@@ -1,14 +1,20 @@
-"""Housekeeper settings: command-line flags, each with an environment variable as its default
-(TORCHJOB_NAMESPACE, TORCHJOB_HOUSEKEEPER_LEASE, TORCHJOB_POD_NAME, TORCHJOB_HOUSEKEEPER_WORKERS,
-TORCHJOB_MAX_CONNECTIONS, TORCHJOB_PROBE_HOST, TORCHJOB_PROBE_PORT, KUBECONFIG,
-TORCHJOB_LOG_LEVEL)."""
+"""Housekeeper settings: those of every leader-elected service (runtime/settings.py)."""
 
 from __future__ import annotations
 
-from torchjob.runtime.service import Settings, parse_settings
+from torchjob.runtime.service import Settings
+from torchjob.runtime.settings import Setting, environment, leader_settings, parser_of, values_of
 
 DEFAULT_WORKERS = 2
 
 
+def declared() -> tuple[Setting, ...]:
+    return leader_settings("housekeeper", DEFAULT_WORKERS)
+
+
 def parse(argv: list[str] | None = None) -> Settings:
-    return parse_settings(argv, "python -m torchjob.housekeeper", "housekeeper", DEFAULT_WORKERS)
+    settings = declared()
+    parser = parser_of(
+        "python -m torchjob.housekeeper", "torchjob housekeeper", settings, environment()
+    )
+    return Settings(**values_of(parser, settings, argv))

@@ -1,5 +1,10 @@
-"""The API client every service uses: in-cluster credentials, else a kubeconfig file; with an
-optional client-side rate limit in client-go's shape (kubernetes-asyncio has none)."""
+"""Our client of the Kubernetes API, for the services: requests by REST path on one aiohttp
+session, whose answers are bytes (or JSON decoded by orjson) and whose failures are our KubeErrors
+(kube/errors.py); watches read as a stream of lines; and client-go's client-side rate limit.
+Credentials come from a kubeconfig or from the pod's service account (kube/credentials.py).
+
+kubernetes-asyncio's ApiClient is not used: its generated classes decode replies into model
+objects, which costs more CPU than the request, and importing it loads every one of them."""
 
 from __future__ import annotations
 
@@ -7,17 +12,24 @@ import asyncio
 import os
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 import aiohttp
-from kubernetes_asyncio import client, config
-from kubernetes_asyncio.client.exceptions import ApiException
+import orjson
 from prometheus_client import Counter, Histogram
+
+from torchjob.kube.credentials import Credentials, in_cluster
+from torchjob.kube.errors import from_status
+
+JSON: Final = "application/json"
+Query = Mapping[str, str]
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
+
+CONNECT_TIMEOUT = 10.0
 
 REQUESTS = Counter(
     "torchjob_kube_client_requests_total",
@@ -75,61 +87,135 @@ class TokenBucket:
             raise
 
 
-def _is_watch(query_params: Sequence[tuple[str, Any]] | None) -> bool:
-    return any(k == "watch" and str(v).lower() in ("true", "1") for k, v in query_params or ())
-
-
 # Events go through a bucket of their own, as client-go's event broadcaster sends them through
 # a client of its own: reporting a creation does not halve how fast a controller creates.
 EVENTS_PATH = "/apis/events.k8s.io/"
 
 
-class RateLimitedApiClient(client.ApiClient):
-    """An ApiClient whose every request except a watch first takes a token from `limiter` (a
-    watch is one long request; client-go does not throttle watches either), or from
-    `events_limiter` for an Event.
+class KubeClient:
+    """Requests to one apiserver over a pool of at most `max_connections` connections. Every
+    request first takes a token from `limiter`, or from `events_limiter` for an Event; a watch
+    takes none (it is one long request; client-go does not throttle watches either).
 
-    Its HTTP session does not read the environment on every request: kubernetes-asyncio's
-    (`trust_env`) looks for proxy variables and reads ~/.netrc in a worker thread before each
-    one, which cost more CPU than the request itself. The proxy the environment names for the
-    apiserver is looked up once, when the client is made (`proxy_from_environment`)."""
+    The session does not read the environment on each request (aiohttp's `trust_env` looks for
+    proxy variables and reads ~/.netrc in a worker thread before each one, which cost more CPU
+    than the request itself): the proxy for the apiserver is looked up once, here."""
 
     def __init__(
         self,
-        configuration: client.Configuration,
-        limiter: TokenBucket | None,
+        credentials: Credentials,
+        *,
+        max_connections: int = 100,
+        limiter: TokenBucket | None = None,
         events_limiter: TokenBucket | None = None,
     ) -> None:
-        super().__init__(configuration)
+        self.host = credentials.host
         self.limiter = limiter
         self.events_limiter = events_limiter
-        self._use_session_without_environment()
-
-    def _use_session_without_environment(self) -> None:
-        rest = self.rest_client
-        session: aiohttp.ClientSession = rest.pool_manager
-        connector = session.connector
-        session.detach()  # the new session owns the connector (and its TLS settings) now
-        rest.pool_manager = aiohttp.ClientSession(
-            connector=connector, trust_env=False, read_bufsize=2**21
+        self._token = credentials.token
+        self._proxy = credentials.proxy or proxy_from_environment(credentials.host)
+        self._server_name = credentials.server_name
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=max(1, max_connections), ssl=credentials.tls),
+            trust_env=False,
+            # No limit on a request's time but those its caller sets, as kubernetes-asyncio.
+            timeout=aiohttp.ClientTimeout(),
+            # A watch event holds a whole object: etcd allows up to 1.5 MiB.
+            read_bufsize=2**21,
         )
 
+    async def close(self) -> None:
+        await self.session.close()
+
+    async def __aenter__(self) -> KubeClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    def limiter_for(self, path: str) -> TokenBucket | None:
+        """The bucket a request (not a watch) to `path` takes its token from."""
+        return self.events_limiter if EVENTS_PATH in path else self.limiter
+
     async def request(
-        self, method: str, url: str, query_params: Any = None, *args: Any, **kwargs: Any
-    ) -> Any:
-        REQUESTS.labels(method).inc()
-        limiter = self.limiter_for(url, query_params)
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Query | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        time_limits: aiohttp.ClientTimeout | None = None,
+    ) -> bytes:
+        """The body of the answer; a status of 300 or more raises one of our KubeErrors. `body`
+        is sent as JSON (a dict, or a list for a JSON patch)."""
+        limiter = self.limiter_for(path)
         if limiter is not None:
             started = time.perf_counter()
             await limiter.acquire()
             RATE_LIMITER_WAIT.observe(time.perf_counter() - started)
-        return await super().request(method, url, query_params, *args, **kwargs)
+        response = await self._send(method, path, query, body, content_type, time_limits)
+        try:
+            data = await response.read()  # read to its end, so that the connection is reused
+        finally:
+            response.release()
+        if response.status >= 300:
+            raise from_status(response.status, response.reason, data)
+        return data
 
-    def limiter_for(self, url: str, query_params: Any) -> TokenBucket | None:
-        """The bucket a request takes its token from; None for a watch."""
-        if _is_watch(query_params):
-            return None
-        return self.events_limiter if EVENTS_PATH in url else self.limiter
+    async def request_json(self, method: str, path: str, **options: Any) -> Any:
+        """`request`'s answer, decoded."""
+        return orjson.loads(await self.request(method, path, **options))
+
+    async def watch(
+        self, path: str, query: Query, *, read_seconds: float
+    ) -> AsyncGenerator[bytes, None]:
+        """The lines of a watch of `path` (one JSON event each), however large; a read that waits
+        longer than `read_seconds` for the next byte fails. Close it (contextlib.aclosing) to end
+        the watch before the apiserver does."""
+        limits = aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT, sock_read=read_seconds)
+        response = await self._send("GET", path, {**query, "watch": "true"}, None, JSON, limits)
+        try:
+            if response.status >= 300:
+                raise from_status(response.status, response.reason, await response.read())
+            pending = b""
+            async for chunk in response.content.iter_any():
+                pending += chunk
+                *complete, pending = pending.split(b"\n")
+                for line in complete:
+                    if line.strip():
+                        yield line
+        finally:
+            response.close()
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        query: Query | None,
+        body: Any,
+        content_type: str,
+        time_limits: aiohttp.ClientTimeout | None,
+    ) -> aiohttp.ClientResponse:
+        REQUESTS.labels(method).inc()
+        headers = {"Accept": JSON}
+        authorization = self._token.authorization()
+        if authorization:
+            headers["Authorization"] = authorization
+        data = None
+        if body is not None:
+            data = orjson.dumps(body)
+            headers["Content-Type"] = content_type
+        return await self.session.request(
+            method,
+            self.host + path,
+            params=query,
+            data=data,
+            headers=headers,
+            proxy=self._proxy,
+            server_hostname=self._server_name,
+            timeout=time_limits or self.session.timeout,
+        )
 
 
 def proxy_from_environment(host: str) -> str | None:
@@ -141,45 +227,33 @@ def proxy_from_environment(host: str) -> str | None:
     return urllib.request.getproxies().get(url.scheme or "https")
 
 
-async def reply_body(request: Awaitable[Any]) -> bytes:
-    """The body of the reply to a request sent with `_preload_content=False`, never decoded into
-    the client's model objects, which costs more CPU than the request (a created pod's reply:
-    about 0.6 ms). A status of 300 or more raises ApiException (see `errors.translated`)."""
-    response: aiohttp.ClientResponse = await request
-    try:
-        body: bytes = await response.read()  # read to its end, so that the connection is reused
-    finally:
-        response.release()
-    if response.status >= 300:
-        error = ApiException(status=response.status, reason=response.reason)
-        error.body = body
-        raise error
-    return body
-
-
-async def new_api_client(
-    kubeconfig: str | None = None,
+async def new_kube_client(
+    kubeconfig_path: str | None = None,
     max_connections: int = 100,
     *,
     qps: float = 0,
     burst: int = 0,
-) -> client.ApiClient:
-    """An ApiClient; `kubeconfig` (or $KUBECONFIG) wins over the in-cluster service account.
+) -> KubeClient:
+    """A client; a kubeconfig (`kubeconfig_path`, or $KUBECONFIG) wins over the in-cluster
+    service account.
 
     With `qps` > 0 every request but a watch is limited to `qps` a second with bursts of `burst`
     (at least 1), and Events, apart, to as many; `qps` <= 0 means no client-side limit, as a
     negative QPS does in client-go."""
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    configuration = client.Configuration()
+    path = kubeconfig_path or os.environ.get("KUBECONFIG")
     if path:
-        await config.load_kube_config(config_file=path, client_configuration=configuration)
+        # Imported only for a kubeconfig, with the YAML parser it reads it with: a pod reads
+        # none (about 3 MB of resident memory).
+        from torchjob.kube import kubeconfig
+
+        credentials = await kubeconfig.load(path)
     else:
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    configuration.connection_pool_maxsize = max(1, max_connections)
-    if configuration.proxy is None:
-        configuration.proxy = proxy_from_environment(configuration.host or "")
+        credentials = in_cluster()
     if qps <= 0:
-        return RateLimitedApiClient(configuration, None)
-    return RateLimitedApiClient(
-        configuration, TokenBucket(qps, max(1, burst)), TokenBucket(qps, max(1, burst))
+        return KubeClient(credentials, max_connections=max_connections)
+    return KubeClient(
+        credentials,
+        max_connections=max_connections,
+        limiter=TokenBucket(qps, max(1, burst)),
+        events_limiter=TokenBucket(qps, max(1, burst)),
     )

@@ -3,12 +3,9 @@ rest of the code never inspects HTTP codes or client exception types."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
-from kubernetes_asyncio.client.exceptions import ApiException
 
 
 class KubeError(Exception):
@@ -51,23 +48,15 @@ _BY_STATUS: dict[int, type[KubeError]] = {
 }
 
 
-def from_api_exception(error: ApiException) -> KubeError:
-    body: dict[str, Any] = {}
+def from_status(status: int, reason: str | None, body: bytes | None) -> KubeError:
+    """Our error for an answer of HTTP `status`: the apiserver's Status object in `body` gives
+    its reason and message when it has one, else the HTTP reason phrase does."""
+    details: dict[str, Any] = {}
     try:
-        parsed = orjson.loads(error.body or b"{}")
-        body = parsed if isinstance(parsed, dict) else {}
+        parsed = orjson.loads(body or b"{}")
+        details = parsed if isinstance(parsed, dict) else {}
     except orjson.JSONDecodeError:
         pass
-    status = int(error.status or 0)
-    message = str(body.get("message") or error.reason or "")
+    message = str(details.get("message") or reason or "")
     cls = _BY_STATUS.get(status, KubeError)
-    return cls(status, str(body.get("reason") or error.reason or ""), message, body)
-
-
-@asynccontextmanager
-async def translated() -> AsyncIterator[None]:
-    """Re-raise the client's ApiException as one of ours."""
-    try:
-        yield
-    except ApiException as error:
-        raise from_api_exception(error) from error
+    return cls(status, str(details.get("reason") or reason or ""), message, details)

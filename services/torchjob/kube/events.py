@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import structlog
-from kubernetes_asyncio import client
 
+from torchjob.kube.client import KubeClient
 from torchjob.kube.errors import Conflict, KubeError, NotFound
 from torchjob.kube.resources import EVENTS
 from torchjob.kube.rest import Resources
@@ -92,7 +92,7 @@ class EventRecorder:
 
     def __init__(
         self,
-        api_client: client.ApiClient,
+        api_client: KubeClient,
         component: str,
         host: str,
         *,

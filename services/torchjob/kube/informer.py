@@ -1,10 +1,8 @@
 """An informer: a cache of one kind of object kept current by list-then-watch, with secondary
 indexes and event handlers.
 
-The watch stream is read here rather than through kubernetes-asyncio's `watch.Watch`: that one
-retries a 410 Gone once and then raises, splits lines with a reader that fails on large objects,
-and builds model objects. Objects are parsed with orjson into plain dicts, several times smaller
-and faster to build than the client's models, and kept as the JSON orjson encodes them again.
+Objects are parsed with orjson into plain dicts and kept as the JSON orjson encodes them again;
+a 410 Gone, however often, means listing again.
 """
 
 from __future__ import annotations
@@ -12,18 +10,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import orjson
 import structlog
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import Counter
 
-from torchjob.kube.errors import Gone, KubeError, from_api_exception
+from torchjob.kube.client import CONNECT_TIMEOUT, KubeClient
+from torchjob.kube.errors import Gone, KubeError, from_status
 
 KubeObject = dict[str, Any]
 IndexFunc = Callable[[KubeObject], list[str]]
@@ -38,7 +35,6 @@ LOGGER_NAME = "torchjob.kube.informer"
 WATCH_SECONDS = (300, 600)
 # Bookmarks arrive about once a minute, so a read this long without a byte means a dead peer.
 READ_TIMEOUT_MARGIN = 60.0
-CONNECT_TIMEOUT = 10.0
 LIST_READ_TIMEOUT = 60.0
 DEFAULT_PAGE_SIZE = 500
 
@@ -181,7 +177,7 @@ class Informer:
 
     def __init__(
         self,
-        api_client: client.ApiClient,
+        api_client: KubeClient,
         kind: ResourceKind,
         *,
         namespace: str | None = None,
@@ -279,7 +275,7 @@ class Informer:
         continue_token = ""
         while True:
             query = {"limit": str(self._page_size), "continue": continue_token}
-            page = orjson.loads(await self._get_body(query))
+            page = orjson.loads(await self._get_page(query))
             objects.extend(map(self._transform, _items_of(page)))
             metadata = page.get("metadata") or {}
             continue_token = metadata.get("continue") or ""
@@ -303,19 +299,16 @@ class Informer:
         assert self._resource_version is not None
         seconds = random.randint(*WATCH_SECONDS)
         query = {
-            "watch": "true",
             "resourceVersion": self._resource_version,
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(seconds),
         }
-        response = await self._request(query, read_seconds=seconds + READ_TIMEOUT_MARGIN)
-        try:
-            async with contextlib.aclosing(_lines(response.content)) as lines:
-                async for line in lines:
-                    self._apply(orjson.loads(line))
-                    self._backoff.reset()
-        finally:
-            response.close()
+        read_seconds = seconds + READ_TIMEOUT_MARGIN
+        events = self._api.watch(self._path, self._query(query), read_seconds=read_seconds)
+        async with contextlib.aclosing(events) as lines:
+            async for line in lines:
+                self._apply(orjson.loads(line))
+                self._backoff.reset()
 
     def _apply(self, event: KubeObject) -> None:
         kind, obj = event["type"], event["object"]
@@ -345,49 +338,16 @@ class Informer:
 
     # -- HTTP ------------------------------------------------------------------------------------
 
-    async def _get_body(self, query: dict[str, str]) -> bytes:
-        response = await self._request(query, read_seconds=LIST_READ_TIMEOUT)
-        try:
-            return await response.read()
-        finally:
-            response.release()
+    async def _get_page(self, query: dict[str, str]) -> bytes:
+        limits = aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT, sock_read=LIST_READ_TIMEOUT)
+        return await self._api.request(
+            "GET", self._path, query=self._query(query), time_limits=limits
+        )
 
-    async def _request(self, query: dict[str, str], read_seconds: float) -> aiohttp.ClientResponse:
-        """GET the collection; a non-2xx answer is raised as one of our KubeErrors. A read that
-        waits longer than `read_seconds` for the next byte fails."""
+    def _query(self, query: dict[str, str]) -> dict[str, str]:
         if self._label_selector:
             query = {**query, "labelSelector": self._label_selector}
-        response: aiohttp.ClientResponse = await self._api.call_api(
-            self._path,
-            "GET",
-            query_params=[(key, value) for key, value in query.items() if value],
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=aiohttp.ClientTimeout(
-                sock_connect=CONNECT_TIMEOUT, sock_read=read_seconds
-            ),
-        )
-        if response.status < 300:
-            return response
-        try:
-            body = await response.read()
-        finally:
-            response.release()
-        error = ApiException(status=response.status, reason=response.reason)
-        error.body = body
-        raise from_api_exception(error)
-
-
-async def _lines(content: aiohttp.StreamReader) -> AsyncGenerator[bytes, None]:
-    """The stream's newline-separated JSON documents, however large each one is."""
-    pending = b""
-    async for chunk in content.iter_any():
-        pending += chunk
-        *complete, pending = pending.split(b"\n")
-        for line in complete:
-            if line.strip():
-                yield line
+        return {key: value for key, value in query.items() if value}
 
 
 def _items_of(page: KubeObject) -> list[KubeObject]:
@@ -424,6 +384,4 @@ def _resource_version_of(obj: KubeObject) -> str:
 
 
 def _status_error(status: KubeObject) -> KubeError:
-    error = ApiException(status=int(status.get("code") or 0), reason=status.get("reason"))
-    error.body = orjson.dumps(status)
-    return from_api_exception(error)
+    return from_status(int(status.get("code") or 0), status.get("reason"), orjson.dumps(status))

@@ -21,9 +21,9 @@ from typing import Any
 
 import aiohttp
 import structlog
-from kubernetes_asyncio import client
 from prometheus_client import Gauge
 
+from torchjob.kube.client import KubeClient
 from torchjob.kube.errors import Conflict, KubeError, NotFound
 from torchjob.kube.resources import LEASES
 from torchjob.kube.rest import Resources
@@ -67,7 +67,7 @@ class LeaderElector:
 
     def __init__(
         self,
-        api_client: client.ApiClient,
+        api_client: KubeClient,
         namespace: str,
         lease_name: str,
         identity: str,

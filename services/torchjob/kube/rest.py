@@ -1,33 +1,25 @@
-"""Writes to any resource by its REST path, without kubernetes-asyncio's generated API classes.
-
-A generated class spells out every operation of its API group, with the documentation of each:
-importing CoreV1Api costs a process 2.3 MB of memory, for the few calls a controller makes. These
-calls go through the same ApiClient (its credentials, rate limits and connection pool), send the
-body as JSON and read the reply without decoding it (`client.reply_body`). A status of 300 or more
-raises one of our KubeErrors (`errors.translated`).
+"""Writes to any resource by its REST path, as our field manager, through our client (its
+credentials, rate limits and connection pool): the body is sent as JSON and the reply read
+without building objects of it. A status of 300 or more raises one of our KubeErrors.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-import orjson
-from kubernetes_asyncio import client
-
 from torchjob.api.constants import FIELD_MANAGER
-from torchjob.kube.client import reply_body
-from torchjob.kube.errors import translated
+from torchjob.kube.client import JSON, KubeClient
 from torchjob.kube.informer import ResourceKind
 
-JSON: Final = "application/json"
 MERGE_PATCH: Final = "application/merge-patch+json"
 JSON_PATCH: Final = "application/json-patch+json"
+MANAGED: Final = {"fieldManager": FIELD_MANAGER}
 
 
 class Resources:
     """Create, patch, delete and read objects of any kind, as our field manager."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(self, api_client: KubeClient) -> None:
         self._api = api_client
 
     async def create(self, kind: ResourceKind, namespace: str, body: Any) -> None:
@@ -77,8 +69,8 @@ class Resources:
 
     async def get(self, kind: ResourceKind, namespace: str, name: str) -> dict[str, Any]:
         """The object as the apiserver sends it."""
-        obj: dict[str, Any] = orjson.loads(
-            await self._call("GET", _object_path(kind, namespace, name))
+        obj: dict[str, Any] = await self._api.request_json(
+            "GET", _object_path(kind, namespace, name)
         )
         return obj
 
@@ -91,18 +83,10 @@ class Resources:
         manager: bool = False,
         content_type: str = JSON,
     ) -> bytes:
-        async with translated():
-            return await reply_body(
-                self._api.call_api(
-                    path,
-                    method,
-                    query_params=[("fieldManager", FIELD_MANAGER)] if manager else [],
-                    header_params={"Accept": JSON, "Content-Type": content_type},
-                    body=body,
-                    auth_settings=["BearerToken"],
-                    _preload_content=False,
-                )
-            )
+        query = MANAGED if manager else None
+        return await self._api.request(
+            method, path, query=query, body=body, content_type=content_type
+        )
 
 
 def _object_path(kind: ResourceKind, namespace: str, name: str, subresource: str = "") -> str:

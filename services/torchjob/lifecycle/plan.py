@@ -20,7 +20,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from torchjob.api import constants, queries
-from torchjob.api.types import ConditionDict, ConditionType, JobPhase, PyTorchTrainingJobSpec
+from torchjob.api.types import JobPhase, PyTorchTrainingJobSpec
 from torchjob.lifecycle.backoff import (
     DEFAULT_BACKOFF,
     PendingRestart,
@@ -28,6 +28,10 @@ from torchjob.lifecycle.backoff import (
     next_in_a_row,
     pending_restart,
 )
+
+# Event is the plan's as much as the conditions': importers of the plan find it here too.
+from torchjob.lifecycle.conditions import Event as Event
+from torchjob.lifecycle.conditions import condition_events
 from torchjob.lifecycle.observe import (
     FINISHED_PHASES,
     PodView,
@@ -52,13 +56,6 @@ from torchjob.render.topology import Replica, replica_name, replicas_of
 class PodToCreate:
     replica: Replica
     annotations: dict[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    type: Literal["Normal", "Warning"]
-    reason: str
-    message: str
 
 
 @dataclass(slots=True)
@@ -423,41 +420,7 @@ def _status_can_wait(state: _Planning) -> bool:
 
 
 def _transition_events(old: Mapping[str, Any], new: dict[str, Any]) -> list[Event]:
-    return (
-        _scale_events(old, new)
-        + _debug_events(old, new)
-        + _scheduled_events(old, new)
-        + _phase_events(old, new)
-    )
-
-
-def _scheduled_events(old: Mapping[str, Any], new: dict[str, Any]) -> list[Event]:
-    """An Event when the job's replicas are placed together, or found not to fit."""
-    before = _condition(old, "Scheduled")
-    after = _condition(new, "Scheduled")
-    if not after or (before.get("status"), before.get("reason")) == (
-        after.get("status"),
-        after.get("reason"),
-    ):
-        return []
-    if after["status"] == "True":
-        return [Event("Normal", after["reason"], after["message"])]
-    if after["reason"] in (constants.REASON_UNSCHEDULABLE, constants.REASON_PREEMPTED):
-        return [Event("Warning", after["reason"], after["message"])]
-    return []
-
-
-def _debug_events(old: Mapping[str, Any], new: dict[str, Any]) -> list[Event]:
-    """An Event when debug mode is switched on or off (the Debug condition changes)."""
-    before = _condition(old, "Debug")
-    after = _condition(new, "Debug")
-    if not after or before.get("status") == after.get("status"):
-        return []
-    return [Event("Normal", after["reason"], after["message"])]
-
-
-def _condition(status: Mapping[str, Any], kind: ConditionType) -> Mapping[str, Any]:
-    return next((c for c in status.get("conditions") or [] if c.get("type") == kind), {})
+    return _scale_events(old, new) + condition_events(old, new) + _phase_events(old, new)
 
 
 def _scale_events(old: Mapping[str, Any], new: dict[str, Any]) -> list[Event]:
@@ -472,16 +435,11 @@ def _scale_events(old: Mapping[str, Any], new: dict[str, Any]) -> list[Event]:
 
 
 def _phase_events(old: Mapping[str, Any], new: dict[str, Any]) -> list[Event]:
+    """An Event when the job enters a phase; a finished job's is its Completed or Failed
+    condition's (lifecycle/conditions.py)."""
     phase: JobPhase | None = new.get("phase")
     if old.get("phase") == phase or (phase == "Pending" and not old.get("phase")):
         return []  # a new job is pending by the user's own act: no news
-    conditions: dict[ConditionType, ConditionDict] = {
-        c["type"]: c for c in new.get("conditions") or []
-    }
-    if phase == "Failed":
-        failed = conditions["Failed"]
-        return [Event("Warning", failed["reason"], failed["message"])]
-    if phase == "Succeeded":
-        done = conditions["Completed"]
-        return [Event("Normal", done["reason"], done["message"])]
+    if phase in ("Succeeded", "Failed"):
+        return []
     return [Event("Normal", f"Job{phase}", f"the job is {str(phase).lower()}")]

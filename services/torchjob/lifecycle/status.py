@@ -16,18 +16,15 @@ from torchjob.api.types import (
     ReplicaStatusDict,
     TaskStatusDict,
 )
-from torchjob.lifecycle.backoff import PendingRestart
+from torchjob.lifecycle.conditions import wanted_conditions
 from torchjob.lifecycle.observe import ContainerView
 from torchjob.lifecycle.round import Outcome, Round
-from torchjob.lifecycle.times import format_time, seconds_text
-from torchjob.render.scheduling import KUEUE_GATE, Gang
+from torchjob.lifecycle.times import format_time
 from torchjob.render.topology import replica_name
 
 TERMINAL_CONDITIONS: tuple[ConditionType, ...] = ("Completed", "Failed")
 # The phases of a job paused, or paused before and not running again yet.
 PAUSED_PHASES: tuple[JobPhase, ...] = ("Paused", "Resuming")
-# What a condition holds besides its type: status, reason, message.
-Wanted = tuple[ConditionStatus, str, str]
 
 # Status fields another service writes; the reconciler's merge patches leave them alone.
 NOT_OURS = ("tensorboard",)
@@ -55,7 +52,7 @@ def build_status(state: Round, *, starting: bool) -> dict[str, Any]:
     start = old.get("startTime") or (now if starting or state.pods else None)
     status: dict[str, Any] = {
         "phase": phase,
-        "conditions": _conditions(state, phase, outcome, now),
+        "conditions": _conditions(state, phase, now),
         "tasks": _tasks(state),
         "aggregate": _aggregate(state),
         "backoffCount": state.backoff_count,
@@ -119,15 +116,27 @@ def _all_started(state: Round) -> bool:
     return True
 
 
-def _conditions(
-    state: Round, phase: JobPhase, outcome: Outcome | None, now: str
-) -> list[ConditionDict]:
+def _conditions(state: Round, phase: JobPhase, now: str) -> list[ConditionDict]:
     generation = state.observed.job_meta.get("generation", 0)
-    previous = {c.get("type"): c for c in state.observed.status.get("conditions") or []}
-    wanted = _wanted_conditions(state, phase, outcome)
+    old = state.observed.status.get("conditions") or []
+    previous = {c.get("type"): c for c in old}
+    if is_terminal(state.observed.status):
+        # A finished job's conditions stay as they were.
+        return [
+            condition(
+                c["type"],
+                cast(ConditionStatus, str(c.get("status"))),
+                str(c.get("reason", "")),
+                str(c.get("message", "")),
+                generation,
+                now,
+                c,
+            )
+            for c in {c["type"]: c for c in old if "type" in c}.values()
+        ]
     return [
         condition(kind, status, reason, message, generation, now, previous.get(kind))
-        for kind, (status, reason, message) in wanted.items()
+        for kind, (status, reason, message) in wanted_conditions(state, phase, previous)
     ]
 
 
@@ -152,170 +161,6 @@ def condition(
         "lastTransitionTime": since if unchanged and since else now,
         "observedGeneration": generation,
     }
-
-
-def _wanted_conditions(
-    state: Round, phase: JobPhase, outcome: Outcome | None
-) -> dict[ConditionType, Wanted]:
-    old: dict[ConditionType, Mapping[str, Any]] = {
-        c["type"]: c for c in state.observed.status.get("conditions") or [] if "type" in c
-    }
-    if is_terminal(state.observed.status):
-        return {
-            k: (
-                cast(ConditionStatus, str(c.get("status"))),
-                str(c.get("reason", "")),
-                str(c.get("message", "")),
-            )
-            for k, c in old.items()
-        }
-    wanted: dict[ConditionType, Wanted] = {"Initialized": _initialized(state, phase)}
-    if phase == "Running":
-        wanted["Running"] = (
-            ("True", constants.REASON_DEBUG, "debug mode: replicas run the debug command")
-            if state.debug
-            else ("True", constants.REASON_RUNNING, "every replica has started")
-        )
-    else:
-        wanted["Running"] = ("False", constants.REASON_NOT_RUNNING, f"the job is {phase.lower()}")
-    if state.failures or state.waiting or state.refused:
-        wanted["ReplicaFailure"] = (
-            "True",
-            _failure_reason(state),
-            "; ".join(
-                [
-                    *state.failures,
-                    *(_waiting(w) for w in state.waiting),
-                    *(r.message for r in state.refused),
-                ]
-            ),
-        )
-    elif "ReplicaFailure" in old:
-        wanted["ReplicaFailure"] = (
-            "False",
-            constants.REASON_NO_FAILURE,
-            "no replica has failed since",
-        )
-    if phase == "Paused":
-        wanted["Paused"] = ("True", constants.REASON_PAUSED, "runMode.pause.enabled is true")
-    elif phase == "Resuming":
-        wanted["Paused"] = (
-            "False",
-            constants.REASON_RESUMING,
-            "runMode.pause.enabled is false: the replicas are being created again",
-        )
-    elif "Paused" in old:
-        wanted["Paused"] = ("False", constants.REASON_RESUMED, "the job was resumed")
-    if state.debug:
-        wanted["Debug"] = (
-            "True",
-            constants.REASON_DEBUG_ENABLED,
-            "runMode.debug.enabled is true: the replicas run the debug command",
-        )
-    elif "Debug" in old:
-        wanted["Debug"] = (
-            "False",
-            constants.REASON_DEBUG_DISABLED,
-            "debug mode is off: the replicas run the training command",
-        )
-    scheduled = _scheduled(state, phase)
-    if scheduled is not None:
-        wanted["Scheduled"] = scheduled
-    if outcome is not None:
-        kind: ConditionType = "Completed" if outcome.succeeded else "Failed"
-        wanted[kind] = ("True", outcome.reason, outcome.message)
-        wanted["Running"] = ("False", outcome.reason, outcome.message)
-    return wanted
-
-
-def _initialized(state: Round, phase: JobPhase) -> Wanted:
-    if phase == "Paused":
-        return ("False", constants.REASON_PAUSED, "the job is paused: its replicas have no pods")
-    if _all_created(state):
-        return ("True", constants.REASON_CREATED, "every replica's pod and service exists")
-    return ("False", constants.REASON_CREATING, "creating replicas")
-
-
-def _scheduled(state: Round, phase: JobPhase) -> Wanted | None:
-    """Whether the replicas of a job scheduled as a group are placed, else what they wait for;
-    None for a job whose pods are placed one by one."""
-    gang = state.observed.gang
-    if not isinstance(gang, Gang) or gang.mode == "none":
-        return None
-    if phase == "Paused":
-        return ("False", constants.REASON_PAUSED, "the job is paused: its replicas have no pods")
-    pods = [p for r in state.desired if (p := state.pods.get((r.type, r.index))) is not None]
-    current = [p for p in pods if state.current(p)]
-    group = f"{gang.mode} group {gang.name}"
-    if state.preempted:
-        names = ", ".join(sorted(f"{p.name} ({p.preempted})" for p in state.preempted))
-        return (
-            "False",
-            constants.REASON_PREEMPTED,
-            f"preempted: {names}; the replicas are created again and wait to be placed",
-        )
-    if len(current) == len(state.desired) and all(p.placed for p in current):
-        return (
-            "True",
-            constants.REASON_SCHEDULED,
-            f"all {len(current)} replicas are placed ({group}, at least {gang.min_count} together)",
-        )
-    group_seen = state.observed.group
-    # A group being deleted (a resume replaces it) says nothing of the pods to come.
-    said = group_seen.unschedulable if group_seen and not group_seen.deleting else None
-    said = said or next((p.unschedulable for p in current if p.unschedulable), None)
-    if said:
-        return (
-            "False",
-            constants.REASON_UNSCHEDULABLE,
-            f"{gang.min_count} replicas cannot be placed together ({group}): {said}",
-        )
-    if any(KUEUE_GATE in p.gates for p in current):
-        return (
-            "False",
-            constants.REASON_WAITING_FOR_ADMISSION,
-            f"waiting for Kueue to admit the job's {gang.total} pods (queue {gang.queue})",
-        )
-    gates = sorted({g for p in current for g in p.gates})
-    if gates:
-        return (
-            "False",
-            constants.REASON_SCHEDULING_GATED,
-            f"waiting for scheduling gates to be lifted: {', '.join(gates)}",
-        )
-    return (
-        "False",
-        constants.REASON_SCHEDULING,
-        f"waiting for the scheduler to place at least {gang.min_count} of {len(state.desired)} "
-        f"replicas together ({group})",
-    )
-
-
-def _failure_reason(state: Round) -> str:
-    if state.waiting:
-        return constants.REASON_RESTART_BACKOFF
-    if state.failures:
-        return constants.REASON_REPLICA_FAILED
-    return state.refused[0].reason
-
-
-def _waiting(pending: PendingRestart) -> str:
-    at = format_time(pending.at) if pending.at else "now"
-    return (
-        f"restarting {pending.pod.name} at {at} ({seconds_text(pending.delay)} after it ended, "
-        f"restart {pending.in_a_row} in a row)"
-    )
-
-
-def _all_created(state: Round) -> bool:
-    name = state.observed.job_meta["name"]
-    for replica in state.desired:
-        if replica_name(name, replica.type, replica.index) not in state.observed.services:
-            return False
-        pod = state.pods.get((replica.type, replica.index))
-        if pod is None or pod.debug != state.debug:
-            return False
-    return True
 
 
 def _tasks(state: Round) -> list[TaskStatusDict]:

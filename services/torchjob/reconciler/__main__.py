@@ -3,29 +3,25 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
-import torchjob.runtime.lean_imports  # noqa: F401  (first: the libraries without unused parts)
+from torchjob.kube.client import KubeClient
 from torchjob.kube.discovery import served_gang_modes
 from torchjob.reconciler import metrics
 from torchjob.reconciler.controller import Reconciler
 from torchjob.reconciler.settings import Settings, parse
 from torchjob.runtime.service import run_controller_service
 
-if TYPE_CHECKING:
-    from kubernetes_asyncio import client
-
 
 def main(argv: list[str] | None = None) -> None:
     settings = parse(argv)
 
-    async def build(api: client.ApiClient) -> Reconciler:
+    async def build(api: KubeClient) -> Reconciler:
         return await discovered(api, settings)
 
     run_controller_service("reconciler", "pytorchtrainingjob", settings, build, metrics.FAMILIES)
 
 
-async def discovered(api: client.ApiClient, settings: Settings) -> Reconciler:
+async def discovered(api: KubeClient, settings: Settings) -> Reconciler:
     """The reconciler, knowing which PodGroup kinds the apiserver serves."""
     served = await served_gang_modes(api)
     scheduling = dataclasses.replace(settings.scheduling, served=served)

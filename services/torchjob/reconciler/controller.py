@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import structlog
-from kubernetes_asyncio import client
 
 from torchjob.api import constants
 from torchjob.api.job_api import KUBEFLOW_JOB
@@ -20,6 +19,7 @@ from torchjob.api.kubeflow import (
 )
 from torchjob.api.model import ModelError
 from torchjob.api.types import PyTorchTrainingJobSpec
+from torchjob.kube.client import KubeClient
 from torchjob.kube.events import EventRecorder
 from torchjob.kube.expectations import Expectations, ObjectRef
 from torchjob.kube.informer import Informer, controller_uid
@@ -59,7 +59,7 @@ log = structlog.get_logger("torchjob.reconciler")
 
 
 class Reconciler:
-    def __init__(self, api: client.ApiClient, settings: Settings) -> None:
+    def __init__(self, api: KubeClient, settings: Settings) -> None:
         self.queue: WorkQueue[JobKey] = WorkQueue()
         self.expectations = Expectations()
         self.events = EventRecorder(api, "torchjob-reconciler", settings.identity)

@@ -17,13 +17,13 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import structlog
-from kubernetes_asyncio import client
 
 from torchjob.api import constants
 from torchjob.api.job_api import api_of
 from torchjob.api.jsoncopy import merge_patched
 from torchjob.api.kubeflow import KUBEFLOW_SPEC, KUBEFLOW_STATUS
 from torchjob.api.types import PyTorchTrainingJobSpec
+from torchjob.kube.client import KubeClient
 from torchjob.kube.errors import Conflict, KubeError, NotFound
 from torchjob.kube.events import EventRecorder
 from torchjob.kube.expectations import Expectations, ObjectRef
@@ -56,7 +56,7 @@ log = structlog.get_logger("torchjob.reconciler")
 class ReconcilerExecutor:
     def __init__(
         self,
-        api: client.ApiClient,
+        api: KubeClient,
         events: EventRecorder,
         expectations: Expectations,
         scheduling: SchedulingSettings,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
@@ -25,6 +26,33 @@ OPERATOR_NAME: Final = "pytorchjob-controller"
 
 Condition = dict[str, Any]
 EnvVar = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class KubeflowCondition:
+    """A condition of Kubeflow's PyTorchJob with its reason while it holds, and once it no
+    longer does where Kubeflow gives it one. Each is the counterpart of one of the job's own
+    conditions (lifecycle/conditions.py, `ConditionRow.kubeflow`)."""
+
+    type: str
+    reason: str
+    false_reason: str = ""
+
+    def holds(self, message: str) -> Condition:
+        return _condition(self.type, "True", self.reason, message)
+
+    def ended(self, message: str) -> Condition:
+        return _condition(self.type, "False", self.false_reason, message)
+
+
+SUSPENDED_REASON: Final = "PyTorchJobSuspended"
+CREATED: Final = KubeflowCondition("Created", "PyTorchJobCreated")
+RUNNING: Final = KubeflowCondition("Running", "PyTorchJobRunning", SUSPENDED_REASON)
+RESTARTING: Final = KubeflowCondition("Restarting", "PyTorchJobRestarting")
+SUSPENDED: Final = KubeflowCondition("Suspended", SUSPENDED_REASON, "PyTorchJobResumed")
+SUCCEEDED: Final = KubeflowCondition("Succeeded", "PyTorchJobSucceeded")
+FAILED: Final = KubeflowCondition("Failed", "PyTorchJobFailed")
+KUBEFLOW_CONDITIONS: Final = (CREATED, RUNNING, RESTARTING, SUSPENDED, SUCCEEDED, FAILED)
 
 
 def kubeflow_labels(job_name: str, replica: Replica) -> dict[str, str]:
@@ -82,29 +110,25 @@ def wanted_conditions(
     """The conditions the record calls for, in the order Kubeflow sets them."""
     job = f"PyTorchJob {job_name}"
     phase = record.get("phase")
-    wanted = [_condition("Created", "True", "PyTorchJobCreated", f"{job} is created.")]
+    wanted = [CREATED.holds(f"{job} is created.")]
     if phase == "Paused":
-        if _condition_of(before, "Running").get("status") == "True":
-            wanted.append(_condition("Running", "False", SUSPENDED, f"{job} is suspended."))
-        wanted.append(_condition("Suspended", "True", SUSPENDED, f"{job} is suspended."))
+        if _condition_of(before, RUNNING.type).get("status") == "True":
+            wanted.append(RUNNING.ended(f"{job} is suspended."))
+        wanted.append(SUSPENDED.holds(f"{job} is suspended."))
         return wanted
-    if _condition_of(before, "Suspended").get("status") == "True":
-        wanted.append(_condition("Suspended", "False", "PyTorchJobResumed", f"{job} is resumed."))
+    if _condition_of(before, SUSPENDED.type).get("status") == "True":
+        wanted.append(SUSPENDED.ended(f"{job} is resumed."))
     failure = _condition_of(record, "ReplicaFailure")
     if phase == "Succeeded":
-        message = f"{job} is successfully completed."
-        wanted.append(_condition("Succeeded", "True", "PyTorchJobSucceeded", message))
+        wanted.append(SUCCEEDED.holds(f"{job} is successfully completed."))
     elif phase == "Failed":
-        wanted.append(_condition("Failed", "True", "PyTorchJobFailed", _failed(job_name, record)))
+        wanted.append(FAILED.holds(_failed(job_name, record)))
     elif restarting := _restarting(record, failure, spec):
         message = f"{job} is restarting because {restarting} replica(s) failed."
-        wanted.append(_condition("Restarting", "True", "PyTorchJobRestarting", message))
+        wanted.append(RESTARTING.holds(message))
     elif phase == "Running":
-        wanted.append(_condition("Running", "True", "PyTorchJobRunning", f"{job} is running."))
+        wanted.append(RUNNING.holds(f"{job} is running."))
     return wanted
-
-
-SUSPENDED: Final = "PyTorchJobSuspended"
 
 
 def _failed(job_name: str, record: Mapping[str, Any]) -> str:
@@ -174,7 +198,7 @@ def set_condition(conditions: list[Condition], new: Condition, now: str) -> list
     the same type, status and reason is kept as it is; otherwise the old one of its type goes
     and the new one is appended (so the last condition is the job's state). Running and
     Restarting replace each other, and a finished job's Running condition turns False."""
-    if any(c.get("type") == "Failed" and c.get("status") == "True" for c in conditions):
+    if any(c.get("type") == FAILED.type and c.get("status") == "True" for c in conditions):
         return conditions
     current = next((c for c in conditions if c.get("type") == new["type"]), None)
     if current and (current.get("status"), current.get("reason")) == (new["status"], new["reason"]):
@@ -185,9 +209,9 @@ def set_condition(conditions: list[Condition], new: Condition, now: str) -> list
     kept = []
     for condition in conditions:
         kind = condition.get("type")
-        if kind == new["type"] or {kind, new["type"]} == {"Running", "Restarting"}:
+        if kind == new["type"] or {kind, new["type"]} == {RUNNING.type, RESTARTING.type}:
             continue
-        if new["type"] in ("Succeeded", "Failed") and kind == "Running":
+        if new["type"] in (SUCCEEDED.type, FAILED.type) and kind == RUNNING.type:
             condition = {**condition, "status": "False"}
         kept.append(condition)
     return [*kept, stamped]

@@ -43,17 +43,18 @@ class Rewrite:
 
 class PreparedJob:
     """A job's typed model, and what the rewrite of each of its replica pods shares (which of the
-    rewrite's steps apply, where each replica stands, the environment they have in common), each
-    worked out once. The webhook keeps one per stored job version: every replica pod of a job is
-    admitted against the same one. It is only read once made."""
+    rewrite's steps apply, where each replica stands, the environment they have in common, the
+    torchrun command line), each worked out once, when it is made. The webhook keeps one per
+    stored job version: every replica pod of a job is admitted against the same one. It is only
+    read once made."""
 
     __slots__ = (
-        "_environment",
-        "_layout",
-        "_replica_specs",
-        "_torchrun_command",
         "debug",
+        "environment",
         "job",
+        "layout",
+        "replica_specs",
+        "shared_torchrun_command",
         "spec",
         "torchrun",
         "waits_for_master",
@@ -65,45 +66,29 @@ class PreparedJob:
         self.debug = queries.debug_enabled(spec)
         self.torchrun = queries.torchrun_enabled(spec)
         self.waits_for_master = wants_wait(spec)
-        self._layout: Layout | None = None
-        self._environment: JobEnvironment | None = None
-        self._replica_specs: dict[str, ReplicaSpec] | None = None
-        self._torchrun_command: tuple[str, ...] | None = None
-
-    def layout(self) -> Layout:
-        if self._layout is None:
-            self._layout = layout_of(self.spec)
-        return self._layout
-
-    def replica_spec(self, replica_type: str) -> ReplicaSpec:
-        """The replica spec of type `replica_type` (which the job has)."""
-        if self._replica_specs is None:
-            by_type: dict[str, ReplicaSpec] = {}
-            for replica_spec in self.spec.replica_specs or []:
-                by_type.setdefault(replica_spec.type or "", replica_spec)
-            self._replica_specs = by_type
-        return self._replica_specs[replica_type]
+        self.layout: Layout = layout_of(spec)
+        meta = job.metadata or {}
+        self.environment: JobEnvironment = job_environment(
+            spec,
+            job_name=str(meta.get("name", "")),
+            namespace=str(meta.get("namespace", "")),
+            job_uid=str(meta.get("uid", "")),
+        )
+        self.replica_specs: dict[str, ReplicaSpec] = {}
+        for replica_spec in spec.replica_specs or []:
+            self.replica_specs.setdefault(replica_spec.type or "", replica_spec)
+        # The same for every replica unless the processes per node follow each container's GPUs.
+        self.shared_torchrun_command: tuple[str, ...] | None = None
+        master = self.layout.replica_at(*self.layout.master)
+        if self.torchrun and self.environment.proc_per_node != "gpu" and master is not None:
+            env = self.environment.for_replica(master, {})
+            self.shared_torchrun_command = tuple(torchrun_argv(spec, env, []))
 
     def torchrun_command(self, env: list[dict[str, Any]]) -> list[str]:
-        """The torchrun command line of a replica whose injected variables are `env`. It is the
-        same for every replica unless the processes per node follow each container's GPUs."""
-        if self._torchrun_command is not None:
-            return list(self._torchrun_command)
-        command = torchrun_argv(self.spec, env, [])
-        if self.environment().proc_per_node != "gpu":
-            self._torchrun_command = tuple(command)
-        return command
-
-    def environment(self) -> JobEnvironment:
-        if self._environment is None:
-            meta = self.job.metadata or {}
-            self._environment = job_environment(
-                self.spec,
-                job_name=str(meta.get("name", "")),
-                namespace=str(meta.get("namespace", "")),
-                job_uid=str(meta.get("uid", "")),
-            )
-        return self._environment
+        """The torchrun command line of a replica whose injected variables are `env`."""
+        if self.shared_torchrun_command is not None:
+            return list(self.shared_torchrun_command)
+        return torchrun_argv(self.spec, env, [])
 
 
 def prepared(job: PyTorchTrainingJob | PreparedJob) -> PreparedJob:
@@ -128,7 +113,7 @@ def rewrite_pod(job: PyTorchTrainingJob | PreparedJob, pod: dict[str, Any]) -> R
     python = python_of(containers[container_index])  # before torchrun replaces the command
     container = containers[container_index] = dict(containers[container_index])
     pod_spec["containers"] = containers
-    env = job.environment().for_replica(replica, container)
+    env = job.environment.for_replica(replica, container)
     _merge_env(container, env)
     _ensure_master_port(container)
     _apply_command(job, replica_spec, container, env, resuming=_resuming(pod), pod_spec=pod_spec)
@@ -183,10 +168,10 @@ def _locate(job: PreparedJob, labels: dict[str, Any]) -> tuple[Replica, ReplicaS
     kind = labels.get(constants.LABEL_REPLICA_TYPE)
     index_text = labels.get(constants.LABEL_REPLICA_INDEX, "")
     index = int(index_text) if isinstance(index_text, str) and index_text.isdigit() else -1
-    replica = job.layout().replica_at(kind, index) if isinstance(kind, str) else None
+    replica = job.layout.replica_at(kind, index) if isinstance(kind, str) else None
     if replica is None:
         raise PodRewriteError(f"the job has no replica {kind}/{index_text}")
-    return replica, job.replica_spec(replica.type)
+    return replica, job.replica_specs[replica.type]
 
 
 # The helpers below replace a field of a copied container rather than change it in place: the

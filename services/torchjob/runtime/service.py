@@ -6,25 +6,21 @@ candidate."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import inspect
-import os
 import signal
-import socket
 import sys
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
 import uvloop
 from aiohttp import web
-from kubernetes_asyncio import client
 from prometheus_client import REGISTRY
 
-from torchjob.kube.client import new_api_client
+from torchjob.kube.client import KubeClient, new_kube_client
 from torchjob.kube.controller import run_workers
 from torchjob.kube.informer import Informer
 from torchjob.kube.leader import LeaderElector
@@ -49,17 +45,9 @@ class Controller(Protocol):
     async def reconcile(self, key: JobKey) -> Result: ...
 
 
-# A job of N replicas asks for 2N creations at once (a pod and a Service each), then a status
-# write per change. controller-runtime's 20/30 would make a 50-replica job wait seconds for its
-# pods; 50/100 starts it in one burst and sustains 2.5x that, while the apiserver's own priority
-# and fairness still protects it from us.
-DEFAULT_QPS = 50.0
-DEFAULT_BURST = 100
-
-
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """The flags every leader-elected controller takes."""
+    """The settings every leader-elected controller takes (runtime/settings.py declares them)."""
 
     namespace: str
     lease_name: str
@@ -79,115 +67,8 @@ class Settings:
     kubeflow: bool = False
 
 
-def env(name: str, default: str = "") -> str:
-    """TORCHJOB_<name> from the environment, else `default`."""
-    return os.environ.get(f"TORCHJOB_{name}", default)
-
-
-def number(
-    parser: argparse.ArgumentParser, flag: str, variable: str, default: float, help: str
-) -> None:
-    """A numeric flag whose default comes from TORCHJOB_<variable>, of the default's own type."""
-    kind = type(default)
-    parser.add_argument(flag, type=kind, default=kind(env(variable, str(default))), help=help)
-
-
-def settings_parser(prog: str, service: str, default_workers: int) -> argparse.ArgumentParser:
-    """The shared flags, each with an environment variable as its default: TORCHJOB_<SERVICE>_
-    LEASE and TORCHJOB_<SERVICE>_WORKERS for the service's own, the shared ones unprefixed. A
-    service adds its own flags to the parser and reads them with `common_settings`."""
-    prefix = service.upper()
-    p = argparse.ArgumentParser(prog=prog, description=f"torchjob {service}")
-    p.add_argument(
-        "--namespace",
-        default=env("NAMESPACE", "torchjob-system"),
-        help="where the leader Lease lives",
-    )
-    p.add_argument("--lease-name", default=env(f"{prefix}_LEASE", f"torchjob-{service}"))
-    p.add_argument("--identity", default=env("POD_NAME", socket.gethostname()))
-    # kube-controller-manager's flags and defaults: a standby takes over at most about
-    # lease-duration + retry-period after the leader vanishes; the leader stops acting once it
-    # has failed to renew for renew-deadline (an apiserver outage longer than that restarts it).
-    number(
-        p,
-        "--leader-elect-lease-duration",
-        "LEADER_ELECT_LEASE_DURATION",
-        15.0,
-        "seconds a standby waits after the last renewal before taking the lease",
-    )
-    number(
-        p,
-        "--leader-elect-renew-deadline",
-        "LEADER_ELECT_RENEW_DEADLINE",
-        10.0,
-        "seconds the leader keeps trying to renew before it gives up leading",
-    )
-    number(
-        p,
-        "--leader-elect-retry-period",
-        "LEADER_ELECT_RETRY_PERIOD",
-        2.0,
-        "seconds between attempts to acquire or renew the lease",
-    )
-    number(p, "--workers", f"{prefix}_WORKERS", default_workers, "concurrent reconciles")
-    number(p, "--max-connections", "MAX_CONNECTIONS", 100, "concurrent requests to the apiserver")
-    number(
-        p,
-        "--qps",
-        "KUBE_QPS",
-        DEFAULT_QPS,
-        "requests a second to the apiserver, watches aside (0 or less: no client-side limit)",
-    )
-    number(p, "--burst", "KUBE_BURST", DEFAULT_BURST, "requests sent at once before --qps applies")
-    p.add_argument("--probe-host", default=env("PROBE_HOST", "0.0.0.0"))
-    p.add_argument("--probe-port", type=int, default=int(env("PROBE_PORT", "8080")))
-    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None)
-    p.add_argument("--log-level", default=env("LOG_LEVEL", "INFO"))
-    kubeflow_flag(p)
-    return p
-
-
-def kubeflow_flag(p: argparse.ArgumentParser) -> None:
-    """`--kubeflow`: run Kubeflow's PyTorchJobs too (default TORCHJOB_KUBEFLOW=true|false)."""
-    p.add_argument(
-        "--kubeflow",
-        action=argparse.BooleanOptionalAction,
-        default=env("KUBEFLOW", "false").lower() == "true",
-        help="also run Kubeflow's PyTorchJobs (kubeflow.org/v1), whose CRD must be installed",
-    )
-
-
-def common_settings(parsed: argparse.Namespace) -> dict[str, Any]:
-    """The shared settings out of what `settings_parser` parsed, as Settings' keyword arguments."""
-    return {
-        "namespace": parsed.namespace,
-        "lease_name": parsed.lease_name,
-        "identity": parsed.identity,
-        "lease_duration": parsed.leader_elect_lease_duration,
-        "renew_deadline": parsed.leader_elect_renew_deadline,
-        "retry_period": parsed.leader_elect_retry_period,
-        "workers": parsed.workers,
-        "max_connections": parsed.max_connections,
-        "qps": parsed.qps,
-        "burst": parsed.burst,
-        "probe_host": parsed.probe_host,
-        "probe_port": parsed.probe_port,
-        "kubeconfig": parsed.kubeconfig,
-        "log_level": parsed.log_level,
-        "kubeflow": parsed.kubeflow,
-    }
-
-
-def parse_settings(
-    argv: list[str] | None, prog: str, service: str, default_workers: int
-) -> Settings:
-    """The shared flags only, for a service that has none of its own."""
-    parsed = settings_parser(prog, service, default_workers).parse_args(argv)
-    return Settings(**common_settings(parsed))
-
-
 # Builds the controller; it may first ask the apiserver what it serves.
-Build = Callable[[client.ApiClient], Controller | Awaitable[Controller]]
+Build = Callable[[KubeClient], Controller | Awaitable[Controller]]
 
 
 def service_families(service: str, own: Iterable[str] = ()) -> runtime_metrics.Families:
@@ -243,14 +124,14 @@ async def _main_async(
 async def _serve(
     controller_name: str, settings: Settings, build: Build, exported: runtime_metrics.Families
 ) -> int:
-    api = await new_api_client(
+    api = await new_kube_client(
         settings.kubeconfig, settings.max_connections, qps=settings.qps, burst=settings.burst
     )
     built = build(api)
     controller = await built if inspect.isawaitable(built) else built
     # The Lease has a client of its own, as in controller-runtime: renewals never queue behind
     # the controller's own requests for the rate limiter.
-    lease_api = await new_api_client(settings.kubeconfig, max_connections=2)
+    lease_api = await new_kube_client(settings.kubeconfig, max_connections=2)
     elector = LeaderElector(
         lease_api,
         settings.namespace,

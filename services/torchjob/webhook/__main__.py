@@ -5,7 +5,6 @@ from __future__ import annotations
 import uvloop
 from aiohttp import web
 
-import torchjob.runtime.lean_imports  # noqa: F401  (first: the libraries without unused parts)
 from torchjob.runtime import logging as runtime_logging
 from torchjob.webhook.app import TLS, init_app
 from torchjob.webhook.settings import parse

@@ -30,7 +30,6 @@ from typing import Any, TypeVar
 import orjson
 import structlog
 from aiohttp import hdrs, web
-from kubernetes_asyncio import client
 from prometheus_client import REGISTRY, Gauge
 
 from torchjob.api import types
@@ -38,7 +37,7 @@ from torchjob.api.admission import Request, Response, handle, mutate_job, refuse
 from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB, JobApi
 from torchjob.api.kubeflow_admission import mutate_pytorchjob, validate_pytorchjob_request
 from torchjob.kube import resources
-from torchjob.kube.client import new_api_client
+from torchjob.kube.client import KubeClient, new_kube_client
 from torchjob.kube.errors import NotFound
 from torchjob.kube.informer import Informer
 from torchjob.kube.rest import Resources
@@ -84,7 +83,7 @@ FAMILIES = runtime_metrics.Families(
 )
 
 SETTINGS = web.AppKey("settings", Settings)
-API = web.AppKey("api", client.ApiClient)
+API = web.AppKey("api", KubeClient)
 JOBS = web.AppKey("jobs", Informer)
 # Kubeflow's PyTorchJobs, cached when the webhook serves them (--kubeflow).
 KUBEFLOW_JOBS = web.AppKey("kubeflow_jobs", Informer)
@@ -741,7 +740,7 @@ async def _resolve_logger(app: web.Application) -> None:
 
 
 async def _api_client(app: web.Application) -> AsyncIterator[None]:
-    app[API] = await new_api_client(app[SETTINGS].kubeconfig)
+    app[API] = await new_kube_client(app[SETTINGS].kubeconfig)
     yield
     await app[API].close()
 

@@ -11,9 +11,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from kubernetes_asyncio import client
-
 from torchjob.api.constants import FIELD_MANAGER
+from torchjob.kube.client import KubeClient
 from torchjob.kube.errors import Conflict, NotFound
 from torchjob.kube.informer import ResourceKind
 from torchjob.kube.resources import SECRETS
@@ -63,7 +62,7 @@ class SecretCertificateStore:
 
     def __init__(
         self,
-        api_client: client.ApiClient,
+        api_client: KubeClient,
         namespace: str,
         secret_name: str,
         dns_names: Sequence[str],
@@ -181,7 +180,7 @@ def _lacks_owner(secret: KubeObject, owner: KubeObject | None) -> bool:
     return owner is not None and owner["uid"] not in present
 
 
-def webhook_configuration_owner(api_client: client.ApiClient, validating_name: str) -> OwnerLookup:
+def webhook_configuration_owner(api_client: KubeClient, validating_name: str) -> OwnerLookup:
     """The ValidatingWebhookConfiguration as the owner of the Secret: the Secret's CA exists to be
     trusted by that configuration, and goes when it goes (`helm uninstall`), through the garbage
     collector. None while the configuration does not exist."""
@@ -203,7 +202,7 @@ def webhook_configuration_owner(api_client: client.ApiClient, validating_name: s
 
 
 async def patch_ca_bundle(
-    api_client: client.ApiClient,
+    api_client: KubeClient,
     ca_bundle_pem: bytes,
     mutating_name: str | None,
     validating_name: str | None,

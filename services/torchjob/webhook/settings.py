@@ -1,12 +1,19 @@
-"""Webhook settings: command-line flags, each with an environment variable as its default."""
+"""Webhook settings, declared as runtime/settings.py says: each a flag, with an environment variable
+as its default."""
 
 from __future__ import annotations
 
-import argparse
-import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from torchjob.runtime.service import env, kubeflow_flag, number
+from torchjob.runtime.settings import (
+    PREFIX,
+    Setting,
+    common_settings,
+    environment,
+    parser_of,
+    values_of,
+)
 
 MiB = 1024 * 1024
 
@@ -94,101 +101,83 @@ def _csv(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
+def declared(environ: Mapping[str, str]) -> tuple[Setting, ...]:
+    # The reconciler's ServiceAccount, in the namespace the environment names, unless told.
+    namespace = environ.get(f"{PREFIX}NAMESPACE", "torchjob-system")
+    reconciler = f"system:serviceaccount:{namespace}:torchjob-reconciler"
+    limits = Limits()
+    return (
+        *common_settings("the namespace the webhook runs in"),
+        Setting("--service-name", f"{PREFIX}WEBHOOK_SERVICE", "torchjob-webhook"),
+        Setting("--secret-name", f"{PREFIX}WEBHOOK_SECRET", "torchjob-webhook-tls"),
+        Setting("--mutating-config", f"{PREFIX}MUTATING_CONFIG", "torchjob-mutating"),
+        Setting("--validating-config", f"{PREFIX}VALIDATING_CONFIG", "torchjob-validating"),
+        Setting("--extra-dns-names", f"{PREFIX}WEBHOOK_DNS_NAMES", "", "comma-separated"),
+        Setting("--ip-addresses", f"{PREFIX}WEBHOOK_IPS", "", "comma-separated SAN IPs"),
+        Setting(
+            "--pod-creators",
+            f"{PREFIX}POD_CREATORS",
+            reconciler,
+            "comma-separated usernames allowed to create pods carrying the job label",
+        ),
+        Setting("--host", f"{PREFIX}WEBHOOK_HOST", "0.0.0.0", "the address admissions come to"),
+        Setting("--port", f"{PREFIX}WEBHOOK_PORT", 9443, "the HTTPS port admissions come to"),
+        Setting("--cert-file", f"{PREFIX}WEBHOOK_CERT_FILE", None, "cert-manager mode"),
+        Setting("--key-file", f"{PREFIX}WEBHOOK_KEY_FILE", None, "cert-manager mode"),
+        Setting(
+            "--rotate-check-seconds",
+            f"{PREFIX}ROTATE_CHECK_SECONDS",
+            3600.0,
+            "how often the serving certificate is checked for renewal",
+        ),
+        Setting(
+            "--max-body-bytes",
+            f"{PREFIX}WEBHOOK_MAX_BODY_BYTES",
+            limits.max_body_bytes,
+            "the largest admission body read; larger ones are refused with 413",
+        ),
+        Setting(
+            "--max-inflight-bytes",
+            f"{PREFIX}WEBHOOK_MAX_INFLIGHT_BYTES",
+            limits.max_inflight_bytes,
+            "the admission bodies handled at once, in bytes; beyond it 429 with Retry-After",
+        ),
+        Setting(
+            "--read-timeout-seconds",
+            f"{PREFIX}WEBHOOK_READ_TIMEOUT",
+            limits.read_timeout_seconds,
+            "how long a request's body may take to arrive",
+        ),
+        Setting(
+            "--handler-timeout-seconds",
+            f"{PREFIX}WEBHOOK_HANDLER_TIMEOUT",
+            limits.handler_timeout_seconds,
+            "how long a request may take to be answered; keep it below the webhook's "
+            "timeoutSeconds",
+        ),
+    )
+
+
+LIMIT_FIELDS = (
+    "max_body_bytes",
+    "max_inflight_bytes",
+    "read_timeout_seconds",
+    "handler_timeout_seconds",
+)
+
+
 def parse(argv: list[str] | None = None) -> Settings:
-    p = argparse.ArgumentParser(
-        prog="python -m torchjob.webhook", description="torchjob admission webhook"
+    settings = declared(environment())
+    parser = parser_of(
+        "python -m torchjob.webhook", "torchjob admission webhook", settings, environment()
     )
-    namespace = env("NAMESPACE", "torchjob-system")
-    p.add_argument(
-        "--namespace",
-        default=namespace,
-        help="the namespace the webhook runs in ($TORCHJOB_NAMESPACE)",
-    )
-    p.add_argument("--service-name", default=env("WEBHOOK_SERVICE", "torchjob-webhook"))
-    p.add_argument("--secret-name", default=env("WEBHOOK_SECRET", "torchjob-webhook-tls"))
-    p.add_argument("--mutating-config", default=env("MUTATING_CONFIG", "torchjob-mutating"))
-    p.add_argument("--validating-config", default=env("VALIDATING_CONFIG", "torchjob-validating"))
-    p.add_argument("--extra-dns-names", default=env("WEBHOOK_DNS_NAMES"), help="comma-separated")
-    p.add_argument("--ip-addresses", default=env("WEBHOOK_IPS"), help="comma-separated SAN IPs")
-    p.add_argument(
-        "--pod-creators",
-        default=env("POD_CREATORS", f"system:serviceaccount:{namespace}:torchjob-reconciler"),
-        help="comma-separated usernames allowed to create pods carrying the job label",
-    )
-    p.add_argument("--host", default=env("WEBHOOK_HOST", "0.0.0.0"))
-    number(p, "--port", "WEBHOOK_PORT", 9443, "the HTTPS port admissions come to")
-    number(
-        p, "--probe-port", "PROBE_PORT", 8080, "the plain-HTTP port of /healthz, /readyz, /metrics"
-    )
-    p.add_argument(
-        "--cert-file", default=env("WEBHOOK_CERT_FILE") or None, help="cert-manager mode"
-    )
-    p.add_argument("--key-file", default=env("WEBHOOK_KEY_FILE") or None, help="cert-manager mode")
-    number(
-        p,
-        "--rotate-check-seconds",
-        "ROTATE_CHECK_SECONDS",
-        3600.0,
-        "how often the serving certificate is checked for renewal",
-    )
-    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None)
-    p.add_argument("--log-level", default=env("LOG_LEVEL", "INFO"))
-    defaults = Limits()
-    number(
-        p,
-        "--max-body-bytes",
-        "WEBHOOK_MAX_BODY_BYTES",
-        defaults.max_body_bytes,
-        "the largest admission body read; larger ones are refused with 413",
-    )
-    number(
-        p,
-        "--max-inflight-bytes",
-        "WEBHOOK_MAX_INFLIGHT_BYTES",
-        defaults.max_inflight_bytes,
-        "the admission bodies handled at once, in bytes; beyond it 429 with Retry-After",
-    )
-    number(
-        p,
-        "--read-timeout-seconds",
-        "WEBHOOK_READ_TIMEOUT",
-        defaults.read_timeout_seconds,
-        "how long a request's body may take to arrive",
-    )
-    number(
-        p,
-        "--handler-timeout-seconds",
-        "WEBHOOK_HANDLER_TIMEOUT",
-        defaults.handler_timeout_seconds,
-        "how long a request may take to be answered; keep it below the webhook's timeoutSeconds",
-    )
-    kubeflow_flag(p)
-    a = p.parse_args(argv)
-    limits = Limits(
-        max_body_bytes=a.max_body_bytes,
-        max_inflight_bytes=a.max_inflight_bytes,
-        read_timeout_seconds=a.read_timeout_seconds,
-        handler_timeout_seconds=a.handler_timeout_seconds,
-    )
+    values = values_of(parser, settings, argv)
+    limits = Limits(**{name: values.pop(name) for name in LIMIT_FIELDS})
     if problem := limits.problem():
-        p.error(problem)
-    return Settings(
-        namespace=a.namespace,
-        service_name=a.service_name,
-        secret_name=a.secret_name,
-        mutating_config=a.mutating_config or None,
-        validating_config=a.validating_config or None,
-        extra_dns_names=_csv(a.extra_dns_names),
-        ip_addresses=_csv(a.ip_addresses),
-        pod_creators=frozenset(_csv(a.pod_creators)),
-        host=a.host,
-        port=a.port,
-        probe_port=a.probe_port,
-        cert_file=a.cert_file,
-        key_file=a.key_file,
-        rotate_check_seconds=a.rotate_check_seconds,
-        kubeconfig=a.kubeconfig,
-        log_level=a.log_level,
-        limits=limits,
-        kubeflow=a.kubeflow,
-    )
+        parser.error(problem)
+    for name in ("mutating_config", "validating_config"):
+        values[name] = values[name] or None
+    for name in ("extra_dns_names", "ip_addresses"):
+        values[name] = _csv(values[name])
+    values["pod_creators"] = frozenset(_csv(values["pod_creators"]))
+    return Settings(**values, limits=limits)

@@ -39,13 +39,12 @@ release of the same name and namespace is this release's and is taken back.
 {{- end }}
 
 {{/*
-The environment that has a service run PyTorchJobs too (its --kubeflow flag), as a list of
-env entries, empty when kubeflow.enabled is false. Environment rather than a flag, like the
-reconciler's other such settings: a process that does not know it yet starts all the same.
+The flag that has a service run PyTorchJobs too, as a list of arguments, empty when
+kubeflow.enabled is false.
 */}}
-{{- define "torchjob.kubeflowEnv" -}}
+{{- define "torchjob.kubeflowArgs" -}}
 {{- if .Values.kubeflow.enabled }}
-{{- toJson (list (dict "name" "TORCHJOB_KUBEFLOW" "value" "true")) }}
+{{- toJson (list "--kubeflow") }}
 {{- else }}
 {{- toJson list }}
 {{- end }}

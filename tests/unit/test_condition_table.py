@@ -1,0 +1,184 @@
+"""The table of conditions (lifecycle/conditions.py): one row for every condition type of the
+API, each reason it can give documented in docs/api.md and declared in api/constants.py, the
+Kubeflow conditions each the counterpart of one row; and the rules, run over rounds of every kind,
+give only the reasons their row declares."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+from support.planning import META, NOW, services, spec
+
+from torchjob.api import constants
+from torchjob.api.objects import PodPhase
+from torchjob.api.types import CONDITION_TYPE_VALUES, PyTorchTrainingJobSpec
+from torchjob.lifecycle.conditions import CONDITIONS, ConditionRow
+from torchjob.lifecycle.observe import ContainerView, GroupView, PodView, Refusal
+from torchjob.lifecycle.plan import plan
+from torchjob.lifecycle.round import Observed
+from torchjob.render import kubeflow
+from torchjob.render.scheduling import KUEUE_GATE, Gang, GangUnavailable
+
+API_DOC = Path(__file__).parents[2] / "docs" / "api.md"
+ROWS: dict[str, ConditionRow] = {row.type: row for row in CONDITIONS}
+
+
+def documented_reasons() -> dict[str, set[str]]:
+    """docs/api.md's table of condition reasons: the reasons of each condition type. A cell
+    that says "the reason of `Completed`" takes that condition's reasons."""
+    text = API_DOC.read_text().split("## Condition reasons", 1)[1]
+    reasons: dict[str, set[str]] = {}
+    borrowed: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        if not line.startswith("| `"):
+            continue
+        kind, _, cell = (c.strip() for c in line.strip("|").split("|"))
+        own, _, of = cell.partition("the reason of")
+        reasons.setdefault(kind.strip("`"), set()).update(re.findall(r"`(\w+)`", own))
+        borrowed.setdefault(kind.strip("`"), set()).update(re.findall(r"`(\w+)`", of))
+    for kind, others in borrowed.items():
+        for other in others:
+            reasons[kind] |= reasons[other]
+    return reasons
+
+
+def test_every_condition_type_of_the_api_has_exactly_one_row() -> None:
+    kinds = [row.type for row in CONDITIONS]
+    assert sorted(kinds) == sorted(CONDITION_TYPE_VALUES)
+    assert len(set(kinds)) == len(kinds)
+
+
+@pytest.mark.parametrize("row", CONDITIONS, ids=lambda row: row.type)
+def test_a_rows_reasons_are_the_documented_closed_set_of_its_type(row: ConditionRow) -> None:
+    assert row.reasons == documented_reasons()[row.type]
+    declared = {v for k, v in vars(constants).items() if k.startswith("REASON_")}
+    assert row.reasons <= declared
+    shown = {row.cleared[1]} if row.cleared else set()
+    events = {r for e in row.events for r in e.reasons or ()}
+    assert shown | events <= row.reasons
+
+
+def test_every_kubeflow_condition_is_the_counterpart_of_one_row() -> None:
+    counterparts = [row.kubeflow for row in CONDITIONS if row.kubeflow is not None]
+    assert sorted(c.type for c in counterparts) == sorted(
+        c.type for c in kubeflow.KUBEFLOW_CONDITIONS
+    )
+
+
+def test_kubeflow_shows_only_the_conditions_of_the_table() -> None:
+    known = {(c.type, c.reason) for c in kubeflow.KUBEFLOW_CONDITIONS} | {
+        (c.type, c.false_reason) for c in kubeflow.KUBEFLOW_CONDITIONS if c.false_reason
+    }
+    before: dict[str, Any] = {"conditions": [{"type": "Running", "status": "True"}]}
+    for phase in ("Pending", "Running", "Paused", "Succeeded", "Failed"):
+        record = {"phase": phase, "conditions": [{"type": "Failed", "reason": "MasterFailed"}]}
+        for wanted in kubeflow.wanted_conditions("j", record, before, {}):
+            assert (wanted["type"], wanted["reason"]) in known
+        before = {"conditions": [{"type": "Suspended", "status": "True"}]}
+
+
+def pod(
+    kind: str,
+    index: int,
+    phase: PodPhase = "Running",
+    exit_code: int | None = None,
+    **fields: Any,
+) -> PodView:
+    ended = (ContainerView("python", "terminated", exit_code or 0),)
+    return PodView(
+        f"j-{kind}-{index}",
+        f"uid-{kind}-{index}",
+        kind,
+        index,
+        phase,
+        exit_code,
+        False,
+        0,
+        fields.pop("debug", False),
+        ended if phase in ("Succeeded", "Failed") else (),
+        **fields,
+    )
+
+
+def pods(master: PodPhase = "Running", worker: PodPhase = "Running", **fields: Any) -> list[Any]:
+    """A master and two workers, the second of them in phase `worker` with `fields`."""
+    debug = fields.get("debug", False)
+    return [
+        pod("master", 0, master, 1 if master == "Failed" else None, debug=debug),
+        pod("worker", 0, debug=debug),
+        pod("worker", 1, worker, 1 if worker == "Failed" else None, **fields),
+    ]
+
+
+Round = tuple[PyTorchTrainingJobSpec, list[PodView], dict[str, Any]]
+RefusedKind = Literal["pod", "service", "podgroup"]
+
+
+def rounds() -> Iterator[Round]:
+    """(spec, pods, other observations) of rounds of every kind the rules tell apart."""
+    plain, never = spec(workers=2), spec(policy="Never", workers=2)
+    paused = spec(workers=2, runMode={"pause": {"enabled": True}})
+    debug = spec(workers=2, runMode={"debug": {"enabled": True}})
+    gang, kueue = Gang("native", "j", 3, 3), Gang("kueue", "j", 3, 3, queue="q")
+    yield plain, [], {}
+    yield plain, pods(), {}
+    yield plain, pods(worker="Failed", finished_at=NOW), {}
+    yield plain, pods(worker="Failed"), {"status": {"backoffCount": 3}}
+    yield never, pods(worker="Failed"), {}
+    yield never, pods(master="Failed"), {}
+    yield plain, pods(master="Succeeded"), {}
+    yield debug, pods(debug=True), {}
+    yield paused, pods(), {"gang": gang}
+    yield plain, pods(), {"gang": GangUnavailable("no PodGroup API")}
+    yield plain, pods(), {"gang": gang}
+    yield plain, pods(worker="Pending"), {"gang": gang}
+    yield plain, pods(worker="Pending", unschedulable="0/3 nodes"), {"gang": gang}
+    yield plain, pods(worker="Pending", gates=(KUEUE_GATE,)), {"gang": kueue}
+    yield plain, pods(worker="Pending", gates=("other",)), {"gang": gang}
+    yield plain, pods(preempted="Evicted"), {"gang": kueue}
+    group = GroupView("j", 3, False, False, "too big")
+    yield plain, pods(worker="Pending"), {"gang": gang, "group": group}
+    kinds: tuple[RefusedKind, ...] = ("pod", "service", "podgroup")
+    for kind, status in itertools.product(kinds, (403, 422)):
+        refused = (Refusal(kind, "j" if kind == "podgroup" else "j-worker-1", "no", status),)
+        other = {"refusals": refused, "svcs": frozenset({"j-master-0", "j-worker-0"})}
+        yield plain, pods()[:2], {**other, "gang": gang} if kind == "podgroup" else other
+
+
+def statuses() -> Iterator[dict[str, Any]]:
+    """The statuses of those rounds, and of the rounds after them: a job resumed, its debug
+    mode switched off, its failure over, its deadline passed."""
+    plain = spec(workers=2)
+    later = spec(workers=2, runPolicy={"activeDeadlineSeconds": 1, "backoffLimit": 3})
+    for job_spec, seen, other in rounds():
+        status: dict[str, Any] = other.pop("status", {})
+        svcs = other.pop("svcs", services(job_spec))
+        steps: tuple[tuple[PyTorchTrainingJobSpec, list[PodView], frozenset[str]], ...] = (
+            (job_spec, seen, svcs),
+            (plain, [], services(plain)),
+            (later, pods(), svcs),
+        )
+        for step_spec, step_pods, step_services in steps:
+            observed = Observed.of_json(
+                META, step_spec, status, step_pods, step_services, NOW, **other
+            )
+            status = plan(observed).status
+            yield status
+    started = {"startTime": "2025-01-01T00:00:00Z"}
+    yield plan(Observed.of_json(META, later, started, pods(), frozenset(), NOW)).status
+
+
+def test_the_rules_give_only_the_reasons_of_their_row() -> None:
+    seen: dict[str, set[str]] = {}
+    for status in statuses():
+        for condition in status.get("conditions") or []:
+            seen.setdefault(condition["type"], set()).add(condition["reason"])
+    for kind, reasons in seen.items():
+        assert reasons <= ROWS[kind].reasons, kind
+    # The sweep reaches every reason of every row.
+    assert seen == {row.type: set(row.reasons) for row in CONDITIONS}
