@@ -111,9 +111,18 @@ test: $(STAMP) $(EXAMPLE_STAMP) cluster helm lua node-build ## install what is n
 	$(MAKE) --no-print-directory lint
 	$(BIN)/pytest tests $(PYTEST_FLAGS)
 
+# BASELINE=REV: each bench whose --help offers --baseline also measures the services of REV.
+BASELINE ?=
 .PHONY: bench
-bench: $(STAMP) cluster ## benchmarks: print figures, never pass/fail
-	@for b in tests/bench/*.py; do [[ $$b == */__init__.py ]] || $(BIN)/python $$b; done
+bench: $(STAMP) cluster ## benchmarks: print figures, never pass/fail; BASELINE=REV also measures REV's services beside them (ratios)
+	@for b in tests/bench/*.py; do \
+		[[ $$b != */__init__.py ]] || continue; \
+		against=(); \
+		if [[ -n "$(BASELINE)" ]] && $(BIN)/python $$b --help | grep -- --baseline >/dev/null; then \
+			against=(--baseline "$(BASELINE)"); \
+		fi; \
+		$(BIN)/python $$b "$${against[@]}"; \
+	done
 
 .PHONY: clean
 clean: ## remove the venv and caches inside the work tree (not the binary cache in $(CACHE))

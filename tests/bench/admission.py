@@ -13,9 +13,10 @@ job with four replica types of a template using much of the Pod schema. `--in-pr
 only these figures.
 
 `--baseline REV` also runs the webhook of an earlier revision of this repository (its `services`
-tree, taken with `git archive`), measured by the same client in the same alternating rounds as
-the floor and the current webhook: the `cpu x base` column is the current webhook's CPU per
-request over the earlier one's.
+tree, taken with `git archive`: tests/support/baseline.py), with the same flags from the same
+.venv, measured by the same client in the same alternating rounds as the floor and the current
+webhook: the `cpu x base` column is the current webhook's CPU per request over the earlier one's.
+`make bench BASELINE=REV` passes it.
 
     .venv/bin/python tests/bench/admission.py [--in-process] [--baseline REV]
 """
@@ -57,6 +58,7 @@ TESTS_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS_DIR))
 
 from support import ControlPlane  # noqa: E402
+from support.baseline import add_baseline_option, describe, extract_services  # noqa: E402
 from support.controlplane import free_port  # noqa: E402
 from support.processes import ServiceProcess  # noqa: E402
 
@@ -191,18 +193,6 @@ def webhook_server(
         yield port, server.process.pid
     finally:
         server.close()
-
-
-def baseline_sources(revision: str, directory: Path) -> Path:
-    """The `services` tree of `revision` of this repository, extracted under `directory`."""
-    repository = TESTS_DIR.parent
-    archive = subprocess.run(
-        ["git", "-C", str(repository), "archive", revision, "services"],
-        check=True,
-        capture_output=True,
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(directory)], input=archive, check=True)
-    return directory / "services"
 
 
 def negotiated_tls(port: int, context: ssl.SSLContext) -> str:
@@ -737,9 +727,7 @@ def print_schema_check_cost(job_review: bytes) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description="Admission CPU and latency, next to a floor.")
     parser.add_argument("--in-process", action="store_true", help="only the in-process figures")
-    parser.add_argument(
-        "--baseline", metavar="REV", help="also measure the webhook of this git revision"
-    )
+    add_baseline_option(parser, "the webhook")
     options = parser.parse_args()
     # SIGTERM unwinds like Ctrl-C, through the clean-up of every process and directory.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -756,9 +744,9 @@ def main() -> None:
                 webhook = servers.enter_context(webhook_server(plane, tls))
                 baseline = None
                 if options.baseline:
-                    sources = baseline_sources(options.baseline, Path(directory))
+                    sources = extract_services(options.baseline, Path(directory))
                     baseline = servers.enter_context(webhook_server(plane, tls, sources))
-                    print(f"base:    the webhook of {options.baseline}")
+                    print(f"base:    the webhook of {describe(options.baseline)}")
                 print_setup(floor[0], webhook[0], context, reviews)
                 pairs = pairs_to_measure(floor, webhook, reviews, baseline)
                 asyncio.run(run_all(pairs, context))

@@ -25,12 +25,25 @@ job, divided by the pods (each pod's Service and a quarter of a job included); a
 one pod as the slim transform leaves it (a walk of sys.getsizeof over the decoded object) and as
 the cache keeps it (its JSON).
 
+The floor run has a webhook of its own; the measured run starts a webhook and a reconciler of
+its own, so neither's figures include the floor's load.
+
+Baseline. `--baseline REV` then measures the reconciler and the webhook of an earlier revision of
+this repository the same way on the same control plane: its `services` tree, taken with `git
+archive` (tests/support/baseline.py), started with the same flags from the same .venv, once the
+current run's namespace is deleted (no service caches the other run's objects), in a namespace of
+its own. The floor is not run again. Last, a table prints each figure (time until every pod
+exists; CPU a job of the reconciler and of the webhook until every pod exists and until statuses
+settle; peak and idle resident set of each; status latency) for both, and current / baseline.
+`make bench BASELINE=REV` passes it. The current tree runs first, the baseline second.
+
 Prints figures; the exit status says nothing about them. Run the full size on a quiet machine:
 
     .venv/bin/python tests/bench/reconcile.py                  # 500 jobs x 4 replicas
     .venv/bin/python tests/bench/reconcile.py --qps 0          # no client-side rate limit
     .venv/bin/python tests/bench/reconcile.py --jobs 5000 --qps 0   # 20,000 pods
     .venv/bin/python tests/bench/reconcile.py --jobs 50        # a quick check
+    .venv/bin/python tests/bench/reconcile.py --baseline 22b00e9   # and the services of 22b00e9
 """
 
 from __future__ import annotations
@@ -38,13 +51,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import os
 import re
 import signal
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +82,14 @@ TESTS_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS_DIR))
 
 from support import ControlPlane  # noqa: E402
+from support.baseline import (  # noqa: E402
+    Compared,
+    add_baseline_option,
+    describe,
+    extract_services,
+    print_comparison,
+    services_from,
+)
 from support.eventually import eventually  # noqa: E402
 from support.informers import client_like, running  # noqa: E402
 from support.jobs import JobBuilder  # noqa: E402
@@ -108,6 +132,7 @@ def parse() -> argparse.Namespace:
         "--qps", type=float, default=DEFAULT_QPS, help="for reconciler and floor (0: no limit)"
     )
     p.add_argument("--burst", type=int, default=DEFAULT_BURST, help="for reconciler and floor")
+    add_baseline_option(p, "the reconciler and the webhook")
     return p.parse_args()
 
 
@@ -376,7 +401,11 @@ def difference(after: dict[str, float], before: dict[str, float]) -> str:
     )
 
 
-# -- main ----------------------------------------------------------------------------------------
+# -- one run -------------------------------------------------------------------------------------
+
+SERVICE_NAMES = ("reconciler", "webhook")
+# When the CPU time is read: every pod exists, every job's status shows its replicas Pending.
+MOMENTS = (("pods", "until every pod exists"), ("settled", "until statuses settle"))
 
 
 def new_namespace(plane: ControlPlane, name: str) -> str:
@@ -386,24 +415,41 @@ def new_namespace(plane: ControlPlane, name: str) -> str:
     return name
 
 
+def delete_namespace(plane: ControlPlane, name: str) -> None:
+    """Gone, with everything in it, before the next services start: they cache none of it."""
+    plane.kubectl("delete", "namespace", name, "--wait=true", "--timeout=900s", timeout=960)
+
+
 async def admin_client(plane: ControlPlane) -> client.ApiClient:
     return await config.new_client_from_config(
         config_file=str(plane.kubeconfig), persist_config=False
     )
 
 
-async def measure_floor(
-    plane: ControlPlane, webhook: ServiceProcess, kubeconfig: Path, args: argparse.Namespace
+def measure_floor(plane: ControlPlane, kubeconfig: Path, args: argparse.Namespace) -> float:
+    """The floor run, admitted by a webhook of its own (the runs measured later start theirs)."""
+    webhook = start_webhook(plane)
+    try:
+        namespace = new_namespace(plane, "bench-floor")
+        return asyncio.run(floor_admitted_by(webhook, plane, kubeconfig, namespace, args))
+    finally:
+        stop_webhook(plane, webhook)
+        delete_namespace(plane, "bench-floor")
+
+
+async def floor_admitted_by(
+    webhook: ServiceProcess,
+    plane: ControlPlane,
+    kubeconfig: Path,
+    namespace: str,
+    args: argparse.Namespace,
 ) -> float:
-    namespace = new_namespace(plane, "bench-floor")
     webhook_cpu = cpu_seconds(webhook)
     async with await admin_client(plane) as user:
         floor, sent = await floor_run(user, kubeconfig, namespace, args)
     webhook_cpu = cpu_seconds(webhook) - webhook_cpu
     print(f"floor:      {floor:7.1f} s until every pod exists ({sent:.0f} requests)", flush=True)
     print(f"            webhook CPU {per_job(webhook_cpu, args.jobs)} meanwhile", flush=True)
-    # Gone before the reconciler starts, so that it caches nothing of the floor's.
-    plane.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=900s", timeout=960)
     return floor
 
 
@@ -428,56 +474,76 @@ class Services:
         return {name: memory_mb(p) for name, p in self.processes.items()}
 
 
+@dataclass
+class RunFigures:
+    """What one run of a reconciler and a webhook measured."""
+
+    elapsed: float = math.nan  # seconds from the first creation until every pod exists
+    cpu_at: dict[str, dict[str, float]] = field(default_factory=dict)  # moment, service: seconds
+    memory_at: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # MB
+    latencies: list[float] = field(default_factory=list)  # seconds, pod Running -> job status
+    last_pod: KubeObject | None = None  # as the bench's watch last saw one
+
+    def peak_mb(self, name: str) -> float:
+        return self.memory_at["idle"][name]["VmHWM"]
+
+
 async def measure_reconciler(
-    plane: ControlPlane, services: Services, args: argparse.Namespace, floor: float
-) -> None:
+    plane: ControlPlane,
+    services: Services,
+    args: argparse.Namespace,
+    floor: float,
+    namespace: str,
+) -> RunFigures:
     reconciler = services.processes["reconciler"]
-    namespace = new_namespace(plane, "bench-reconciler")
     counts_before = reconciler_counts(reconciler)
     rss_before = memory_mb(reconciler)["VmRSS"]
-    cpu_at: dict[str, dict[str, float]] = {}
-    memory_at: dict[str, dict[str, dict[str, float]]] = {}
+    figures = RunFigures()
 
     def settled() -> None:
-        cpu_at["settled"] = services.cpu_since_mark()
-        memory_at["settled"] = services.memory()
+        figures.cpu_at["settled"] = services.cpu_since_mark()
+        figures.memory_at["settled"] = services.memory()
 
     async with await admin_client(plane) as user:
         services.mark()
-        elapsed, seen = await reconciler_run(user, namespace, args)
-        cpu_at["pods"] = services.cpu_since_mark()
+        figures.elapsed, seen = await reconciler_run(user, namespace, args)
+        figures.last_pod = seen.last
+        figures.cpu_at["pods"] = services.cpu_since_mark()
         counts = difference(reconciler_counts(reconciler), counts_before)
-        ratio = elapsed / floor
-        against = (
-            f"{ratio:.2f}x the floor ({goal(ratio <= GOAL_RATIO, f'goal <= {GOAL_RATIO}x')})"
-            if floor == floor  # not NaN: the floor was measured
-            else "(no floor run)"
-        )
-        print(f"reconciler: {elapsed:7.1f} s until every pod exists, {against}", flush=True)
-        print(f"            meanwhile: {counts} (Lease renewals included)", flush=True)
-        latencies, missed = await status_latencies(user, namespace, args, settled)
+        print_throughput(figures.elapsed, floor, counts)
+        figures.latencies, missed = await status_latencies(user, namespace, args, settled)
         await asyncio.sleep(IDLE_PAUSE_S)
-        memory_at["idle"] = services.memory()
-    print_cpu(cpu_at, args.jobs)
-    p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
+        figures.memory_at["idle"] = services.memory()
+    print_cpu(figures.cpu_at, args.jobs)
+    p50, p99 = percentile(figures.latencies, 50), percentile(figures.latencies, 99)
     print(
         f"status:     pod Running -> job status shows it: p50 {p50 * 1000:.0f} ms, "
-        f"p99 {p99 * 1000:.0f} ms over {len(latencies)} pods, {missed} not within "
+        f"p99 {p99 * 1000:.0f} ms over {len(figures.latencies)} pods, {missed} not within "
         f"{SAMPLE_TIMEOUT:.0f} s ({goal(p99 < GOAL_P99_S and not missed, 'goal p99 < 200 ms')})"
     )
     pods = args.jobs * args.replicas
-    print_memory(memory_at, pods, args.jobs)
-    cached = memory_at["settled"]["reconciler"]["VmRSS"] - rss_before
+    print_memory(figures.memory_at, pods, args.jobs)
+    cached = figures.memory_at["settled"]["reconciler"]["VmRSS"] - rss_before
     print(
         f"per pod:    reconciler RSS {cached * 2**20 / pods:.0f} bytes a cached pod (its Service "
         f"and a share of its job included: {cached:.0f} MB over {pods} pods)"
     )
-    if seen.last is not None:
-        print(f"            one pod: {cached_pod_bytes(seen.last)}")
+    return figures
+
+
+def print_throughput(elapsed: float, floor: float, counts: str) -> None:
+    ratio = elapsed / floor
+    against = (
+        f"{ratio:.2f}x the floor ({goal(ratio <= GOAL_RATIO, f'goal <= {GOAL_RATIO}x')})"
+        if floor == floor  # not NaN: the floor was measured
+        else "(no floor run)"
+    )
+    print(f"reconciler: {elapsed:7.1f} s until every pod exists, {against}", flush=True)
+    print(f"            meanwhile: {counts} (Lease renewals included)", flush=True)
 
 
 def print_cpu(cpu_at: dict[str, dict[str, float]], jobs: int) -> None:
-    for moment, what in (("pods", "until every pod exists"), ("settled", "until statuses settle")):
+    for moment, what in MOMENTS:
         cpu = cpu_at[moment]
         total = sum(cpu.values())
         print(
@@ -488,7 +554,7 @@ def print_cpu(cpu_at: dict[str, dict[str, float]], jobs: int) -> None:
 
 def print_memory(memory_at: dict[str, dict[str, dict[str, float]]], pods: int, jobs: int) -> None:
     settled, idle = memory_at["settled"], memory_at["idle"]
-    for name in ("reconciler", "webhook"):
+    for name in SERVICE_NAMES:
         print(
             f"memory:     {name:10} peak RSS {idle[name]['VmHWM']:5.0f} MB, "
             f"{settled[name]['VmRSS']:5.0f} MB once settled, {idle[name]['VmRSS']:5.0f} MB idle"
@@ -513,6 +579,82 @@ def goal(met: bool, what: str) -> str:
     return f"meets {what}" if met else f"misses {what}"
 
 
+# -- the services of a revision ------------------------------------------------------------------
+
+
+def measure_services(
+    plane: ControlPlane,
+    kubeconfig: Path,
+    args: argparse.Namespace,
+    floor: float,
+    sources: Path | None = None,
+) -> RunFigures:
+    """A webhook and a reconciler started for this run, from `sources` (else the current tree)
+    with the same flags, measured in a namespace of their own, stopped after it. The namespace is
+    left for the caller: `delete_namespace` before the next run's services start."""
+    lease = "bench" if sources is None else "bench-baseline"
+    settings = [
+        *("--lease-name", lease, "--log-level", "INFO", "--workers", str(WORKERS)),
+        *("--qps", str(args.qps), "--burst", str(args.burst)),
+    ]
+    with contextlib.ExitStack() as stack:
+        with services_from(sources):
+            webhook = start_webhook(plane)
+            stack.callback(stop_webhook, plane, webhook)
+            reconciler = start_reconciler(plane, kubeconfig, lease, *settings)
+            stack.callback(reconciler.close)
+        namespace = new_namespace(plane, run_namespace(sources))
+        services = Services(reconciler, webhook)
+        figures = asyncio.run(measure_reconciler(plane, services, args, floor, namespace))
+    if sources is None and figures.last_pod is not None:  # the current tree's slim transform
+        print(f"            one pod: {cached_pod_bytes(figures.last_pod)}")
+    return figures
+
+
+def run_namespace(sources: Path | None) -> str:
+    return "bench-reconciler" if sources is None else "bench-baseline"
+
+
+def compared(current: RunFigures, baseline: RunFigures, jobs: int) -> list[Compared]:
+    """Each figure of the two runs, for the table of ratios."""
+    rows = [Compared("time until every pod exists", "s", current.elapsed, baseline.elapsed)]
+    for moment, what in MOMENTS:
+        for name in SERVICE_NAMES:
+            rows.append(
+                Compared(
+                    f"{name} CPU a job {what}",
+                    "ms",
+                    current.cpu_at[moment][name] / jobs * 1000,
+                    baseline.cpu_at[moment][name] / jobs * 1000,
+                )
+            )
+    for name in SERVICE_NAMES:
+        for field_name, what in (("VmHWM", "peak"), ("VmRSS", "idle")):
+            rows.append(
+                Compared(
+                    f"{name} {what} RSS",
+                    "MB",
+                    current.memory_at["idle"][name][field_name],
+                    baseline.memory_at["idle"][name][field_name],
+                )
+            )
+    peaks = [sum(run.peak_mb(name) for name in SERVICE_NAMES) for run in (current, baseline)]
+    rows.append(Compared("both services' peak RSS together", "MB", *peaks))
+    for percent in (50, 99):
+        rows.append(
+            Compared(
+                f"status latency p{percent}",
+                "ms",
+                percentile(current.latencies, percent) * 1000,
+                percentile(baseline.latencies, percent) * 1000,
+            )
+        )
+    return rows
+
+
+# -- main ----------------------------------------------------------------------------------------
+
+
 def main() -> None:
     args = parse()
     runtime_logging.configure("bench", "WARNING")  # the bench's own watches: problems only
@@ -525,28 +667,19 @@ def main() -> None:
         f"pods and as many services; client limit {limit} for "
         f"reconciler and floor; {WORKERS} workers each; webhook registered in both runs"
     )
-    with ControlPlane() as plane:
+    started = time.monotonic()
+    with ControlPlane() as plane, tempfile.TemporaryDirectory(prefix="torchjob-bench-") as tmp:
         install_crd(plane)
-        webhook = start_webhook(plane)
-        try:
-            kubeconfig = reconciler_kubeconfig(plane)
-            floor = (
-                float("nan")
-                if args.skip_floor
-                else asyncio.run(measure_floor(plane, webhook, kubeconfig, args))
-            )
-            settings = [
-                *("--lease-name", "bench", "--log-level", "INFO", "--workers", str(WORKERS)),
-                *("--qps", str(args.qps), "--burst", str(args.burst)),
-            ]
-            reconciler = start_reconciler(plane, kubeconfig, "bench", *settings)
-            try:
-                services = Services(reconciler, webhook)
-                asyncio.run(measure_reconciler(plane, services, args, floor))
-            finally:
-                reconciler.close()
-        finally:
-            stop_webhook(plane, webhook)
+        kubeconfig = reconciler_kubeconfig(plane)
+        floor = math.nan if args.skip_floor else measure_floor(plane, kubeconfig, args)
+        current = measure_services(plane, kubeconfig, args, floor)
+        if args.baseline:
+            sources = extract_services(args.baseline, Path(tmp))
+            delete_namespace(plane, run_namespace(None))
+            print(f"\nbaseline:   the reconciler and the webhook of {describe(args.baseline)}")
+            baseline = measure_services(plane, kubeconfig, args, floor, sources)
+            print_comparison(args.baseline, compared(current, baseline, args.jobs))
+    print(f"\nthe bench took {time.monotonic() - started:.0f} s")
     sys.stdout.flush()
 
 

@@ -5,6 +5,7 @@ plan and has the executor carry it out."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any
 
@@ -72,6 +73,13 @@ class Reconciler:
         # Each job's latest refusal and how many rounds in a row had one; the planner observes
         # the refusal until a round creates without one.
         self.refusals: dict[JobKey, tuple[Refusal, int]] = {}
+        self._watch_jobs(api, settings.kubeflow)
+        self._watch_owned(api, settings.scheduling.served)
+        metrics.COLLECTOR.source = self._cached_jobs
+
+    def _watch_jobs(self, api: KubeClient, kubeflow: bool) -> None:
+        """The informers on jobs: PyTorchTrainingJobs, and with `kubeflow` Kubeflow's
+        PyTorchJobs and their HorizontalPodAutoscalers."""
         self.jobs = Informer(
             api,
             JOBS,
@@ -88,7 +96,7 @@ class Reconciler:
                 on_update=self._job_updated,
                 on_delete=self._job_deleted,
             )
-            if settings.kubeflow
+            if kubeflow
             else None
         )
         # Their HorizontalPodAutoscalers (elasticPolicy.metrics).
@@ -102,9 +110,13 @@ class Reconciler:
                 on_update=self._autoscaler_updated,
                 on_delete=self._owned_changed,
             )
-            if settings.kubeflow
+            if kubeflow
             else None
         )
+
+    def _watch_owned(self, api: KubeClient, served: Collection[str]) -> None:
+        """The informers on what jobs own: pods, Services and the PodGroups of each kind the
+        apiserver serves, indexed by their controlling job's uid."""
         selector = constants.LABEL_JOB_NAME
         indexers = {OWNER_INDEX: controller_uid}
         self.pods = Informer(
@@ -139,9 +151,8 @@ class Reconciler:
                 on_delete=self._owned_changed,
             )
             for mode, kind in GROUP_KINDS.items()
-            if mode in settings.scheduling.served
+            if mode in served
         }
-        metrics.COLLECTOR.source = self._cached_jobs
 
     def _cached_jobs(self) -> list[dict[str, Any]] | None:
         """Every cached job, once the cache has synced (only a leader's does)."""
