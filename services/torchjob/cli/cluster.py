@@ -11,7 +11,8 @@ from torchjob.api import constants
 from torchjob.cli.manifest import AdmittedJob
 from torchjob.lifecycle.plan import Plan, plan
 from torchjob.lifecycle.round import Observed
-from torchjob.render.pod_rewrite import rewrite_replica_pod
+from torchjob.render.job_kinds import kind_of
+from torchjob.render.pod_rewrite import PreparedJob
 from torchjob.render.replica_objects import render_pod, render_service
 from torchjob.render.topology import Replica
 
@@ -29,7 +30,8 @@ def admitted_pod(
 ) -> dict[str, Any]:
     """The replica's pod as created by the reconciler and rewritten by the webhook."""
     pod = render_pod(job.meta, job.spec, replica, annotations, scheduler_name, job.api)
-    return rewrite_replica_pod(job.typed, pod, job.kubeflow_spec).pod
+    prepared = PreparedJob(job.typed)
+    return kind_of(job.api).rewrite_pod(prepared, job.kubeflow_spec or {}, pod).pod
 
 
 def dry_run_documents(job: AdmittedJob) -> list[dict[str, Any]]:

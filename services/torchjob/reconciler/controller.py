@@ -12,7 +12,7 @@ from typing import Any
 import structlog
 
 from torchjob.api import constants
-from torchjob.api.job_api import KUBEFLOW_JOB
+from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB
 from torchjob.api.kubeflow import (
     KUBEFLOW_SPEC,
     as_run,
@@ -99,6 +99,9 @@ class Reconciler:
             if kubeflow
             else None
         )
+        self.job_informers = {TRAINING_JOB: self.jobs}
+        if self.kubeflow_jobs is not None:
+            self.job_informers[KUBEFLOW_JOB] = self.kubeflow_jobs
         # Their HorizontalPodAutoscalers (elasticPolicy.metrics).
         self.autoscalers = (
             Informer(
@@ -220,7 +223,7 @@ class Reconciler:
 
     def _job(self, key: JobKey) -> dict[str, Any] | None:
         """The cached job of `key`; a Kubeflow job as the PyTorchTrainingJob that runs it."""
-        jobs = self.kubeflow_jobs if key.api.kubeflow else self.jobs
+        jobs = self.job_informers.get(key.api)
         found = jobs.get(key.namespace, key.name) if jobs is not None else None
         return as_run(found) if found is not None else None
 

@@ -20,8 +20,6 @@ import structlog
 
 from torchjob.api import constants
 from torchjob.api.job_api import api_of
-from torchjob.api.jsoncopy import merge_patched
-from torchjob.api.kubeflow import KUBEFLOW_SPEC, KUBEFLOW_STATUS
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.kube.client import KubeClient
 from torchjob.kube.errors import Conflict, KubeError, NotFound
@@ -37,7 +35,7 @@ from torchjob.lifecycle.plan import Plan
 from torchjob.lifecycle.status import ours
 from torchjob.lifecycle.times import format_time
 from torchjob.reconciler.metrics import JobMetrics
-from torchjob.render.kubeflow import kubeflow_status
+from torchjob.render.job_kinds import kind_of
 from torchjob.render.replica_objects import owner_reference, render_pod, render_service
 from torchjob.render.scheduling import (
     Gang,
@@ -140,13 +138,10 @@ class ReconcilerExecutor:
         # Lists (conditions, tasks) are replaced as a whole; status.tensorboard, which the
         # housekeeper writes, is never in `status` (lifecycle.status.ours), so it is left alone.
         meta, api, now = job["metadata"], api_of(job), datetime.now(UTC)
-        written = status
-        if api.kubeflow:
-            stored = job.get(KUBEFLOW_STATUS) or {}
-            spec = job.get(KUBEFLOW_SPEC) or {}
-            written = kubeflow_status(meta["name"], stored, status, format_time(now), spec)
-            # A second write in the same round (after a refusal) moves on from this one.
-            job[KUBEFLOW_STATUS] = merge_patched(stored, written)
+        kind = kind_of(api)
+        written = kind.shown_status(job, status, format_time(now))
+        # A second write in the same round (after a refusal) moves on from this one.
+        kind.remember_shown(job, written)
         await patch_status(self.resources, meta, written, api)
         self.metrics.written(meta, before, status, now)
 

@@ -13,10 +13,10 @@ from typing import Any
 from torchjob.api import constants
 from torchjob.api.admission import Request, Response, refuse
 from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB, JobApi, api_of
-from torchjob.api.kubeflow import as_training_job
 from torchjob.api.model import ModelError
 from torchjob.api.types import PyTorchTrainingJob
-from torchjob.render.pod_rewrite import PodRewriteError, PreparedJob, rewrite_replica_pod
+from torchjob.render.job_kinds import kind_of
+from torchjob.render.pod_rewrite import PodRewriteError, PreparedJob
 
 
 def job_name_of(pod: Any) -> str | None:
@@ -39,7 +39,7 @@ def job_api_of_pod(pod: Any) -> JobApi:
 def decode_job(job: dict[str, Any]) -> PreparedJob:
     """The typed job a pod is rendered from, prepared for rendering its replicas: the job
     itself, or for a Kubeflow PyTorchJob the PyTorchTrainingJob that runs it."""
-    typed = PyTorchTrainingJob.from_dict(as_training_job(job) if api_of(job).kubeflow else job)
+    typed = PyTorchTrainingJob.from_dict(kind_of(api_of(job)).training_job(job))
     return PreparedJob(typed)
 
 
@@ -81,8 +81,8 @@ def _rewrite(request: Request, job_obj: dict[str, Any], decode: JobDecoder) -> R
     if _controller_uid(pod) != job_uid:
         return refuse(request.uid, "the pod is not controlled by its job", 403, "Forbidden")
     try:
-        kubeflow_spec = (job_obj.get("spec") or {}) if api_of(job_obj).kubeflow else None
-        rewrite = rewrite_replica_pod(decode(job_obj), pod, kubeflow_spec)
+        own_spec = job_obj.get("spec") or {}
+        rewrite = kind_of(api_of(job_obj)).rewrite_pod(decode(job_obj), own_spec, pod)
     except (ModelError, PodRewriteError) as error:
         return refuse(request.uid, f"cannot render the replica: {error}", 422, "Invalid")
     return Response(request.uid, True, patch=rewrite.patch)

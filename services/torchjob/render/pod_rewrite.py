@@ -123,18 +123,6 @@ def rewrite_pod(job: PyTorchTrainingJob | PreparedJob, pod: dict[str, Any]) -> R
     return Rewrite(out, _patch(pod.get("spec") or {}, pod_spec))
 
 
-def rewrite_replica_pod(
-    job: PyTorchTrainingJob | PreparedJob,
-    pod: dict[str, Any],
-    kubeflow_spec: Mapping[str, Any] | None,
-) -> Rewrite:
-    """The rewrite of a replica's pod: `rewrite_kubeflow_pod` when the job is a Kubeflow
-    PyTorchJob (`kubeflow_spec` its own spec), else `rewrite_pod`."""
-    if kubeflow_spec is not None:
-        return rewrite_kubeflow_pod(job, kubeflow_spec, pod)
-    return rewrite_pod(job, pod)
-
-
 def rewrite_kubeflow_pod(
     job: PyTorchTrainingJob | PreparedJob, kubeflow_spec: Mapping[str, Any], pod: dict[str, Any]
 ) -> Rewrite:

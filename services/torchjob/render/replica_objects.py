@@ -14,7 +14,7 @@ from torchjob.api.job_api import TRAINING_JOB, JobApi
 from torchjob.api.jsoncopy import json_copy
 from torchjob.api.objects import OwnerReference
 from torchjob.api.types import PyTorchTrainingJobSpec
-from torchjob.render.kubeflow import kubeflow_labels
+from torchjob.render.job_kinds import kind_of
 from torchjob.render.topology import DEFAULT_MASTER_PORT, MASTER_PORT_NAME, Replica, replica_name
 
 
@@ -38,10 +38,7 @@ def replica_labels(job_name: str, replica: Replica, api: JobApi = TRAINING_JOB) 
     }
     if replica.is_master:
         labels[constants.LABEL_JOB_ROLE] = constants.JOB_ROLE_MASTER
-    if api.kubeflow:
-        labels.update(kubeflow_labels(job_name, replica))
-    else:
-        labels[constants.LABEL_T9K_OWNER] = job_name
+    labels.update(kind_of(api).own_labels(job_name, replica))
     return labels
 
 
