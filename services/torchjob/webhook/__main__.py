@@ -7,7 +7,8 @@ from aiohttp import web
 
 import torchjob.runtime.lean_imports  # noqa: F401  (first: the libraries without unused parts)
 from torchjob.runtime import logging as runtime_logging
-from torchjob.webhook.app import TLS, init_app
+from torchjob.webhook.app import init_app
+from torchjob.webhook.keys import TLS
 from torchjob.webhook.settings import parse
 
 
