@@ -79,11 +79,12 @@ pod-schema: $(STAMP) ## regenerate api/pod_schema.py (the Pod fields admission c
 	$(BIN)/ruff format --quiet services/torchjob/api/pod_schema.py
 
 .PHONY: lint
-lint: $(STAMP) ## ruff, mypy (strict) and the layer contracts
+lint: $(STAMP) ## ruff, mypy (strict), the layer contracts and the code rules (tools/code_rules.py)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python tools/code_rules.py services
 
 .PHONY: unit
 unit: $(STAMP) ## unit tests only (no cluster)

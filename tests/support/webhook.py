@@ -26,17 +26,17 @@ from torchjob.api import constants
 from torchjob.kube.informer import Informer, KubeObject
 from torchjob.runtime import logging as runtime_logging
 from torchjob.webhook import settings as webhook_settings
-from torchjob.webhook.app import (
+from torchjob.webhook.bounds import Admissions
+from torchjob.webhook.job_cache import DecodedJobs
+from torchjob.webhook.keys import (
     ADMISSION_LOG,
     ADMISSIONS_BOUND,
     DECODED_JOBS,
     JOBS,
     KUBEFLOW_JOBS,
     SETTINGS,
-    Admissions,
-    DecodedJobs,
-    add_admission_routes,
 )
+from torchjob.webhook.routes import add_admission_routes
 from torchjob.webhook.settings import Limits
 
 RECONCILER = "system:serviceaccount:torchjob:torchjob-reconciler"

@@ -29,15 +29,18 @@ from support.webhook import (
 from torchjob.api import admission
 from torchjob.kube.client import KubeClient
 from torchjob.kube.credentials import Credentials, StaticToken, tls_context
-from torchjob.webhook import app as webhook_app
+from torchjob.webhook import routes as webhook_routes
 from torchjob.webhook import settings as webhook_settings
-from torchjob.webhook.app import (
-    ADMISSIONS_BOUND,
+from torchjob.webhook.bounds import (
     INLINE_BYTES,
+    MAX_JOB_LOOKUPS,
     SMALL_RESERVE_BYTES,
     Admissions,
-    _route,
+    TooLate,
+    Work,
 )
+from torchjob.webhook.keys import ADMISSIONS_BOUND, API
+from torchjob.webhook.routes import Answer, Route
 from torchjob.webhook.settings import Limits
 
 VALIDATE = "/validate/pytorchtrainingjobs"
@@ -115,22 +118,18 @@ async def test_bodies_beyond_the_bound_in_flight_are_told_to_retry() -> None:
         await _until(lambda: bound.inflight == 0)
 
 
-async def test_an_admission_with_no_room_left_is_told_to_retry_without_its_at_once_answer() -> None:
-    """The at-once answer takes no share of the bound, but needs the room for one: one byte short
-    of it, the admission is refused with a 429 and neither answer is called; with just the room,
-    it is answered at once."""
+async def test_an_admission_with_no_room_left_is_told_to_retry_unanswered() -> None:
+    """An ordinary admission holds its share of the bound only while it is answered, but needs
+    the room for one: one byte short of it, the admission is refused with a 429 and the answer is
+    not called; with just the room, it is answered, and its share given back."""
     called: list[str] = []
 
-    def at_once(_: web.Application, body: Any) -> dict[str, Any] | None:
-        called.append("at once")
-        return {"response": {"uid": body["request"]["uid"], "allowed": True}}
-
-    async def answer(_: web.Application, body: Any) -> dict[str, Any]:
+    def answer(_: web.Application, body: Any, __: Any) -> dict[str, Any]:
         called.append("answer")
         return {"response": {"uid": body["request"]["uid"], "allowed": True}}
 
     app = admission_app(SMALL)
-    app.router.add_post("/x", _route("x", answer, at_once=at_once))
+    app.router.add_post("/x", Route("x", answer).serve)
     bound = app[ADMISSIONS_BOUND]
     body = orjson.dumps(review(JOB))
     full = SMALL.max_inflight_bytes + SMALL_RESERVE_BYTES
@@ -145,7 +144,7 @@ async def test_an_admission_with_no_room_left_is_told_to_retry_without_its_at_on
         answered = await client.post("/x", data=body)
         assert answered.status == 200
         assert (await answered.json())["response"]["allowed"] is True
-        assert called == ["at once"]
+        assert called == ["answer"]
         assert bound.inflight == full - len(body)
         bound.inflight = 0
 
@@ -161,7 +160,7 @@ async def test_a_large_body_is_answered_off_the_loop() -> None:
 
     async with serving(admission_app(SMALL)) as client:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(webhook_app, "handle", spy)
+            patch.setattr(webhook_routes, "handle", spy)
             for job in (JOB, padded_job(INLINE_BYTES * 2)):
                 response = await client.post(VALIDATE, data=orjson.dumps(review(job)))
                 assert (await response.json())["response"]["allowed"] is True
@@ -173,11 +172,17 @@ async def test_a_large_body_is_answered_off_the_loop() -> None:
 
 
 async def test_a_handler_out_of_time_is_refused_with_the_uid() -> None:
-    async def stuck(_: web.Application, body: Any) -> dict[str, Any]:
-        await asyncio.sleep(3600)
+    async def stuck(_: web.Application, body: Any, work: Work) -> None:
+        async with work.handler_timeout():
+            await asyncio.sleep(3600)
         raise AssertionError("not reached")
 
-    async with serving(_one_route(stuck, SMALL)) as client:
+    def unreached(_: web.Application, body: Any, __: Any) -> dict[str, Any]:
+        raise AssertionError("not reached")
+
+    app = admission_app(SMALL)
+    app.router.add_post("/x", Route("x", unreached, look_up=stuck).serve)
+    async with serving(app) as client:
         response = await asyncio.wait_for(client.post("/x", data=orjson.dumps(review(JOB))), WAIT)
         assert response.status == 200
         answer = (await response.json())["response"]
@@ -197,14 +202,14 @@ async def test_slow_work_in_the_worker_neither_holds_the_loop_nor_the_answer() -
         release.wait(WAIT)
         return {"response": {"uid": "late", "allowed": True}}
 
-    async def answer(_: web.Application, body: Any) -> dict[str, Any]:
-        return await webhook_app._compute(lambda: slow(body, None))
+    def answer(_: web.Application, body: Any, __: Any) -> dict[str, Any]:
+        return slow(body, None)
 
-    async def quick(_: web.Application, body: Any) -> dict[str, Any]:
+    def quick(_: web.Application, body: Any, __: Any) -> dict[str, Any]:
         return {"response": {"uid": body["request"]["uid"], "allowed": True}}
 
     app = _one_route(answer, SMALL)
-    app.router.add_post("/quick", _route("quick", quick))
+    app.router.add_post("/quick", Route("quick", quick).serve)
     async with serving(app) as client:
         bound = app[ADMISSIONS_BOUND]
         large = orjson.dumps(review(padded_job(INLINE_BYTES * 2)))
@@ -223,18 +228,18 @@ async def test_slow_work_in_the_worker_neither_holds_the_loop_nor_the_answer() -
 async def test_work_the_worker_reaches_too_late_is_dropped() -> None:
     bound = Admissions(SMALL)
     try:
-        work = webhook_app.Work(bound, INLINE_BYTES * 2, INLINE_BYTES * 2, timeout=0)
+        work = Work(bound, INLINE_BYTES * 2, timeout=0)
         ran: list[bool] = []
-        with pytest.raises(webhook_app.TooLate):
+        with pytest.raises(TooLate):
             await work.compute(lambda: ran.append(True))
         assert ran == []
     finally:
         bound.close()
 
 
-def _one_route(answer: webhook_app.Answer, limits: Limits) -> web.Application:
+def _one_route(answer: Answer, limits: Limits) -> web.Application:
     app = admission_app(limits)
-    app.router.add_post("/x", _route("x", answer))
+    app.router.add_post("/x", Route("x", answer).serve)
     return app
 
 
@@ -259,7 +264,7 @@ async def test_pods_of_uncached_jobs_wait_on_a_bounded_number_of_lookups() -> No
     is refused with a 429 the reconciler retries, and nothing is fetched."""
     app = admission_app(SMALL, job=None)
     async with serving(app) as client:
-        app[ADMISSIONS_BOUND].lookups = webhook_app.MAX_JOB_LOOKUPS
+        app[ADMISSIONS_BOUND].lookups = MAX_JOB_LOOKUPS
         pod = review(replica_pod(), user=RECONCILER)
         response = await client.post("/mutate/pods", data=orjson.dumps(pod))
         answer = (await response.json())["response"]
@@ -301,7 +306,7 @@ async def test_a_pod_whose_job_lookup_hangs_is_answered_at_the_handler_timeout()
     port = apiserver.sockets[0].getsockname()[1]
     credentials = Credentials(f"http://127.0.0.1:{port}", tls_context(), StaticToken(None))
     app = admission_app(SMALL, job=None)
-    app[webhook_app.API] = KubeClient(credentials)
+    app[API] = KubeClient(credentials)
     try:
         async with serving(app) as client:
             pod = review(replica_pod(), user=RECONCILER)
@@ -313,7 +318,7 @@ async def test_a_pod_whose_job_lookup_hangs_is_answered_at_the_handler_timeout()
         assert answer["uid"] == "r1"
         assert (answer["allowed"], answer["status"]["code"]) == (False, 504)
     finally:
-        await app[webhook_app.API].close()
+        await app[API].close()
         apiserver.close()
         for writer in accepted:
             writer.close()
@@ -331,7 +336,7 @@ async def test_a_large_job_validated_too_slowly_is_refused_at_the_handler_timeou
         release.wait(WAIT)
         return admission.handle(body, handler)
 
-    monkeypatch.setattr(webhook_app, "handle", slow)
+    monkeypatch.setattr(webhook_routes, "handle", slow)
     try:
         async with serving(admission_app(SMALL)) as client:
             large = orjson.dumps(review(padded_job(INLINE_BYTES * 2)))

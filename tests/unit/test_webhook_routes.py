@@ -24,21 +24,15 @@ from support.webhook import KUBEFLOW_JOB, RECONCILER, admission_app, kubeflow_re
 from support.webhook import serving as serving_app
 
 from torchjob.runtime.logging import merge_request
-from torchjob.webhook.app import (
-    ADMISSION_LOG,
-    ADMISSIONS,
-    ADMISSIONS_BOUND,
-    Admissions,
-    Answer,
-    AtOnce,
-    _route,
-)
+from torchjob.webhook.bounds import Admissions, Work
+from torchjob.webhook.keys import ADMISSION_LOG, ADMISSIONS_BOUND
+from torchjob.webhook.routes import ADMISSIONS, Answer, LookUp, Route
 from torchjob.webhook.settings import Limits
 
 REVIEW = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}
 
 
-async def _failing(_: web.Application, body: Any) -> dict[str, Any]:
+def _failing(_: web.Application, body: Any, __: Any) -> dict[str, Any]:
     raise RuntimeError("boom")
 
 
@@ -47,50 +41,58 @@ def _logged_context() -> Any:
     return merge_request(None, "info", structlog.contextvars.get_contextvars())
 
 
-async def _context_echo(_: web.Application, body: Any) -> dict[str, Any]:
+def _context_echo(_: web.Application, body: Any, found: Any) -> dict[str, Any]:
     bound = _logged_context()
     uid = body["request"]["uid"]
-    response = {"uid": uid, "allowed": True, "warnings": [f"bound uid {bound.get('uid')}"]}
-    return {**REVIEW, "response": response}
+    warnings = [f"bound uid {bound.get('uid')}"]
+    if found is not None:
+        warnings.append(f"looked up {found}")
+    return {**REVIEW, "response": {"uid": uid, "allowed": True, "warnings": warnings}}
 
 
-def _context_echo_at_once(_: web.Application, body: Any) -> dict[str, Any] | None:
-    bound = _logged_context()
-    uid = body["request"]["uid"]
-    response = {"uid": uid, "allowed": True, "warnings": [f"at once, bound uid {bound.get('uid')}"]}
-    return {**REVIEW, "response": response}
+async def _context_look_up(_: web.Application, body: Any, work: Work) -> Any:
+    """A look-up that waits, and finds the uid bound while it does."""
+    async with work.handler_timeout():
+        await asyncio.sleep(0)
+    return f"with bound uid {_logged_context().get('uid')}"
 
 
-def _failing_at_once(_: web.Application, body: Any) -> dict[str, Any] | None:
-    raise RuntimeError("boom at once")
-
-
-def _waiting_at_once(_: web.Application, body: Any) -> dict[str, Any] | None:
-    return None
+async def _failing_look_up(_: web.Application, body: Any, work: Work) -> Any:
+    raise RuntimeError("boom in the look-up")
 
 
 class Post(Protocol):
     async def __call__(self, uid: str, **fields: Any) -> dict[str, Any]: ...
 
 
-@contextlib.asynccontextmanager
-async def serving(answer: Answer, at_once: AtOnce | None = None) -> AsyncIterator[Post]:
-    """`answer` (and `at_once`) behind the webhook's route on a loopback port; yields a function
-    that posts a review with the given uid (and further request `fields`) and returns the review
-    that came back."""
+def _bare_app() -> web.Application:
+    """An application with no route yet, bounded by the default limits."""
     app = web.Application()
     app[ADMISSION_LOG] = structlog.get_logger().bind()
-    app.router.add_post("/x", _route("x", answer, at_once=at_once))
-    async with TestClient(TestServer(app)) as client:
+    app[ADMISSIONS_BOUND] = Admissions(Limits())
+    return app
 
-        async def post(uid: str, **fields: Any) -> dict[str, Any]:
-            body = {**REVIEW, "request": {"uid": uid, **fields}}
-            response = await client.post("/x", data=orjson.dumps(body))
-            assert response.status == 200
-            review: dict[str, Any] = orjson.loads(await response.read())
-            return review
 
-        yield post
+@contextlib.asynccontextmanager
+async def serving(answer: Answer, look_up: LookUp | None = None) -> AsyncIterator[Post]:
+    """`answer` (after `look_up`) behind the webhook's route on a loopback port; yields a
+    function that posts a review with the given uid (and further request `fields`) and returns
+    the review that came back."""
+    app = _bare_app()
+    app.router.add_post("/x", Route("x", answer, look_up).serve)
+    try:
+        async with TestClient(TestServer(app)) as client:
+
+            async def post(uid: str, **fields: Any) -> dict[str, Any]:
+                body = {**REVIEW, "request": {"uid": uid, **fields}}
+                response = await client.post("/x", data=orjson.dumps(body))
+                assert response.status == 200
+                review: dict[str, Any] = orjson.loads(await response.read())
+                return review
+
+            yield post
+    finally:
+        app[ADMISSIONS_BOUND].close()
 
 
 @pytest.mark.asyncio
@@ -113,12 +115,14 @@ async def test_each_request_is_answered_with_its_own_uid_bound() -> None:
 @pytest.mark.asyncio
 async def test_the_request_binding_is_gone_once_answered() -> None:
     """Called in this test's own task: whatever the route left bound would still be here."""
-    app = web.Application()
-    app[ADMISSION_LOG] = structlog.get_logger().bind()
-    for answer in (_context_echo, _failing):
-        serve = _route("x", answer)
-        await serve(posted(app, {**REVIEW, "request": {"uid": "u-2"}}))
-        assert _logged_context().get("uid") is None
+    app = _bare_app()
+    try:
+        for answer in (_context_echo, _failing):
+            serve = Route("x", answer).serve
+            await serve(posted(app, {**REVIEW, "request": {"uid": "u-2"}}))
+            assert _logged_context().get("uid") is None
+    finally:
+        app[ADMISSIONS_BOUND].close()
 
 
 def posted(app: web.Application, review: dict[str, Any]) -> web.Request:
@@ -132,20 +136,20 @@ def posted(app: web.Application, review: dict[str, Any]) -> web.Request:
     return make_mocked_request("POST", "/x", headers=headers, app=app, payload=payload)
 
 
-# --- the at-once answer ----------------------------------------------------------------------
+# --- the look-up before the answer ----------------------------------------------------------
 
 
-async def _allowing(_: web.Application, body: Any) -> dict[str, Any]:
+def _allowing(_: web.Application, body: Any, __: Any) -> dict[str, Any]:
     return {**REVIEW, "response": {"uid": body["request"]["uid"], "allowed": True}}
 
 
 @pytest.mark.asyncio
-async def test_an_at_once_answer_that_raises_is_a_refusal_with_the_uid() -> None:
+async def test_a_look_up_that_raises_is_a_refusal_with_the_uid() -> None:
     with capture_logs(processors=[merge_request]) as logs:
-        async with serving(_allowing, at_once=_failing_at_once) as post:
+        async with serving(_allowing, look_up=_failing_look_up) as post:
             answer = (await post("u-3"))["response"]
     assert answer["uid"] == "u-3"
-    assert answer["allowed"] is False  # not answered again by the allowing `answer`
+    assert answer["allowed"] is False  # not answered by the allowing `answer`
     assert answer["status"]["code"] == 500
     assert answer["status"]["reason"] == "InternalError"
     assert "see its log" in answer["status"]["message"]
@@ -156,25 +160,28 @@ async def test_an_at_once_answer_that_raises_is_a_refusal_with_the_uid() -> None
 
 
 @pytest.mark.asyncio
-async def test_an_at_once_answer_that_must_wait_leaves_the_body_parsed_once_to_the_answer() -> None:
+async def test_a_look_up_that_waits_leaves_the_body_parsed_once_to_the_answer() -> None:
     seen: list[tuple[str, Any]] = []
 
-    def at_once(_: web.Application, body: Any) -> dict[str, Any] | None:
-        seen.append(("at once", body))
-        return None
+    async def look_up(_: web.Application, body: Any, work: Work) -> Any:
+        seen.append(("look-up", body))
+        async with work.handler_timeout():
+            await asyncio.sleep(0)
+        return "found"
 
-    async def answer(_: web.Application, body: Any) -> dict[str, Any]:
+    def answer(_: web.Application, body: Any, found: Any) -> dict[str, Any]:
         seen.append(("answer", body))
         request = body["request"]
-        response = {"uid": request["uid"], "allowed": True, "warnings": [request["pad"]]}
+        response = {"uid": request["uid"], "allowed": True, "warnings": [request["pad"], found]}
         return {**REVIEW, "response": response}
 
     pad = "p" * 8192
     before = _answered("x", "allowed")
-    async with serving(answer, at_once=at_once) as post:
+    async with serving(answer, look_up=look_up) as post:
         response = (await post("u-4", pad=pad))["response"]
-    assert (response["uid"], response["allowed"], response["warnings"]) == ("u-4", True, [pad])
-    assert [by for by, _ in seen] == ["at once", "answer"]
+    assert (response["uid"], response["allowed"]) == ("u-4", True)
+    assert response["warnings"] == [pad, "found"]
+    assert [by for by, _ in seen] == ["look-up", "answer"]
     assert seen[0][1] is seen[1][1], "the body was parsed again"
     assert _answered("x", "allowed") == before + 1
 
@@ -185,26 +192,33 @@ def _answered(endpoint: str, outcome: str) -> float:
 
 
 @pytest.mark.asyncio
-async def test_each_request_answered_at_once_has_its_own_uid_bound() -> None:
-    async with serving(_failing, at_once=_context_echo_at_once) as post:
-        warnings = [(await post(uid))["response"]["warnings"][0] for uid in ("third", "fourth")]
-    assert warnings == ["at once, bound uid third", "at once, bound uid fourth"]
+async def test_each_request_looked_up_has_its_own_uid_bound() -> None:
+    async with serving(_context_echo, look_up=_context_look_up) as post:
+        warnings = [(await post(uid))["response"]["warnings"] for uid in ("third", "fourth")]
+    assert warnings == [
+        ["bound uid third", "looked up with bound uid third"],
+        ["bound uid fourth", "looked up with bound uid fourth"],
+    ]
 
 
 @pytest.mark.asyncio
-async def test_the_at_once_path_leaves_nothing_bound_once_answered() -> None:
-    """Called in this test's own task, as above; whether answered at once, refused for raising,
-    or handed on to the ordinary answer, nothing stays bound, nor any of the bound taken."""
-    app = web.Application()
-    app[ADMISSION_LOG] = structlog.get_logger().bind()
-    admissions = app[ADMISSIONS_BOUND] = Admissions(Limits())
+async def test_every_route_leaves_nothing_bound_once_answered() -> None:
+    """Called in this test's own task, as above; whether answered, refused for raising, or
+    answered after a look-up that waited, nothing stays bound, nor any of the bound taken."""
+    app = _bare_app()
+    admissions = app[ADMISSIONS_BOUND]
+    routes = (
+        Route("x", _context_echo),
+        Route("x", _failing),
+        Route("x", _allowing, look_up=_failing_look_up),
+        Route("x", _context_echo, look_up=_context_look_up),
+    )
     try:
-        for at_once in (_context_echo_at_once, _failing_at_once, _waiting_at_once):
-            called: list[str] = []
-            serve = _route("x", _context_echo, at_once=_recorded(at_once, called))
-            response = await serve(posted(app, {**REVIEW, "request": {"uid": "u-5"}}))
+        for route in routes:
+            response = await route.serve(posted(app, {**REVIEW, "request": {"uid": "u-5"}}))
             assert response.status == 200
-            assert called == ["u-5"]
+            assert isinstance(response.body, bytes)
+            assert orjson.loads(response.body)["response"]["uid"] == "u-5"
             assert _logged_context().get("uid") is None
             assert admissions.inflight == 0
     finally:
@@ -261,13 +275,3 @@ async def _posted(client: Any, path: str, body: dict[str, Any]) -> dict[str, Any
     assert response.status == 200
     answer: dict[str, Any] = orjson.loads(await response.read())["response"]
     return answer
-
-
-def _recorded(at_once: AtOnce, called: list[str]) -> AtOnce:
-    """`at_once`, noting in `called` the uid of each request it is called for."""
-
-    def recorded(app: web.Application, body: Any) -> dict[str, Any] | None:
-        called.append(body["request"]["uid"])
-        return at_once(app, body)
-
-    return recorded
