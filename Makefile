@@ -67,11 +67,12 @@ demo-cluster: node-up ## on the real node: apply examples/mnist-ddp/job.yaml, wa
 	hack/demo-cluster.sh
 
 .PHONY: generate
-generate: $(STAMP) ## regenerate the CRDs, the Python API models and their API references from proto/
+generate: $(STAMP) ## regenerate the CRDs, the Python API models and their API references from proto/, and docs/settings.md
 	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=tools/codegen proto/schema_options.proto
 	$(BIN)/python -m grpc_tools.protoc -Iproto --plugin=protoc-gen-torchjob=tools/protoc-gen-torchjob \
 		--torchjob_out=. $(filter-out proto/schema_options.proto,$(PROTO_FILES))
 	$(BIN)/ruff format --quiet services/torchjob/api/types.py services/torchjob/api/kubeflow_types.py
+	$(BIN)/python tools/settings_doc.py > docs/settings.md
 
 .PHONY: pod-schema
 pod-schema: $(STAMP) ## regenerate api/pod_schema.py (the Pod fields admission checks) from the Kubernetes OpenAPI

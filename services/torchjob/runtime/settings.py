@@ -40,6 +40,8 @@ class Setting:
     choices: tuple[str, ...] = ()
     # A check of the parsed value: the problem, or None.
     check: Callable[[Any], str | None] | None = None
+    # The default as docs/settings.md states it, where it depends on the machine.
+    documented_default: str = ""
 
     @property
     def field(self) -> str:
@@ -143,6 +145,7 @@ def leader_settings(service: str, default_workers: int) -> tuple[Setting, ...]:
             f"{PREFIX}POD_NAME",
             socket.gethostname(),
             "this candidate's name in the Lease",
+            documented_default="the host name",
         ),
         # kube-controller-manager's flags and defaults: a standby takes over at most about
         # lease-duration + retry-period after the leader vanishes; the leader stops acting once

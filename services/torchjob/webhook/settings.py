@@ -108,10 +108,30 @@ def declared(environ: Mapping[str, str]) -> tuple[Setting, ...]:
     limits = Limits()
     return (
         *common_settings("the namespace the webhook runs in"),
-        Setting("--service-name", f"{PREFIX}WEBHOOK_SERVICE", "torchjob-webhook"),
-        Setting("--secret-name", f"{PREFIX}WEBHOOK_SECRET", "torchjob-webhook-tls"),
-        Setting("--mutating-config", f"{PREFIX}MUTATING_CONFIG", "torchjob-mutating"),
-        Setting("--validating-config", f"{PREFIX}VALIDATING_CONFIG", "torchjob-validating"),
+        Setting(
+            "--service-name",
+            f"{PREFIX}WEBHOOK_SERVICE",
+            "torchjob-webhook",
+            "the webhook's Service, named in its serving certificate",
+        ),
+        Setting(
+            "--secret-name",
+            f"{PREFIX}WEBHOOK_SECRET",
+            "torchjob-webhook-tls",
+            "the Secret the webhook keeps its CA and serving certificate in",
+        ),
+        Setting(
+            "--mutating-config",
+            f"{PREFIX}MUTATING_CONFIG",
+            "torchjob-mutating",
+            "the MutatingWebhookConfiguration its CA is patched into ('' for none)",
+        ),
+        Setting(
+            "--validating-config",
+            f"{PREFIX}VALIDATING_CONFIG",
+            "torchjob-validating",
+            "the ValidatingWebhookConfiguration its CA is patched into ('' for none)",
+        ),
         Setting("--extra-dns-names", f"{PREFIX}WEBHOOK_DNS_NAMES", "", "comma-separated"),
         Setting("--ip-addresses", f"{PREFIX}WEBHOOK_IPS", "", "comma-separated SAN IPs"),
         Setting(
@@ -119,6 +139,7 @@ def declared(environ: Mapping[str, str]) -> tuple[Setting, ...]:
             f"{PREFIX}POD_CREATORS",
             reconciler,
             "comma-separated usernames allowed to create pods carrying the job label",
+            documented_default="system:serviceaccount:<namespace>:torchjob-reconciler",
         ),
         Setting("--host", f"{PREFIX}WEBHOOK_HOST", "0.0.0.0", "the address admissions come to"),
         Setting("--port", f"{PREFIX}WEBHOOK_PORT", 9443, "the HTTPS port admissions come to"),
