@@ -101,11 +101,40 @@ def _csv(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
+_LIMITS = Limits()
+# What one admission may cost (Limits), gathered into Settings.limits.
+LIMIT_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "--max-body-bytes",
+        f"{PREFIX}WEBHOOK_MAX_BODY_BYTES",
+        _LIMITS.max_body_bytes,
+        "the largest admission body read; larger ones are refused with 413",
+    ),
+    Setting(
+        "--max-inflight-bytes",
+        f"{PREFIX}WEBHOOK_MAX_INFLIGHT_BYTES",
+        _LIMITS.max_inflight_bytes,
+        "the admission bodies handled at once, in bytes; beyond it 429 with Retry-After",
+    ),
+    Setting(
+        "--read-timeout-seconds",
+        f"{PREFIX}WEBHOOK_READ_TIMEOUT",
+        _LIMITS.read_timeout_seconds,
+        "how long a request's body may take to arrive",
+    ),
+    Setting(
+        "--handler-timeout-seconds",
+        f"{PREFIX}WEBHOOK_HANDLER_TIMEOUT",
+        _LIMITS.handler_timeout_seconds,
+        "how long a request may take to be answered; keep it below the webhook's timeoutSeconds",
+    ),
+)
+
+
 def declared(environ: Mapping[str, str]) -> tuple[Setting, ...]:
     # The reconciler's ServiceAccount, in the namespace the environment names, unless told.
     namespace = environ.get(f"{PREFIX}NAMESPACE", "torchjob-system")
     reconciler = f"system:serviceaccount:{namespace}:torchjob-reconciler"
-    limits = Limits()
     return (
         *common_settings("the namespace the webhook runs in"),
         Setting(
@@ -151,40 +180,11 @@ def declared(environ: Mapping[str, str]) -> tuple[Setting, ...]:
             3600.0,
             "how often the serving certificate is checked for renewal",
         ),
-        Setting(
-            "--max-body-bytes",
-            f"{PREFIX}WEBHOOK_MAX_BODY_BYTES",
-            limits.max_body_bytes,
-            "the largest admission body read; larger ones are refused with 413",
-        ),
-        Setting(
-            "--max-inflight-bytes",
-            f"{PREFIX}WEBHOOK_MAX_INFLIGHT_BYTES",
-            limits.max_inflight_bytes,
-            "the admission bodies handled at once, in bytes; beyond it 429 with Retry-After",
-        ),
-        Setting(
-            "--read-timeout-seconds",
-            f"{PREFIX}WEBHOOK_READ_TIMEOUT",
-            limits.read_timeout_seconds,
-            "how long a request's body may take to arrive",
-        ),
-        Setting(
-            "--handler-timeout-seconds",
-            f"{PREFIX}WEBHOOK_HANDLER_TIMEOUT",
-            limits.handler_timeout_seconds,
-            "how long a request may take to be answered; keep it below the webhook's "
-            "timeoutSeconds",
-        ),
+        *LIMIT_SETTINGS,
     )
 
 
-LIMIT_FIELDS = (
-    "max_body_bytes",
-    "max_inflight_bytes",
-    "read_timeout_seconds",
-    "handler_timeout_seconds",
-)
+LIMIT_FIELDS = tuple(setting.field for setting in LIMIT_SETTINGS)
 
 
 def parse(argv: list[str] | None = None) -> Settings:
