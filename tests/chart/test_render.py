@@ -30,7 +30,7 @@ from support.helm import (
 from torchjob.api import constants
 from torchjob.housekeeper import settings as housekeeper_settings
 from torchjob.reconciler import settings as reconciler_settings
-from torchjob.runtime.settings import SET_IN_EVERY_POD, undeclared_variables
+from torchjob.runtime.settings import PREFIX, SET_IN_EVERY_POD, undeclared_variables
 from torchjob.webhook import settings as webhook_settings
 
 CRD = REPO_ROOT / "crds" / "batch.tensorstack.dev_pytorchtrainingjobs.yaml"
@@ -224,9 +224,11 @@ def test_rendered_arguments_are_what_the_services_accept(
     parsed: dict[str, Any] = {}
     for part, command in commands.items():
         assert command.module == f"torchjob.{part}"
-        # Every setting is a flag; the environment holds what the kubelet fills in, and no
-        # variable the service does not declare (a misspelling would be read by nothing).
-        assert set(command.env) <= SET_IN_EVERY_POD, part
+        # Every setting is a flag: of our variables, the chart sets only what the kubelet fills
+        # in (a user's extraEnv aside), and none the service does not declare (a misspelling
+        # would be read by nothing).
+        ours = {name for name in command.env if name.startswith(PREFIX)}
+        assert ours <= SET_IN_EVERY_POD, part
         assert undeclared_variables(command.env, DECLARED[command.module]()) == [], part
         parse = PARSERS[command.module]
         for key, value in command.env.items():
@@ -262,7 +264,10 @@ def test_rendered_arguments_are_what_the_services_accept(
     assert reconciler.identity == "reconciler-pod"
     lease_rules = rules_of(component(manifests, "Role", "reconciler"))
     assert grants(lease_rules, "coordination.k8s.io", "leases", "patch", reconciler.lease_name)
-    assert (reconciler.qps, reconciler.burst, reconciler.restart_backoff) == (50, 100, 10)
+    flags = commands["reconciler"]
+    assert reconciler.qps == float(flags.arg("--qps"))
+    assert reconciler.burst == int(flags.arg("--burst"))
+    assert reconciler.restart_backoff == float(flags.arg("--restart-backoff"))
     housekeeper = commands["housekeeper"]
     lease = housekeeper.arg("--lease-name")
     assert grants(
