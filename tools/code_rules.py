@@ -3,7 +3,7 @@ import-linter check:
 
 - no `exec` or `eval`: code a reader cannot find in a file, and tracebacks that point at <string>;
 - no private name of another project: neither imported (`from x import _y`, `import x._y`) nor
-  read as an attribute (`parser._actions`) unless our own code defines that name, and no
+  read as an attribute (`parser._actions`) unless the same module defines that name, and no
   attribute of an imported module assigned (`pool.ThreadPool = ...`), and no entry of
   `sys.modules` written: each of these breaks silently on the other project's next release;
 - no function over 60 lines, except an argparse table (a function that is mostly
@@ -157,9 +157,10 @@ def long_functions(tree: ast.Module) -> Iterator[tuple[int, str]]:
 
 def breaches(paths: list[Path]) -> list[Breach]:
     trees = {path: ast.parse(path.read_text(), str(path)) for path in paths}
-    ours = names_we_define(trees.values())
     found: list[Breach] = []
     for path, tree in trees.items():
+        # A private name is read where it is defined: in its own module.
+        ours = names_we_define([tree])
         checks = [exec_or_eval(tree), foreign_private_names(tree, ours)]
         lines = len(path.read_text().splitlines())
         if not is_generated(tree):

@@ -18,9 +18,10 @@ Generated from the declarations in `services/torchjob/runtime/settings.py` and e
 `settings.py` by `tools/settings_doc.py` (`make generate`); do not edit.
 
 Each setting is a flag; its environment variable, when set, changes the default, and the flag
-wins over it. The Helm chart passes every setting as a flag (its values are in
-`charts/torchjob/values.yaml`). A service reports at start each `TORCHJOB_*` variable that none
-of its settings reads, with the name it was probably meant to be.
+wins over it. The Helm chart passes every setting it configures as a flag (its values are in
+`charts/torchjob/values.yaml`), and the pod's name as `TORCHJOB_POD_NAME`. A service reports at
+start each `TORCHJOB_*` variable that none of its settings reads, with the name it was probably
+meant to be, and each one a flag given overrides.
 """
 
 

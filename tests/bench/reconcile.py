@@ -73,10 +73,10 @@ from torchjob.kube.client import REQUESTS, KubeClient, new_kube_client
 from torchjob.kube.informer import Informer, KubeObject, ResourceKind
 from torchjob.kube.resources import JOBS, PODS, SERVICES
 from torchjob.kube.rest import Resources
-from torchjob.reconciler.settings import DEFAULT_BURST, DEFAULT_QPS
 from torchjob.render.replica_objects import render_pod, render_service
 from torchjob.render.topology import replica_name, replicas_of
 from torchjob.runtime import logging as runtime_logging
+from torchjob.runtime.settings import DEFAULT_BURST, DEFAULT_QPS
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS_DIR))

@@ -14,8 +14,9 @@ from support.planning import META, NOW, TRAINER, conditions, services, spec
 from torchjob.api import constants
 from torchjob.api.objects import PodPhase
 from torchjob.api.types import PyTorchTrainingJobSpec
+from torchjob.lifecycle.conditions import Event
 from torchjob.lifecycle.observe import GroupView, PodView, Refusal, view_group, view_pod
-from torchjob.lifecycle.plan import Event, Plan, plan
+from torchjob.lifecycle.plan import Plan, plan
 from torchjob.lifecycle.round import Observed
 from torchjob.render.replica_objects import render_pod
 from torchjob.render.scheduling import (

@@ -19,7 +19,7 @@ from aiohttp import web
 from support.pki import CertAndKey, issue_client_cert, issue_serving_cert, new_ca
 
 from torchjob.kube import credentials, kubeconfig
-from torchjob.kube.client import KubeClient, new_kube_client
+from torchjob.kube.client import KubeClient, lines_of, new_kube_client
 from torchjob.kube.errors import Conflict, Gone, KubeError, NotFound, from_status
 
 
@@ -253,6 +253,14 @@ def test_a_token_file_is_read_again_a_minute_after_it_was_read(tmp_path: Path) -
     path.unlink()
     now[0] = 3 * credentials.TOKEN_REREAD_SECONDS
     assert token.authorization() == "Bearer rotated"
+    # Read while it is being written by a tool that does not swap it, or not text: the same.
+    for unusable in (b"", b"\xff\xfe"):
+        path.write_bytes(unusable)
+        now[0] += credentials.TOKEN_REREAD_SECONDS
+        assert token.authorization() == "Bearer rotated"
+    path.write_text("")
+    with pytest.raises(credentials.ConfigError, match="empty"):
+        credentials.TokenFile(path)
 
 
 async def test_a_kubeconfig_token_file_and_a_missing_context(tmp_path: Path) -> None:
@@ -267,3 +275,21 @@ async def test_a_kubeconfig_token_file_and_a_missing_context(tmp_path: Path) -> 
     path.write_text(yaml.safe_dump({**config, "current-context": "elsewhere"}))
     with pytest.raises(credentials.ConfigError, match="elsewhere"):
         await kubeconfig.load(str(path))
+
+
+async def test_a_watch_stream_is_cut_into_lines_however_it_is_chunked() -> None:
+    events = [b'{"type":"ADDED","n":%d,"pad":"%s"}' % (n, b"x" * (n * 37)) for n in range(40)]
+    stream = b"\n".join(events) + b"\n\n"
+    for size in (1, 3, 16, 1000, len(stream)):
+        pieces = [stream[i : i + size] for i in range(0, len(stream), size)]
+
+        async def chunks(parts: list[bytes] = pieces) -> AsyncIterator[bytes]:
+            for part in parts:
+                yield part
+
+        assert [line async for line in lines_of(chunks())] == events, size
+
+    async def cut_off() -> AsyncIterator[bytes]:
+        yield b'{"a":1}\n{"b":'
+
+    assert [line async for line in lines_of(cut_off())] == [b'{"a":1}']

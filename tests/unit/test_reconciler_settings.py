@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from torchjob.reconciler.settings import DEFAULT_BURST, DEFAULT_QPS, parse
+from torchjob.reconciler.settings import parse
+from torchjob.runtime.settings import DEFAULT_BURST, DEFAULT_QPS
 
 
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -72,3 +72,32 @@ def test_a_variable_sets_the_default_and_a_flag_wins(monkeypatch: pytest.MonkeyP
     assert (housekeeper.parse([]).workers, housekeeper.parse([]).kubeflow) == (7, True)
     flagged = housekeeper.parse(["--workers", "3", "--no-kubeflow"])
     assert (flagged.workers, flagged.kubeflow) == (3, False)
+
+
+def test_a_malformed_variable_is_refused_naming_its_flag_unless_the_flag_is_given(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TORCHJOB_WEBHOOK_PORT", "tcp://10.0.0.1:443")
+    assert webhook.parse(["--port", "9443"]).port == 9443
+    with pytest.raises(SystemExit) as exited:
+        webhook.parse([])
+    assert exited.value.code == 2
+    assert "--port: invalid int value: 'tcp://10.0.0.1:443'" in capsys.readouterr().err
+
+
+def test_a_variable_a_flag_overrides_is_reported(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TORCHJOB_KUBE_QPS", "5")
+    assert reconciler.parse(["--qps=20"]).qps == 20
+    assert "TORCHJOB_KUBE_QPS is set, but --qps is given and wins" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "on"), [("true", True), ("1", True), ("Yes", True), ("no", False)]
+)
+def test_a_switch_reads_the_usual_words(
+    text: str, on: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCHJOB_KUBEFLOW", text)
+    assert housekeeper.parse([]).kubeflow is on

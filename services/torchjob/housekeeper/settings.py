@@ -17,4 +17,4 @@ def parse(argv: list[str] | None = None) -> Settings:
     parser = parser_of(
         "python -m torchjob.housekeeper", "torchjob housekeeper", settings, environment()
     )
-    return Settings(**values_of(parser, settings, argv))
+    return Settings(**values_of(parser, settings, argv, environment()))

@@ -12,7 +12,7 @@ import asyncio
 import os
 import time
 import urllib.request
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -30,6 +30,8 @@ Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 
 CONNECT_TIMEOUT = 10.0
+# The apiserver answers any request but a watch within its own 60 s request timeout.
+READ_SECONDS = 60.0
 
 REQUESTS = Counter(
     "torchjob_kube_client_requests_total",
@@ -118,8 +120,10 @@ class KubeClient:
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=max(1, max_connections), ssl=credentials.tls),
             trust_env=False,
-            # No limit on a request's time but those its caller sets, as kubernetes-asyncio.
-            timeout=aiohttp.ClientTimeout(),
+            # A connection the apiserver's end of which is gone (its node died) is given up after
+            # a minute without a byte, not after the kernel's retransmissions (about 15 min); a
+            # watch sets its own limits.
+            timeout=aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT, sock_read=READ_SECONDS),
             # A watch event holds a whole object: etcd allows up to 1.5 MiB.
             read_bufsize=2**21,
         )
@@ -178,13 +182,8 @@ class KubeClient:
         try:
             if response.status >= 300:
                 raise from_status(response.status, response.reason, await response.read())
-            pending = b""
-            async for chunk in response.content.iter_any():
-                pending += chunk
-                *complete, pending = pending.split(b"\n")
-                for line in complete:
-                    if line.strip():
-                        yield line
+            async for line in lines_of(response.content.iter_any()):
+                yield line
         finally:
             response.close()
 
@@ -216,6 +215,23 @@ class KubeClient:
             server_hostname=self._server_name,
             timeout=time_limits or self.session.timeout,
         )
+
+
+async def lines_of(chunks: AsyncIterable[bytes]) -> AsyncGenerator[bytes, None]:
+    """The non-blank lines of a stream of chunks. A line that spans many chunks (an event of a
+    large object arrives in many TLS records) is joined once, when its end arrives, not copied
+    again with every chunk. A last line without its newline is dropped: the apiserver ends every
+    event with one, so it is an event cut off."""
+    started: list[bytes] = []  # the chunks of the line under way
+    async for chunk in chunks:
+        if b"\n" not in chunk:
+            started.append(chunk)
+            continue
+        first, *whole, rest = chunk.split(b"\n")
+        for line in (b"".join([*started, first]), *whole):
+            if line.strip():
+                yield line
+        started = [rest] if rest else []
 
 
 def proxy_from_environment(host: str) -> str | None:

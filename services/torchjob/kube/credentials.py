@@ -44,8 +44,9 @@ class StaticToken:
 @dataclass
 class TokenFile:
     """A token read from a file, and read again once TOKEN_REREAD_SECONDS have passed since the
-    last read. A failed re-read keeps the token read before (the file is swapped, not edited,
-    so it is missing only for an instant), and is tried again at the next request."""
+    last read. A failed or empty re-read keeps the token read before (the file is swapped, not
+    edited, so it is missing only for an instant), and is tried again at the next request, as
+    client-go keeps its cached token."""
 
     path: Path
     clock: Callable[[], float] = time.monotonic
@@ -54,20 +55,27 @@ class TokenFile:
 
     def __post_init__(self) -> None:
         try:
-            self._read()
-        except OSError as error:
+            token = self._read()
+        except (OSError, ValueError) as error:
             raise ConfigError(f"cannot read the token file {self.path}: {error}") from error
+        if not token:
+            raise ConfigError(f"the token file {self.path} is empty")
+        self._keep(token)
 
     def authorization(self) -> str | None:
         if self.clock() - self._read_at >= TOKEN_REREAD_SECONDS:
-            with contextlib.suppress(OSError):
-                self._read()
+            with contextlib.suppress(OSError, ValueError):  # UnicodeDecodeError among them
+                token = self._read()
+                if token:
+                    self._keep(token)
         return self._header or None
 
-    def _read(self) -> None:
-        token = self.path.read_text().strip()
+    def _read(self) -> str:
+        return self.path.read_text().strip()
+
+    def _keep(self, token: str) -> None:
         self._read_at = self.clock()
-        self._header = f"Bearer {token}" if token else ""
+        self._header = f"Bearer {token}"
 
 
 @dataclass(frozen=True)

@@ -45,11 +45,16 @@ async def load(path: str) -> Credentials:
     """The credentials of the current context of the kubeconfig at `path` (or of the files
     `path` lists, separated as in $KUBECONFIG)."""
     if os.pathsep not in path:
-        config = _read(Path(path))
+        file = _expanded(path)
+        config = _read(file)
         user = _current(config, "user")
         if set(user) <= USER_FIELDS:
-            return _credentials(_current(config, "cluster"), user, Path(path).parent)
+            return _credentials(_current(config, "cluster"), user, file.parent)
     return await _loaded_by_kubernetes_asyncio(path)
+
+
+def _expanded(path: str) -> Path:
+    return Path(path).expanduser()  # KUBECONFIG=~/.kube/config, as client-go reads it
 
 
 def _read(path: Path) -> Section:

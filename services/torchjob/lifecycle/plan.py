@@ -28,10 +28,7 @@ from torchjob.lifecycle.backoff import (
     next_in_a_row,
     pending_restart,
 )
-
-# Event is the plan's as much as the conditions': importers of the plan find it here too.
-from torchjob.lifecycle.conditions import Event as Event
-from torchjob.lifecycle.conditions import condition_events
+from torchjob.lifecycle.conditions import Event, condition_events
 from torchjob.lifecycle.observe import (
     FINISHED_PHASES,
     PodView,

@@ -11,8 +11,6 @@ from torchjob.lifecycle.backoff import BASE_DELAY, MAX_DELAY
 from torchjob.render.scheduling import GANG_SETTINGS, SchedulingSettings
 from torchjob.runtime import service
 from torchjob.runtime.settings import (
-    DEFAULT_BURST,
-    DEFAULT_QPS,
     PREFIX,
     Setting,
     environment,
@@ -20,8 +18,6 @@ from torchjob.runtime.settings import (
     parser_of,
     values_of,
 )
-
-__all__ = ["DEFAULT_BURST", "DEFAULT_QPS", "Settings", "declared", "parse"]
 
 DEFAULT_WORKERS = 4
 
@@ -120,7 +116,7 @@ def parse(argv: list[str] | None = None) -> Settings:
     parser = parser_of(
         "python -m torchjob.reconciler", "torchjob reconciler", settings, environment()
     )
-    values = values_of(parser, settings, argv)
+    values = values_of(parser, settings, argv, environment())
     scheduling = SchedulingSettings(
         gang=values.pop("gang_scheduling"),
         volcano_scheduler=values.pop("volcano_scheduler_name"),

@@ -1,4 +1,4 @@
-"""structlog JSON logs rendered with orjson; stdlib loggers (aiohttp, kubernetes-asyncio) go
+"""structlog JSON logs rendered with orjson; stdlib loggers (aiohttp, asyncio) go
 through the same renderer, and context bound with `bind_contextvars`, or the request bound with
 `bind_request`, appears on every line."""
 

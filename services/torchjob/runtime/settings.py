@@ -4,8 +4,9 @@ its default, the default, and what it means. From the declarations follow each s
 reported at start, `undeclared_variables`), and the chart's check that every flag it renders is
 one the service declares (tests/chart).
 
-The chart passes every setting as a flag. An environment variable only changes a default, for
-running a service by hand or under another installer; a flag wins over it."""
+The chart passes every setting it configures as a flag. An environment variable only changes a
+default, for running a service by hand or under another installer; a flag wins over it, and a
+variable a flag overrides is reported at start."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 PREFIX = "TORCHJOB_"
+TRUE_WORDS = frozenset({"true", "1", "yes", "on"})
 # Set in every pod of the chart (from the downward API), read by the leader-elected services only.
 SET_IN_EVERY_POD = frozenset({"TORCHJOB_POD_NAME"})
 
@@ -55,14 +57,15 @@ class Setting:
         if self.choices:
             options["choices"] = self.choices
         if isinstance(self.default, bool):
-            default = self.default if given is None else given.lower() == "true"
+            default = self.default if given is None else given.strip().lower() in TRUE_WORDS
             options["action"] = argparse.BooleanOptionalAction
         elif self.default is None:
             default = given or None
         else:
-            kind = type(self.default)
-            default = self.default if given is None else kind(given)
-            options["type"] = kind
+            # A variable's text is converted by argparse, which names the flag when it is not
+            # a number, and not at all when the flag is given.
+            default = self.default if given is None else given
+            options["type"] = type(self.default)
         parser.add_argument(self.flag, default=default, **options)
 
 
@@ -79,10 +82,20 @@ def parser_of(
 
 
 def values_of(
-    parser: argparse.ArgumentParser, declared: Sequence[Setting], argv: list[str] | None
+    parser: argparse.ArgumentParser,
+    declared: Sequence[Setting],
+    argv: list[str] | None,
+    environ: Mapping[str, str],
 ) -> dict[str, Any]:
     """The parsed settings by field; a value its check refuses ends the process as argparse
-    does, naming the flag."""
+    does, naming the flag. A variable that a flag given overrides is reported on stderr."""
+    given = sys.argv[1:] if argv is None else argv
+    for setting in declared:
+        flag_given = any(a == setting.flag or a.startswith(f"{setting.flag}=") for a in given)
+        if flag_given and setting.variable in environ:
+            sys.stderr.write(
+                f"warning: {setting.variable} is set, but {setting.flag} is given and wins\n"
+            )
     parsed = parser.parse_args(argv)
     values = {setting.field: getattr(parsed, setting.field) for setting in declared}
     for setting in declared:

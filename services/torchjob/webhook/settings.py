@@ -192,7 +192,7 @@ def parse(argv: list[str] | None = None) -> Settings:
     parser = parser_of(
         "python -m torchjob.webhook", "torchjob admission webhook", settings, environment()
     )
-    values = values_of(parser, settings, argv)
+    values = values_of(parser, settings, argv, environment())
     limits = Limits(**{name: values.pop(name) for name in LIMIT_FIELDS})
     if problem := limits.problem():
         parser.error(problem)
