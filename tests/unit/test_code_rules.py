@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import textwrap
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from support.tools import load_tool
 
 ROOT = Path(__file__).parents[2]
 
 
 @pytest.fixture(scope="module")
 def rules() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("code_rules", ROOT / "tools" / "code_rules.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("code_rules")
 
 
 def found(rules: ModuleType, tmp_path: Path, source: str) -> list[str]:
