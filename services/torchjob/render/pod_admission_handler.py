@@ -14,6 +14,7 @@ from torchjob.api import constants
 from torchjob.api.admission import Request, Response, refuse
 from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB, JobApi, api_of
 from torchjob.api.model import ModelError
+from torchjob.api.progress import ProgressEndpoint
 from torchjob.api.types import PyTorchTrainingJob
 from torchjob.render.job_kinds import kind_of
 from torchjob.render.pod_rewrite import PodRewriteError, PreparedJob
@@ -51,13 +52,15 @@ def mutate_pod(
     job: dict[str, Any] | None,
     creators: Collection[str],
     decode: JobDecoder = decode_job,
+    progress: ProgressEndpoint | None = None,
 ) -> Response:
     """Rewrite a replica's pod; refuse a job-labelled pod from anyone but `creators`.
 
     `job` is the job the pod's controller names (`job_api_of_pod`), looked up by the job label.
     `decode` turns the job into its typed model, prepared for rendering (`decode_job`); the
     webhook passes one that remembers the result, since every replica of a job is admitted
-    against the same stored object."""
+    against the same stored object. `progress` is where the pod's training processes report
+    their progress (None: nowhere, the chart turned reporting off)."""
     if request.operation != "CREATE" or job_name_of(request.object) is None:
         return Response(request.uid, True)
     if request.username not in creators:

@@ -39,7 +39,7 @@ from torchjob.webhook.bounds import (
     TooLate,
     Work,
 )
-from torchjob.webhook.keys import ADMISSION_LOG, ADMISSIONS_BOUND, DECODED_JOBS, SETTINGS
+from torchjob.webhook.keys import ADMISSION_LOG, ADMISSIONS_BOUND, DECODED_JOBS, PROGRESS, SETTINGS
 from torchjob.webhook.pod_job import job_of_pod
 from torchjob.webhook.settings import Limits
 
@@ -204,8 +204,8 @@ def _pure(handler: Callable[[Request], Response]) -> Answer:
 def _rewrite_pod(app: web.Application, body: Any, job: dict[str, Any] | None) -> dict[str, Any]:
     """The pod's rewrite for the job it claims (None when it claims none, or that job is gone)."""
     creators = app[SETTINGS].pod_creators
-    decode = app[DECODED_JOBS].decode
-    return handle(body, lambda request: mutate_pod(request, job, creators, decode))
+    decode, progress = app[DECODED_JOBS].decode, app.get(PROGRESS)
+    return handle(body, lambda request: mutate_pod(request, job, creators, decode, progress))
 
 
 def _loads(raw: bytes) -> Any:
