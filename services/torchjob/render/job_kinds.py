@@ -13,6 +13,7 @@ from torchjob.api import constants
 from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB, JobApi
 from torchjob.api.jsoncopy import merge_patched
 from torchjob.api.kubeflow import KUBEFLOW_SPEC, KUBEFLOW_STATUS, as_training_job
+from torchjob.api.progress import ProgressEndpoint
 from torchjob.render.kubeflow import kubeflow_labels, kubeflow_status
 from torchjob.render.pod_rewrite import PreparedJob, Rewrite, rewrite_kubeflow_pod, rewrite_pod
 from torchjob.render.topology import Replica
@@ -30,9 +31,14 @@ class JobKind(Protocol):
         ...
 
     def rewrite_pod(
-        self, job: PreparedJob, own_spec: Mapping[str, Any], pod: dict[str, Any]
+        self,
+        job: PreparedJob,
+        own_spec: Mapping[str, Any],
+        pod: dict[str, Any],
+        progress: ProgressEndpoint | None = None,
     ) -> Rewrite:
-        """A replica's pod rewritten at admission; `own_spec` is the stored job's spec."""
+        """A replica's pod rewritten at admission; `own_spec` is the stored job's spec,
+        `progress` where its training processes report progress (None: nowhere)."""
         ...
 
     def shown_status(self, job: dict[str, Any], record: dict[str, Any], now: str) -> dict[str, Any]:
@@ -56,9 +62,13 @@ class TrainingJobKind:
         return {constants.LABEL_T9K_OWNER: job_name}
 
     def rewrite_pod(
-        self, job: PreparedJob, own_spec: Mapping[str, Any], pod: dict[str, Any]
+        self,
+        job: PreparedJob,
+        own_spec: Mapping[str, Any],
+        pod: dict[str, Any],
+        progress: ProgressEndpoint | None = None,
     ) -> Rewrite:
-        return rewrite_pod(job, pod)
+        return rewrite_pod(job, pod, progress)
 
     def shown_status(self, job: dict[str, Any], record: dict[str, Any], now: str) -> dict[str, Any]:
         return record
@@ -81,9 +91,13 @@ class KubeflowJobKind:
         return kubeflow_labels(job_name, replica)
 
     def rewrite_pod(
-        self, job: PreparedJob, own_spec: Mapping[str, Any], pod: dict[str, Any]
+        self,
+        job: PreparedJob,
+        own_spec: Mapping[str, Any],
+        pod: dict[str, Any],
+        progress: ProgressEndpoint | None = None,
     ) -> Rewrite:
-        return rewrite_kubeflow_pod(job, own_spec, pod)
+        return rewrite_kubeflow_pod(job, own_spec, pod, progress)
 
     def shown_status(self, job: dict[str, Any], record: dict[str, Any], now: str) -> dict[str, Any]:
         stored = job.get(KUBEFLOW_STATUS) or {}

@@ -40,8 +40,8 @@ def job_api_of_pod(pod: Any) -> JobApi:
 def decode_job(job: dict[str, Any]) -> PreparedJob:
     """The typed job a pod is rendered from, prepared for rendering its replicas: the job
     itself, or for a Kubeflow PyTorchJob the PyTorchTrainingJob that runs it."""
-    typed = PyTorchTrainingJob.from_dict(kind_of(api_of(job)).training_job(job))
-    return PreparedJob(typed)
+    api = api_of(job)
+    return PreparedJob(PyTorchTrainingJob.from_dict(kind_of(api).training_job(job)), api)
 
 
 JobDecoder = Callable[[dict[str, Any]], PreparedJob]
@@ -60,7 +60,8 @@ def mutate_pod(
     `decode` turns the job into its typed model, prepared for rendering (`decode_job`); the
     webhook passes one that remembers the result, since every replica of a job is admitted
     against the same stored object. `progress` is where the pod's training processes report
-    their progress (None: nowhere, the chart turned reporting off)."""
+    their progress (None: nowhere, the chart turned reporting off); a job's annotation
+    (api/progress.py) may turn it off for its own pods."""
     if request.operation != "CREATE" or job_name_of(request.object) is None:
         return Response(request.uid, True)
     if request.username not in creators:
@@ -75,17 +76,23 @@ def mutate_pod(
         name = job_name_of(request.object)
         kind = job_api_of_pod(request.object).kind
         return refuse(request.uid, f"{kind} {request.namespace}/{name} not found", 404, "NotFound")
-    return _rewrite(request, job, decode)
+    return _rewrite(request, job, decode, progress)
 
 
-def _rewrite(request: Request, job_obj: dict[str, Any], decode: JobDecoder) -> Response:
+def _rewrite(
+    request: Request,
+    job_obj: dict[str, Any],
+    decode: JobDecoder,
+    progress: ProgressEndpoint | None,
+) -> Response:
     pod: dict[str, Any] = request.object
     job_uid = (job_obj.get("metadata") or {}).get("uid")
     if _controller_uid(pod) != job_uid:
         return refuse(request.uid, "the pod is not controlled by its job", 403, "Forbidden")
     try:
         own_spec = job_obj.get("spec") or {}
-        rewrite = kind_of(api_of(job_obj)).rewrite_pod(decode(job_obj), own_spec, pod)
+        kind = kind_of(api_of(job_obj))
+        rewrite = kind.rewrite_pod(decode(job_obj), own_spec, pod, progress)
     except (ModelError, PodRewriteError) as error:
         return refuse(request.uid, f"cannot render the replica: {error}", 422, "Invalid")
     return Response(request.uid, True, patch=rewrite.patch)

@@ -5,7 +5,9 @@ PyTorch replica: the training container gets the environment (the user's own var
 with torchrun, the torchrun command line; the pod's restartPolicy becomes Never (the reconciler
 restarts replicas itself so one backoff budget covers them all); debug mode and resuming after a
 pause replace the command and may drop the init containers. Outside debug mode the pod's first
-init container waits until the master's name resolves (render/wait.py).
+init container waits until the master's name resolves (render/wait.py). The training container
+gets what it needs to report progress, unless the job or the chart turned that off
+(render/progress.py).
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchjob.api import constants, queries
+from torchjob.api.job_api import TRAINING_JOB, JobApi
 from torchjob.api.kubeflow import DEFAULT_CONTAINER, MASTER
+from torchjob.api.progress import JobRef, ProgressEndpoint, reporting_enabled
 from torchjob.api.types import PyTorchTrainingJob, PyTorchTrainingJobSpec, ReplicaSpec
 from torchjob.render.environment import JobEnvironment, job_environment, torchrun_argv
 from torchjob.render.kubeflow import kubeflow_env
+from torchjob.render.progress import ProgressParts, add_progress, annotation_patch, progress_parts
 from torchjob.render.topology import (
     DEFAULT_MASTER_PORT,
     MASTER_PORT_NAME,
@@ -53,6 +58,7 @@ class PreparedJob:
         "environment",
         "job",
         "layout",
+        "progress_job",
         "replica_specs",
         "shared_torchrun_command",
         "spec",
@@ -60,7 +66,7 @@ class PreparedJob:
         "waits_for_master",
     )
 
-    def __init__(self, job: PyTorchTrainingJob) -> None:
+    def __init__(self, job: PyTorchTrainingJob, api: JobApi = TRAINING_JOB) -> None:
         self.job = job
         self.spec = spec = job.spec or PyTorchTrainingJobSpec()
         self.debug = queries.debug_enabled(spec)
@@ -73,6 +79,12 @@ class PreparedJob:
             job_name=str(meta.get("name", "")),
             namespace=str(meta.get("namespace", "")),
             job_uid=str(meta.get("uid", "")),
+        )
+        # The job its pods report progress for, as the user wrote it (`api`); None: it said not to.
+        self.progress_job = (
+            JobRef(api, str(meta.get("namespace", "")), str(meta.get("name", "")))
+            if reporting_enabled(meta.get("annotations"))
+            else None
         )
         self.replica_specs: dict[str, ReplicaSpec] = {}
         for replica_spec in spec.replica_specs or []:
@@ -90,14 +102,25 @@ class PreparedJob:
             return list(self.shared_torchrun_command)
         return torchrun_argv(self.spec, env, [])
 
+    def progress(self, endpoint: ProgressEndpoint | None) -> ProgressParts | None:
+        """What its pods get to report progress to `endpoint`; None when they report nowhere."""
+        if endpoint is None or self.progress_job is None:
+            return None
+        return progress_parts(self.progress_job, endpoint)
+
 
 def prepared(job: PyTorchTrainingJob | PreparedJob) -> PreparedJob:
     return job if isinstance(job, PreparedJob) else PreparedJob(job)
 
 
-def rewrite_pod(job: PyTorchTrainingJob | PreparedJob, pod: dict[str, Any]) -> Rewrite:
+def rewrite_pod(
+    job: PyTorchTrainingJob | PreparedJob,
+    pod: dict[str, Any],
+    progress: ProgressEndpoint | None = None,
+) -> Rewrite:
     """The rewritten pod and the JSONPatch (against `pod`) that makes it. `pod` is left as it was;
-    the rewritten pod shares with it whatever the rewrite does not change."""
+    the rewritten pod shares with it whatever the rewrite does not change. `progress` is where
+    the training processes report their progress (None: nowhere)."""
     job = prepared(job)
     labels = (pod.get("metadata") or {}).get("labels") or {}
     replica, replica_spec = _locate(job, labels)
@@ -120,16 +143,19 @@ def rewrite_pod(job: PyTorchTrainingJob | PreparedJob, pod: dict[str, Any]) -> R
     if job.waits_for_master:
         add_wait_for_master(pod_spec, container, python)
     pod_spec["restartPolicy"] = "Never"
-    return Rewrite(out, _patch(pod.get("spec") or {}, pod_spec))
+    return _finish(job, progress, pod, out, [container])
 
 
 def rewrite_kubeflow_pod(
-    job: PyTorchTrainingJob | PreparedJob, kubeflow_spec: Mapping[str, Any], pod: dict[str, Any]
+    job: PyTorchTrainingJob | PreparedJob,
+    kubeflow_spec: Mapping[str, Any],
+    pod: dict[str, Any],
+    progress: ProgressEndpoint | None = None,
 ) -> Rewrite:
     """`rewrite_pod` for a Kubeflow PyTorchJob (`job` is the PyTorchTrainingJob that runs it,
     api/kubeflow.py): every container gets Kubeflow's environment (render/kubeflow.py; the
-    user's own variables win), the `pytorch` container its port, and with a Master every pod
-    waits until the master's name resolves."""
+    user's own variables win) and what reporting progress needs, the `pytorch` container its
+    port, and with a Master every pod waits until the master's name resolves."""
     job = prepared(job)
     meta = job.job.metadata or {}
     labels = (pod.get("metadata") or {}).get("labels") or {}
@@ -149,7 +175,7 @@ def rewrite_kubeflow_pod(
     if MASTER in (kubeflow_spec.get("pytorchReplicaSpecs") or {}):
         add_wait_for_master(pod_spec, training, python_of(training))
     pod_spec["restartPolicy"] = "Never"
-    return Rewrite(out, _patch(pod.get("spec") or {}, pod_spec))
+    return _finish(job, progress, pod, out, containers)
 
 
 def _locate(job: PreparedJob, labels: dict[str, Any]) -> tuple[Replica, ReplicaSpec]:
@@ -239,9 +265,25 @@ def _apply_resume(
             pod_spec.pop("initContainers", None)
 
 
+def _finish(
+    job: PreparedJob,
+    progress: ProgressEndpoint | None,
+    pod: dict[str, Any],
+    out: dict[str, Any],
+    training: list[dict[str, Any]],
+) -> Rewrite:
+    """The rewrite of `pod` into `out`, once the `training` containers (those that got the
+    job's variables) also got what reporting progress needs."""
+    parts = job.progress(progress)
+    if parts is None:
+        return Rewrite(out, _patch(pod.get("spec") or {}, out["spec"]))
+    add_progress(parts, out, training, _merge_env)
+    return Rewrite(out, annotation_patch(pod, out) + _patch(pod.get("spec") or {}, out["spec"]))
+
+
 # The fields of a pod's spec a rewrite may set or remove, in the order the patch names them: it
 # leaves every other field as it was, shared with the pod it was given.
-REWRITTEN_FIELDS = ("containers", "initContainers", "restartPolicy")
+REWRITTEN_FIELDS = ("containers", "initContainers", "restartPolicy", "volumes")
 _PATHS = {key: f"/spec/{key}" for key in REWRITTEN_FIELDS}
 
 
