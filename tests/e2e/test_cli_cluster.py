@@ -159,8 +159,17 @@ async def test_list_get_wait_follow_a_job_to_success(
 
     listed = ok(await run(control_plane, admitted_namespace, "list"))
     header, row = listed.splitlines()
-    assert header.split() == ["NAME", "PHASE", "REPLICAS", "RESTARTS", "GPUS", "AGE"]
-    assert row.split()[:5] == ["train", "Pending", "0/2", "0", "0"]
+    assert header.split() == [
+        "NAME",
+        "PHASE",
+        "REPLICAS",
+        "RESTARTS",
+        "PROGRESS",
+        "ETA",
+        "GPUS",
+        "AGE",
+    ]
+    assert row.split()[:7] == ["train", "Pending", "0/2", "0", "-", "-", "0"]
 
     waiting = asyncio.create_task(
         run(control_plane, admitted_namespace, "wait", "train", "--timeout", "5m")

@@ -140,7 +140,7 @@ def test_apiserver_refuses_wrong_value_naming_the_field(
     assert reason in result.stderr
 
 
-def test_printer_columns_show_phase_and_restarts(
+def test_printer_columns_show_phase_restarts_and_progress(
     control_plane: ControlPlane, crd: None, namespace: str
 ) -> None:
     job = job_manifest("basic")
@@ -150,6 +150,7 @@ def test_printer_columns_show_phase_and_restarts(
             "phase": "Running",
             "backoffCount": 2,
             "aggregate": {"running": 4, "succeeded": 0, "failed": 0},
+            "trainerStatus": {"progressPercentage": 45, "estimatedRemainingSeconds": 130},
         }
     }
     control_plane.kubectl(
@@ -165,8 +166,17 @@ def test_printer_columns_show_phase_and_restarts(
     )
     table = control_plane.kubectl("get", "ptj", "-n", namespace).stdout.splitlines()
     header, row = table[0].split(), table[1].split()
-    assert header[:6] == ["NAME", "PHASE", "RUNNING", "SUCCEEDED", "FAILED", "RESTARTS"]
-    assert row[:6] == ["pytorch-example", "Running", "4", "0", "0", "2"]
+    assert header[:8] == [
+        "NAME",
+        "PHASE",
+        "RUNNING",
+        "SUCCEEDED",
+        "FAILED",
+        "RESTARTS",
+        "PROGRESS",
+        "ETA",
+    ]
+    assert row[:8] == ["pytorch-example", "Running", "4", "0", "0", "2", "45", "130"]
 
 
 def test_expected_replicas_below_min_nodes_is_refused_by_the_schema(

@@ -106,9 +106,9 @@ def test_the_list_shows_running_over_total_restarts_gpus_and_age() -> None:
     ]
     text = tables.list_table(jobs, NOW)
     assert text.splitlines() == [
-        "NAME    PHASE     REPLICAS   RESTARTS   GPUS   AGE",
-        "a-job   Pending   0/2        0          4      3m20s",
-        "b-job   Running   2/2        1          4      3m20s",
+        "NAME    PHASE     REPLICAS   RESTARTS   PROGRESS   ETA   GPUS   AGE",
+        "a-job   Pending   0/2        0          -          -     4      3m20s",
+        "b-job   Running   2/2        1          -          -     4      3m20s",
     ]
     everywhere = tables.list_table(jobs, NOW, all_namespaces=True)
     assert everywhere.splitlines()[0].split()[:2] == ["NAMESPACE", "NAME"]
@@ -141,6 +141,81 @@ def test_the_wide_list_adds_queue_nodes_and_the_latest_reason() -> None:
     ]
     row = tables.list_table([queued], NOW, wide=True, pods=pods).splitlines()[1].split()
     assert row[-3:] == ["q", "n1,n2", "AllReplicasRunning"]
+
+
+def progressing(name: str, job_phase: str, **report: Any) -> dict[str, Any]:
+    return job(name, phase=job_phase, trainerStatus=report)
+
+
+def test_the_list_shows_the_progress_the_training_process_reports() -> None:
+    jobs = [
+        progressing("a", "Running", progressPercentage=45, estimatedRemainingSeconds=130),
+        progressing("b", "Running", progressPercentage=7, estimatedRemainingSeconds=3900),
+        progressing("c", "Running", estimatedRemainingSeconds=59),
+        progressing("d", "Running", progressPercentage=0),
+        progressing("e", "Succeeded", progressPercentage=100, estimatedRemainingSeconds=0),
+        progressing("f", "Failed", progressPercentage=60, estimatedRemainingSeconds=400),
+        job("g", phase="Running"),
+    ]
+    rows = [line.split() for line in tables.list_table(jobs, NOW).splitlines()]
+    assert rows[0][4:6] == ["PROGRESS", "ETA"]
+    assert {row[0]: row[4:6] for row in rows[1:]} == {
+        "a": ["45%", "2m10s"],
+        "b": ["7%", "1h5m"],
+        "c": ["-", "59s"],
+        "d": ["0%", "-"],
+        # A finished job shows where it got to, and no time left.
+        "e": ["100%", "-"],
+        "f": ["60%", "-"],
+        "g": ["-", "-"],
+    }
+
+
+def test_a_progress_report_out_of_shape_shows_nothing() -> None:
+    """The schema bounds what the apiserver stores; a view still never fails on a status."""
+    odd = job("odd", phase="Running", trainerStatus={"progressPercentage": True})
+    odd["status"]["trainerStatus"]["estimatedRemainingSeconds"] = "soon"
+    assert tables.progress_text(odd) == "-" and tables.eta_text(odd) == "-"
+    listed = job("listed", phase="Running", trainerStatus=["45"])
+    assert tables.progress_text(listed) == "-" and tables.eta_text(listed) == "-"
+
+
+def test_a_job_is_described_with_the_progress_its_training_process_reports() -> None:
+    reporting = progressing(
+        "train",
+        "Running",
+        progressPercentage=45,
+        estimatedRemainingSeconds=130,
+        metrics=[{"name": "loss", "value": "0.25"}, {"name": "epoch", "value": "1.5"}],
+        lastUpdatedTime=ago(12),
+    )
+    text = description.describe(reporting, [], [], NOW)
+    section = text.split("Progress:\n")[1].split("\n\n")[0].splitlines()
+    assert section == [
+        "  Done:         45%",
+        "  ETA:          2m10s",
+        "  Metrics:      loss=0.25, epoch=1.5",
+        "  Last report:  12s ago",
+    ]
+    assert text.index("Progress:") < text.index("Conditions:")
+
+
+def test_a_finished_job_is_described_with_its_last_progress_and_no_eta() -> None:
+    finished = progressing(
+        "train", "Succeeded", progressPercentage=100, lastUpdatedTime=ago(3 * 3600 + 120)
+    )
+    section = description.describe(finished, [], [], NOW).split("Progress:\n")[1]
+    assert section.split("\n\n")[0].splitlines() == [
+        "  Done:         100%",
+        "  ETA:          -",
+        "  Metrics:      -",
+        "  Last report:  3h2m ago",
+    ]
+
+
+def test_a_job_without_a_report_says_so() -> None:
+    text = description.describe(job(phase="Running"), [], [], NOW)
+    assert "Progress:\n  none reported\n" in text
 
 
 def test_a_job_is_described_with_conditions_replicas_events_and_its_tensorboard() -> None:

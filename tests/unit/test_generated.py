@@ -166,7 +166,9 @@ def test_kubeflow_resource_is_kubeflows(kubeflow_openapi: dict[str, Any]) -> Non
         "statusReplicasPath": ".status.replicaStatuses.Worker.active",
         "labelSelectorPath": ".status.replicaStatuses.Worker.selector",
     }
-    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["State", "Age"]
+    # Kubeflow's two columns, with the progress a training process reports between them.
+    columns = [c["name"] for c in version["additionalPrinterColumns"]]
+    assert columns == ["State", "Progress", "ETA", "Age"]
 
 
 def test_kubeflow_replica_specs_are_a_map(kubeflow_openapi: dict[str, Any]) -> None:
@@ -185,7 +187,8 @@ def test_kubeflow_schema_constrains_no_more_than_kubeflows(
     """Kubeflow's CRD has no enums, one default (runPolicy.suspend), one CEL rule (the queue is
     immutable), and requires only the replica specs and a condition's type and status; the
     values it leaves open are checked by the webhook. Ours adds the two rules that hold the
-    Worker count the scale subresource writes, which no webhook sees."""
+    Worker count the scale subresource writes, which no webhook sees, and status.trainerStatus
+    with the bounds of Kubeflow Trainer's (written by the progress endpoint, never by a user)."""
     nodes = walk(kubeflow_openapi)
     assert [p for p, node in nodes if "enum" in node] == []
     assert [(p, node["default"]) for p, node in nodes if "default" in node] == [
@@ -203,4 +206,5 @@ def test_kubeflow_schema_constrains_no_more_than_kubeflows(
         ".spec.pytorchReplicaSpecs{}.template.spec": ["containers"],
         ".status.conditions[]": ["type", "status"],
         ".status.replicaStatuses{}.labelSelector.matchExpressions[]": ["key", "operator"],
+        ".status.trainerStatus.metrics[]": ["name", "value"],
     }

@@ -590,6 +590,7 @@ class PyTorchTrainingJobStatus(Model):
     tensorboard: TensorBoardStatus | None = None
     replicas: int | None = None
     selector: str | None = None
+    trainer_status: TrainerStatus | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
@@ -618,12 +619,81 @@ class PyTorchTrainingJobStatus(Model):
         FieldInfo("tensorboard", "tensorboard", "message", ref="TensorBoardStatus"),
         FieldInfo("replicas", "replicas", "int32"),
         FieldInfo("selector", "selector", "string"),
+        FieldInfo("trainer_status", "trainerStatus", "message", ref="TrainerStatus"),
     )
 
     @classmethod
     def from_dict(cls, data: object, path: str = "") -> PyTorchTrainingJobStatus:
         """Decode `data`; raise ModelError naming the first field that does not fit."""
         return _decode_py_torch_training_job_status(data, path)
+
+
+@dataclass(slots=True)
+class TrainerStatus(Model):
+    """TrainerStatus is the training process's own report of its progress, as it last sent it to
+    torchjob's progress endpoint (Hugging Face Transformers' Trainer and the Kubeflow SDK's
+    `update_trainjob_status` send it with no code change). It has the shape of Kubeflow
+    Trainer's `status.trainerStatus`, so clients that read Kubeflow's read it too. Each report
+    replaces the last whole: a field the last report left out is absent. Kept after the job
+    ends."""
+
+    progress_percentage: int | None = None
+    estimated_remaining_seconds: int | None = None
+    metrics: list[Metric] | None = None
+    last_updated_time: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
+        FieldInfo(
+            "progress_percentage",
+            "progressPercentage",
+            "int32",
+            limits=Limits(minimum=0, maximum=100),
+        ),
+        FieldInfo(
+            "estimated_remaining_seconds",
+            "estimatedRemainingSeconds",
+            "int32",
+            limits=Limits(minimum=0),
+        ),
+        FieldInfo(
+            "metrics",
+            "metrics",
+            "message",
+            repeated=True,
+            ref="Metric",
+            limits=Limits(max_items=256),
+        ),
+        FieldInfo("last_updated_time", "lastUpdatedTime", "string"),
+    )
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> TrainerStatus:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_trainer_status(data, path)
+
+
+@dataclass(slots=True)
+class Metric(Model):
+    """Metric is one named value a training process reports."""
+
+    name: str | None = None
+    value: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
+        FieldInfo(
+            "name", "name", "string", limits=Limits(required=True, min_length=1, max_length=64)
+        ),
+        FieldInfo(
+            "value", "value", "string", limits=Limits(required=True, min_length=1, max_length=64)
+        ),
+    )
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> Metric:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_metric(data, path)
 
 
 @dataclass(slots=True)
@@ -1265,6 +1335,7 @@ def _decode_py_torch_training_job_status(data: object, path: str) -> PyTorchTrai
     tensorboard: TensorBoardStatus | None = None
     replicas: int | None = None
     selector: str | None = None
+    trainer_status: TrainerStatus | None = None
     extra: dict[str, Any] = {}
     for key, raw in obj.items():
         if key == "phase":
@@ -1314,6 +1385,9 @@ def _decode_py_torch_training_job_status(data: object, path: str) -> PyTorchTrai
                 selector = raw
             elif raw is not None:
                 selector = decode_string(raw, path, key)
+        elif key == "trainerStatus":
+            if raw is not None:
+                trainer_status = _decode_trainer_status(raw, f"{path}.{key}" if path else key)
         else:
             extra[key] = raw
     return PyTorchTrainingJobStatus(
@@ -1328,8 +1402,63 @@ def _decode_py_torch_training_job_status(data: object, path: str) -> PyTorchTrai
         tensorboard,
         replicas,
         selector,
+        trainer_status,
         extra,
     )
+
+
+def _decode_trainer_status(data: object, path: str) -> TrainerStatus:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    progress_percentage: int | None = None
+    estimated_remaining_seconds: int | None = None
+    metrics: list[Metric] | None = None
+    last_updated_time: str | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "progressPercentage":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                progress_percentage = raw
+            elif raw is not None:
+                progress_percentage = decode_int32(raw, path, key)
+        elif key == "estimatedRemainingSeconds":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                estimated_remaining_seconds = raw
+            elif raw is not None:
+                estimated_remaining_seconds = decode_int32(raw, path, key)
+        elif key == "metrics":
+            if raw is not None:
+                metrics = decode_message_array(raw, path, key, _decode_metric)
+        elif key == "lastUpdatedTime":
+            if isinstance(raw, str):
+                last_updated_time = raw
+            elif raw is not None:
+                last_updated_time = decode_string(raw, path, key)
+        else:
+            extra[key] = raw
+    return TrainerStatus(
+        progress_percentage, estimated_remaining_seconds, metrics, last_updated_time, extra
+    )
+
+
+def _decode_metric(data: object, path: str) -> Metric:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    name: str | None = None
+    value: str | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "name":
+            if isinstance(raw, str):
+                name = raw
+            elif raw is not None:
+                name = decode_string(raw, path, key)
+        elif key == "value":
+            if isinstance(raw, str):
+                value = raw
+            elif raw is not None:
+                value = decode_string(raw, path, key)
+        else:
+            extra[key] = raw
+    return Metric(name, value, extra)
 
 
 def _decode_condition(data: object, path: str) -> Condition:
@@ -1572,6 +1701,23 @@ class PyTorchTrainingJobStatusDict(TypedDict, total=False):
     tensorboard: TensorBoardStatusDict
     replicas: int
     selector: str
+    trainerStatus: TrainerStatusDict
+
+
+class TrainerStatusDict(TypedDict, total=False):
+    """TrainerStatus as stored: JSON field names, every field optional."""
+
+    progressPercentage: int
+    estimatedRemainingSeconds: int
+    metrics: list[MetricDict]
+    lastUpdatedTime: str
+
+
+class MetricDict(TypedDict, total=False):
+    """Metric as stored: JSON field names, every field optional."""
+
+    name: str
+    value: str
 
 
 class ConditionDict(TypedDict, total=False):

@@ -68,13 +68,18 @@ def _whole(report: dict[str, Any], key: str, *, high: int | None) -> int | None:
     field = f"{FIELD}.{key}"
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    # isfinite only on a float: an integer too large for one (JSON allows it) would overflow.
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (isinstance(value, float) and not math.isfinite(value))
+    ):
         raise ReportError(field, f"must be a number, not {value!r}"[:120])
     if value < 0 or (high is not None and value > high):
         bound = f"from 0 to {high}" if high is not None else "0 or more"
-        raise ReportError(field, f"must be {bound}, not {value}")
+        raise ReportError(field, f"must be {bound}, not {value}"[:120])
     if value > 2**31 - 1:
-        raise ReportError(field, f"must be at most {2**31 - 1}, not {value}")
+        raise ReportError(field, f"must be at most {2**31 - 1}, not {value}"[:120])
     return int(value)
 
 
@@ -128,4 +133,6 @@ def seconds_since_report(status: dict[str, Any], now: datetime) -> float | None:
         received = parse_time(report.get("lastUpdatedTime"))
     except ValueError:
         return None
-    return None if received is None else max(0.0, (now - received).total_seconds())
+    if received is None or received.tzinfo is None:
+        return None  # a time without a zone (not the endpoint's) says no moment for sure
+    return max(0.0, (now - received).total_seconds())

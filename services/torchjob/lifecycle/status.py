@@ -26,8 +26,10 @@ TERMINAL_CONDITIONS: tuple[ConditionType, ...] = ("Completed", "Failed")
 # The phases of a job paused, or paused before and not running again yet.
 PAUSED_PHASES: tuple[JobPhase, ...] = ("Paused", "Resuming")
 
-# Status fields another service writes; the reconciler's merge patches leave them alone.
-NOT_OURS = ("tensorboard",)
+# Status fields another service writes; the reconciler's merge patches leave them alone:
+# the housekeeper's TensorBoard, and the progress the training process reports to the progress
+# endpoint (lifecycle/progress.py), which must outlive every restart and the job's end.
+NOT_OURS = ("tensorboard", "trainerStatus")
 
 
 def ours(status: Mapping[str, Any]) -> dict[str, Any]:

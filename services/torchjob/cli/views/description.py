@@ -1,6 +1,7 @@
-"""`torchjob get NAME`: the description of one job (its phase, conditions, replicas, TensorBoard
-and Events), as `kubectl describe` lays one out. Pure: the objects as the apiserver returns them
-(plain JSON dicts) and the time come in, text goes out."""
+"""`torchjob get NAME`: the description of one job (its phase, the progress its training process
+reports, conditions, replicas, TensorBoard and Events), as `kubectl describe` lays one out. Pure:
+the objects as the apiserver returns them (plain JSON dicts) and the time come in, text goes
+out."""
 
 from __future__ import annotations
 
@@ -9,16 +10,22 @@ from typing import Any
 
 from torchjob.cli.views.quantities import format_cpu, format_gpus, format_memory, job_requests
 from torchjob.cli.views.tables import (
+    NO_VALUE,
     NONE,
     age,
+    duration,
+    eta_text,
     parse_time,
     phase,
     pod_phase,
     pod_reason,
     pod_restarts,
+    progress_text,
     replica_pods,
+    reported_progress,
     table,
 )
+from torchjob.lifecycle.progress import seconds_since_report
 from torchjob.render.tensorboard import PORT as TENSORBOARD_PORT
 from torchjob.render.tensorboard import tensorboard_name, tensorboard_url
 
@@ -32,8 +39,10 @@ def describe(
     tensorboard_pods: list[dict[str, Any]] | None = None,
     event_limit: int = 20,
 ) -> str:
-    """`torchjob get NAME`: the job's phase, conditions, replicas, TensorBoard and Events."""
+    """`torchjob get NAME`: the job's phase, progress, conditions, replicas, TensorBoard and
+    Events."""
     lines = _summary(job, now)
+    lines += ["", "Progress:", *_progress(job, now)]
     lines += ["", "Conditions:", *_conditions((job.get("status") or {}), now)]
     lines += ["", "Replicas:", _replicas(job, pods)]
     if (job.get("spec") or {}).get("tensorboardSpec"):
@@ -71,6 +80,22 @@ def _summary(job: dict[str, Any], now: datetime) -> list[str]:
         f"{format_memory(requests.memory)} memory in all"
     )
     return lines
+
+
+def _progress(job: dict[str, Any], now: datetime) -> list[str]:
+    """What the training process last reported, and how long ago the endpoint received it."""
+    report = reported_progress(job)
+    if not report:
+        return ["  none reported"]
+    metrics = [m for m in report.get("metrics") or [] if isinstance(m, dict)]
+    since = seconds_since_report(job.get("status") or {}, now)
+    return [
+        f"  Done:         {progress_text(job)}",
+        f"  ETA:          {eta_text(job)}",
+        "  Metrics:      "
+        + (", ".join(f"{m.get('name')}={m.get('value')}" for m in metrics) or NO_VALUE),
+        f"  Last report:  {NO_VALUE if since is None else duration(int(since)) + ' ago'}",
+    ]
 
 
 def _conditions(status: dict[str, Any], now: datetime) -> list[str]:

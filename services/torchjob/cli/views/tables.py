@@ -1,6 +1,6 @@
 """What the `torchjob` cluster commands print in columns: the job list, `top`'s tables, and the
-times, phases and reasons they show; name suggestions. Pure: objects (as the apiserver returns
-them, plain JSON dicts) and the time come in, text goes out."""
+times, phases, reasons and reported progress they show; name suggestions. Pure: objects (as the
+apiserver returns them, plain JSON dicts) and the time come in, text goes out."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import difflib
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeGuard
 
 from torchjob.api import constants
 from torchjob.api.queries import training_container_in
@@ -22,9 +22,12 @@ from torchjob.cli.views.quantities import (
     job_requests,
     pod_spec_requests,
 )
+from torchjob.lifecycle.progress import FIELD as PROGRESS_FIELD
 from torchjob.render.topology import replica_name
 
 NONE = "<none>"
+NO_VALUE = "-"  # a progress cell without a report
+FINISHED_PHASES = ("Succeeded", "Failed")
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -100,9 +103,10 @@ def list_table(
     all_namespaces: bool = False,
     pods: list[dict[str, Any]] | None = None,
 ) -> str:
-    """`torchjob list`: NAME PHASE REPLICAS RESTARTS GPUS AGE; NAMESPACE first with -A; wide
-    adds the queue, the nodes of the job's pods and the reason of the latest condition."""
-    headers = ["NAME", "PHASE", "REPLICAS", "RESTARTS", "GPUS", "AGE"]
+    """`torchjob list`: NAME PHASE REPLICAS RESTARTS PROGRESS ETA GPUS AGE; NAMESPACE first
+    with -A; wide adds the queue, the nodes of the job's pods and the reason of the latest
+    condition."""
+    headers = ["NAME", "PHASE", "REPLICAS", "RESTARTS", "PROGRESS", "ETA", "GPUS", "AGE"]
     if all_namespaces:
         headers.insert(0, "NAMESPACE")
     if wide:
@@ -117,31 +121,68 @@ def list_table(
             phase(job),
             f"{running}/{total_replicas(job)}",
             str(status.get("backoffCount") or 0),
+            progress_text(job),
+            eta_text(job),
             format_gpus(job_gpus(job)),
             age(meta.get("creationTimestamp"), now),
         ]
         if all_namespaces:
             row.insert(0, str(meta.get("namespace")))
         if wide:
-            queue = (
-                ((job.get("spec") or {}).get("scheduler") or {}).get("t9kScheduler") or {}
-            ).get("queue")
-            nodes = sorted(
-                {
-                    str((p.get("spec") or {}).get("nodeName"))
-                    for p in pods or []
-                    if _pod_job(p) == (meta.get("namespace"), meta.get("name"))
-                    and (p.get("spec") or {}).get("nodeName")
-                }
-            )
-            latest = latest_condition(status)
-            row += [
-                queue or NONE,
-                ",".join(nodes) or NONE,
-                str(latest.get("reason") or NONE) if latest else NONE,
-            ]
+            row += _wide_cells(job, pods or [])
         rows.append(row)
     return table(headers, rows)
+
+
+def _wide_cells(job: dict[str, Any], pods: list[dict[str, Any]]) -> list[str]:
+    """The job's queue, the nodes its pods are on and the reason of its latest condition."""
+    meta = job.get("metadata") or {}
+    queue = (((job.get("spec") or {}).get("scheduler") or {}).get("t9kScheduler") or {}).get(
+        "queue"
+    )
+    nodes = sorted(
+        {
+            str((p.get("spec") or {}).get("nodeName"))
+            for p in pods
+            if _pod_job(p) == (meta.get("namespace"), meta.get("name"))
+            and (p.get("spec") or {}).get("nodeName")
+        }
+    )
+    latest = latest_condition(job.get("status") or {})
+    return [
+        queue or NONE,
+        ",".join(nodes) or NONE,
+        str(latest.get("reason") or NONE) if latest else NONE,
+    ]
+
+
+# -- progress ----------------------------------------------------------------------------------
+
+
+def reported_progress(job: dict[str, Any]) -> dict[str, Any]:
+    """What the job's training process last reported (status.trainerStatus); {} when nothing."""
+    report = (job.get("status") or {}).get(PROGRESS_FIELD)
+    return report if isinstance(report, dict) else {}
+
+
+def progress_text(job: dict[str, Any]) -> str:
+    """`45%` as the training process last reported it (kept after the job ends); `-` without
+    a report."""
+    percentage = reported_progress(job).get("progressPercentage")
+    return f"{percentage}%" if _whole_number(percentage) else NO_VALUE
+
+
+def eta_text(job: dict[str, Any]) -> str:
+    """The training time left as the training process last estimated it (`2m10s`, `1h5m`);
+    `-` without an estimate, and once the job has finished (an estimate then says nothing)."""
+    seconds = reported_progress(job).get("estimatedRemainingSeconds")
+    if phase(job) in FINISHED_PHASES or not _whole_number(seconds):
+        return NO_VALUE
+    return duration(max(0, seconds))
+
+
+def _whole_number(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _job_sort_key(job: dict[str, Any]) -> tuple[str, str]:
