@@ -136,7 +136,8 @@ class ReconcilerExecutor:
         """Write `status` over `before` (what the job showed) and count what it records. A
         Kubeflow job's status is Kubeflow's, rendered from `status`, which it keeps too."""
         # Lists (conditions, tasks) are replaced as a whole; status.tensorboard, which the
-        # housekeeper writes, is never in `status` (lifecycle.status.ours), so it is left alone.
+        # housekeeper writes, and status.trainerStatus, which the progress endpoint writes, are
+        # never in `status` (lifecycle.status.ours), so they are left alone.
         meta, api, now = job["metadata"], api_of(job), datetime.now(UTC)
         kind = kind_of(api)
         written = kind.shown_status(job, status, format_time(now))
