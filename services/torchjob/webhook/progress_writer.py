@@ -54,9 +54,10 @@ class CoalescingWriter(Generic[Job]):
 
     def submit(self, job: Job, report: dict[str, Any]) -> None:
         """The job's latest report, replacing any still waiting."""
+        newly = job not in self._pending
         self._pending[job] = report
-        if job not in self._writing and self._next_slot.get(job, 0.0) <= self._clock():
-            self._wakeup.set()
+        if newly:
+            self._wakeup.set()  # the running loop looks again at when the next slot is
 
     @property
     def waiting(self) -> int:
