@@ -138,8 +138,9 @@ def wait_until_admitting(control_plane: ControlPlane, namespace: str, timeout: f
 def start_webhook(control_plane: ControlPlane) -> ServiceProcess:
     """Apply the chart's RBAC and webhook configurations, the apiserver calling the webhook by
     URL on loopback, and start the webhook as its Deployment would with a token of its
-    ServiceAccount; ready when it serves."""
-    port, probe_port = free_port(), free_port()
+    ServiceAccount; ready when it serves. Its progress endpoint listens on a loopback port of
+    its own, reached by the address its certificate names (`progress_port`)."""
+    port, probe_port, progress = free_port(), free_port(), free_port()
     manifests = rendered(
         **{
             "webhook.externalURL": f"https://127.0.0.1:{port}",
@@ -154,7 +155,11 @@ def start_webhook(control_plane: ControlPlane) -> ServiceProcess:
     apply(control_plane, [m for m in manifests if m["kind"] in WEBHOOK_CONFIGURATION_KINDS])
     # A pod serves on all of its own addresses; a local process on loopback only.
     deployment = component(manifests, "Deployment", "webhook")
-    return run_as_deployed(control_plane, deployment, extra_args=("--host", "127.0.0.1"))
+    extra_args = (
+        *("--host", "127.0.0.1", "--progress-port", str(progress)),
+        *("--progress-url", f"https://127.0.0.1:{progress}"),
+    )
+    return run_as_deployed(control_plane, deployment, extra_args=extra_args)
 
 
 def stop_webhook(control_plane: ControlPlane, server: ServiceProcess) -> None:
@@ -168,6 +173,12 @@ def stop_webhook(control_plane: ControlPlane, server: ServiceProcess) -> None:
 
 def webhook_port(server: ServiceProcess) -> int:
     return int(server.argv[server.argv.index("--port") + 1])
+
+
+def progress_port(server: ServiceProcess) -> int:
+    """The port of the webhook's progress endpoint (the last --progress-port given wins)."""
+    given = [i for i, arg in enumerate(server.argv) if arg == "--progress-port"]
+    return int(server.argv[given[-1] + 1])
 
 
 def reconciler_kubeconfig(control_plane: ControlPlane) -> Path:

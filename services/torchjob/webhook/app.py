@@ -3,8 +3,9 @@
 `init_app` puts what the routes read into the application (`keys`), and what runs beside them
 into its cleanup contexts, started in order before the server accepts a connection and stopped in
 reverse: the probes, the worker thread for large bodies, the Kubernetes API client, the job
-caches the pod route reads, and the serving certificate (`tls`). The routes and the request path
-they share are in `routes`, what a request may cost in `bounds`.
+caches the pod route reads, the serving certificate (`tls`), and the progress endpoint on a port
+of its own (`progress_app`). The routes and the request path they share are in `routes`, what a
+request may cost in `bounds`.
 """
 
 from __future__ import annotations
@@ -19,10 +20,9 @@ from prometheus_client import Gauge
 from torchjob.kube import resources
 from torchjob.kube.client import new_kube_client
 from torchjob.kube.informer import Informer
-from torchjob.kube.slim import job_without_status
 from torchjob.runtime import metrics as runtime_metrics
 from torchjob.runtime.probes import Heartbeat, serve_threaded_probes
-from torchjob.webhook import admission_metrics, tls
+from torchjob.webhook import admission_metrics, progress_app, tls
 from torchjob.webhook.bounds import Admissions
 from torchjob.webhook.job_cache import DecodedJobs
 from torchjob.webhook.keys import (
@@ -51,6 +51,7 @@ FAMILIES = runtime_metrics.Families(
         admission_metrics.DURATION,
         "torchjob_admission_inflight_bytes",
     }
+    | progress_app.FAMILIES
     | runtime_metrics.KUBE_CLIENT
     | runtime_metrics.INFORMER
 )
@@ -77,6 +78,7 @@ def init_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.append(_api_client)
     app.cleanup_ctx.append(_job_cache)
     app.cleanup_ctx.append(_keep_certificate)
+    app.cleanup_ctx.append(progress_app.serve_progress)
     add_admission_routes(app)
     return app
 
@@ -97,13 +99,13 @@ async def _api_client(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _job_cache(app: web.Application) -> AsyncIterator[None]:
-    """Jobs from a watch, so a pod admission reads its job from memory instead of a GET."""
-    app[JOBS] = Informer(app[API], resources.JOBS, transform=job_without_status)
+    """Jobs from a watch, so a pod admission reads its job from memory instead of a GET, and the
+    progress endpoint whether a job has finished."""
+    transform = progress_app.job_with_outcome
+    app[JOBS] = Informer(app[API], resources.JOBS, transform=transform)
     tasks = [asyncio.create_task(app[JOBS].run(), name="job-informer")]
     if app[SETTINGS].kubeflow:
-        app[KUBEFLOW_JOBS] = Informer(
-            app[API], resources.KUBEFLOW_JOBS, transform=job_without_status
-        )
+        app[KUBEFLOW_JOBS] = Informer(app[API], resources.KUBEFLOW_JOBS, transform=transform)
         tasks.append(asyncio.create_task(app[KUBEFLOW_JOBS].run(), name="kubeflow-job-informer"))
     yield
     for task in tasks:

@@ -7,11 +7,11 @@ from __future__ import annotations
 import structlog
 from aiohttp import web
 
-from torchjob.api.progress import ProgressEndpoint
 from torchjob.kube.client import KubeClient
 from torchjob.kube.informer import Informer
 from torchjob.webhook.bounds import Admissions
 from torchjob.webhook.job_cache import DecodedJobs
+from torchjob.webhook.progress_target import ProgressTarget
 from torchjob.webhook.settings import Settings
 from torchjob.webhook.tls import ServingCertificate
 
@@ -26,6 +26,6 @@ ADMISSIONS_BOUND = web.AppKey("admissions", Admissions)
 # The module's logger is a lazy proxy that resolves itself on every call (five times the cost of a
 # filtered-out debug line); admissions log through one resolved once logging is configured.
 ADMISSION_LOG = web.AppKey("admission_log", structlog.typing.FilteringBoundLogger)
-# Where training processes report progress, handed to the pod rewrite; absent when the chart
-# turns reporting off.
-PROGRESS = web.AppKey("progress", ProgressEndpoint)
+# Where training processes report progress (its `current` endpoint is handed to the pod rewrite);
+# absent when the chart turns reporting off.
+PROGRESS = web.AppKey("progress", ProgressTarget)

@@ -41,6 +41,7 @@ from torchjob.webhook.bounds import (
 )
 from torchjob.webhook.keys import ADMISSION_LOG, ADMISSIONS_BOUND, DECODED_JOBS, PROGRESS, SETTINGS
 from torchjob.webhook.pod_job import job_of_pod
+from torchjob.webhook.progress_target import NO_PROGRESS
 from torchjob.webhook.settings import Limits
 
 log = structlog.get_logger("torchjob.webhook")
@@ -204,7 +205,7 @@ def _pure(handler: Callable[[Request], Response]) -> Answer:
 def _rewrite_pod(app: web.Application, body: Any, job: dict[str, Any] | None) -> dict[str, Any]:
     """The pod's rewrite for the job it claims (None when it claims none, or that job is gone)."""
     creators = app[SETTINGS].pod_creators
-    decode, progress = app[DECODED_JOBS].decode, app.get(PROGRESS)
+    decode, progress = app[DECODED_JOBS].decode, app.get(PROGRESS, NO_PROGRESS).current
     return handle(body, lambda request: mutate_pod(request, job, creators, decode, progress))
 
 

@@ -80,6 +80,15 @@ class Settings:
     limits: Limits = field(default_factory=Limits)
     # Kubeflow's PyTorchJobs are admitted too, and their pods read from a cache of them.
     kubeflow: bool = False
+    # cert-manager mode: the CA that signs --cert-file (else ca.crt beside it, when there is one).
+    ca_file: str | None = None
+    # The progress endpoint (progress_app.py): served, and named to the pod rewrite, when on.
+    progress: bool = True
+    progress_port: int = 9444
+    progress_url: str | None = None
+    progress_write_seconds: float = 10.0
+    progress_rate: float = 1.0
+    progress_burst: int = 10
 
     @property
     def dns_names(self) -> list[str]:
@@ -95,6 +104,14 @@ class Settings:
     @property
     def certificates_from_files(self) -> bool:
         return bool(self.cert_file and self.key_file)
+
+    @property
+    def progress_base_url(self) -> str:
+        """Where pods report progress: the URL given, else the Service's name in the cluster
+        (a name every serving certificate holds, and one a pod in any namespace resolves)."""
+        if self.progress_url:
+            return self.progress_url
+        return f"https://{self.service_name}.{self.namespace}.svc:{self.progress_port}"
 
 
 def _csv(text: str) -> tuple[str, ...]:
@@ -127,6 +144,60 @@ LIMIT_SETTINGS: tuple[Setting, ...] = (
         f"{PREFIX}WEBHOOK_HANDLER_TIMEOUT",
         _LIMITS.handler_timeout_seconds,
         "how long a request may take to be answered; keep it below the webhook's timeoutSeconds",
+    ),
+)
+
+
+def _positive(value: float) -> str | None:
+    return None if value > 0 else "must be positive"
+
+
+def _port(value: int) -> str | None:
+    return None if 0 < value < 65536 else "must be a port from 1 to 65535"
+
+
+# The progress endpoint (progress_app.py): where training processes report, and what they may cost.
+PROGRESS_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "--progress",
+        f"{PREFIX}PROGRESS",
+        True,
+        "serve the progress endpoint and point the pods' training containers at it",
+    ),
+    Setting(
+        "--progress-port",
+        f"{PREFIX}PROGRESS_PORT",
+        9444,
+        "the HTTPS port training processes report progress to",
+        check=_port,
+    ),
+    Setting(
+        "--progress-url",
+        f"{PREFIX}PROGRESS_URL",
+        None,
+        "the base URL pods report progress to",
+        documented_default="https://<service-name>.<namespace>.svc:<progress-port>",
+    ),
+    Setting(
+        "--progress-write-seconds",
+        f"{PREFIX}PROGRESS_WRITE_SECONDS",
+        10.0,
+        "at most one progress write per job this often per replica; the latest report wins",
+        check=_positive,
+    ),
+    Setting(
+        "--progress-rate",
+        f"{PREFIX}PROGRESS_RATE",
+        1.0,
+        "progress reports accepted per second per job; beyond the burst 429 with Retry-After",
+        check=_positive,
+    ),
+    Setting(
+        "--progress-burst",
+        f"{PREFIX}PROGRESS_BURST",
+        10,
+        "progress reports accepted at once per job",
+        check=lambda value: None if value >= 1 else "must be at least 1",
     ),
 )
 
@@ -175,12 +246,20 @@ def declared(environ: Mapping[str, str]) -> tuple[Setting, ...]:
         Setting("--cert-file", f"{PREFIX}WEBHOOK_CERT_FILE", None, "cert-manager mode"),
         Setting("--key-file", f"{PREFIX}WEBHOOK_KEY_FILE", None, "cert-manager mode"),
         Setting(
+            "--ca-file",
+            f"{PREFIX}WEBHOOK_CA_FILE",
+            None,
+            "cert-manager mode: the CA pods verify the progress endpoint with",
+            documented_default="ca.crt beside --cert-file",
+        ),
+        Setting(
             "--rotate-check-seconds",
             f"{PREFIX}ROTATE_CHECK_SECONDS",
             3600.0,
             "how often the serving certificate is checked for renewal",
         ),
         *LIMIT_SETTINGS,
+        *PROGRESS_SETTINGS,
     )
 
 

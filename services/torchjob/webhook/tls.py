@@ -41,6 +41,8 @@ class ServingCertificate:
         self._dir = Path(tempfile.mkdtemp(prefix="torchjob-webhook-tls-"))
         self.expires_at: float = 0.0
         self.loaded_pems = b""  # the certificate and key PEMs presented now, one after the other
+        # The CA (or CAs, during a CA rotation) clients verify it with; empty while unknown.
+        self.ca_pem = b""
 
     def load(self, cert_pem: bytes, key_pem: bytes, expires: datetime.datetime) -> bool:
         """Present this certificate, which expires at `expires`, on every new handshake; False
@@ -110,16 +112,25 @@ def _secret_refresher(settings: Settings, tls: ServingCertificate, api: KubeClie
         )
         if tls.load(bundle.cert_pem, bundle.key_pem, expires):
             log.info("serving certificate loaded", expires_at=expires.isoformat())
+        tls.ca_pem = bundle.ca_bundle_pem
 
     return refresh
 
 
 def _file_refresher(settings: Settings, tls: ServingCertificate) -> Refresh:
     source = FileCertificateSource(settings.cert_file or "", settings.key_file or "")
+    # cert-manager writes the issuing CA as ca.crt into the Secret it keeps the pair in.
+    ca_file = Path(settings.ca_file or Path(settings.cert_file or "").with_name("ca.crt"))
 
     async def refresh() -> None:
         cert, key, expires = await source.load()
         if tls.load(cert, key, expires):
             log.info("serving certificate loaded from files", cert_file=settings.cert_file)
+        tls.ca_pem = _ca_of(ca_file)
 
     return refresh
+
+
+def _ca_of(ca_file: Path) -> bytes:
+    """The CA file's PEM; nothing when there is none (a file small enough to read in passing)."""
+    return ca_file.read_bytes() if ca_file.is_file() else b""

@@ -1,0 +1,259 @@
+"""The progress endpoint: training processes POST Kubeflow Trainer's report
+(`{"trainerStatus": {...}}`) to their job's status URL with a bearer token, and the report goes
+into the job's `status.trainerStatus` (lifecycle/progress.py says what a report may hold).
+
+It listens on a port of its own, beside the admission port, so that the network policy that
+keeps admissions to the apiserver stays closed to pods, and a flood of reports has its own
+bounds. Each request is checked cheapest first, and nothing is read of a body before its sender
+has proved it runs in one of the job's pods: method, path, token present, declared size, the
+token (progress_auth.py), the job's rate (progress_limit.py), the body, the report, the job not
+finished. Accepted reports are written at most once per job per interval (progress_writer.py).
+Every refusal is a metav1.Status, as Kubeflow's server answers, so its clients read it."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import orjson
+import structlog
+from aiohttp import hdrs, web
+from prometheus_client import Counter
+
+from torchjob.api.job_api import TRAINING_JOB, JobApi
+from torchjob.api.progress import MAX_BODY_BYTES, JobRef, job_of_path
+from torchjob.kube.informer import Informer
+from torchjob.kube.jobs import patch_status
+from torchjob.kube.rest import Resources
+from torchjob.kube.slim import job_without_status
+from torchjob.lifecycle.progress import FIELD, ReportError, read_report
+from torchjob.webhook.keys import API, JOBS, KUBEFLOW_JOBS, PROGRESS, SETTINGS, TLS
+from torchjob.webhook.progress_auth import Authenticator, Refused, unauthorized
+from torchjob.webhook.progress_limit import JobRateLimit
+from torchjob.webhook.progress_target import ProgressTarget
+from torchjob.webhook.progress_writer import CoalescingWriter
+
+log = structlog.get_logger("torchjob.webhook")
+
+REQUESTS = Counter(
+    "torchjob_progress_requests", "Progress reports answered, by HTTP status code", ["code"]
+)
+FAMILIES: Final = frozenset({"torchjob_progress_requests", "torchjob_progress_writes"})
+
+FINISHED: Final = frozenset({"Succeeded", "Failed"})
+READ_CHUNK: Final = 16 * 1024
+_JSON: Final = {hdrs.CONTENT_TYPE: "application/json"}
+
+
+@dataclass
+class ProgressService:
+    """What the endpoint's requests read: the job caches (by API), the token checks, the
+    per-job rate limit and the writer."""
+
+    jobs: Callable[[JobApi], Informer | None]
+    authenticator: Authenticator
+    limit: JobRateLimit
+    writer: CoalescingWriter[JobRef]
+    read_timeout: float = 2.0
+    now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+
+
+SERVICE = web.AppKey("progress_service", ProgressService)
+
+
+def progress_app(service: ProgressService) -> web.Application:
+    """The endpoint's application: one handler for every path and method, so that every
+    answer, 404 and 405 included, is a metav1.Status."""
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app[SERVICE] = service
+    app.router.add_route("*", "/{tail:.*}", serve_report)
+    return app
+
+
+async def serve_report(request: web.Request) -> web.Response:
+    try:
+        answer = await _answer(request.app[SERVICE], request)
+        response = web.Response(body=orjson.dumps(answer), headers=_JSON)
+    except Refused as refusal:
+        response = _status_response(refusal)
+    except Exception:
+        log.exception("progress report failed", path=request.path)
+        message = "the report could not be handled; see the webhook's log"
+        response = _status_response(Refused(500, "InternalError", message))
+    REQUESTS.labels(str(response.status)).inc()
+    return response
+
+
+async def _answer(service: ProgressService, request: web.Request) -> dict[str, Any]:
+    if request.method != hdrs.METH_POST:
+        raise Refused(405, "MethodNotAllowed", f"{request.method} is not allowed: POST a report")
+    job = job_of_path(request.path)
+    if job is None or service.jobs(job.api) is None:
+        raise Refused(404, "NotFound", f"no job's status is reported at {request.path}"[:200])
+    token = bearer_token(request.headers.get(hdrs.AUTHORIZATION))
+    length = request.content_length
+    if length is not None and length > MAX_BODY_BYTES:
+        raise _too_large()
+    await service.authenticator.authenticate(token, job, lambda: _job_uid(service, job))
+    wait = service.limit.take(job)
+    if wait > 0:
+        message = f"{job.api.kind} {job.namespace}/{job.name} reports too often; retry"
+        raise Refused(429, "TooManyRequests", message, max(1, math.ceil(wait)))
+    report = _report(await _read(request, service.read_timeout))
+    cached = _cached_job(service, job)
+    if cached is None:
+        raise Refused(404, "NotFound", f"{job.api.kind} {job.namespace}/{job.name} not found")
+    if finished(cached):
+        raise Refused(409, "Conflict", "the job has finished")
+    status = report.status(service.now())
+    service.writer.submit(job, status)
+    return {FIELD: status}
+
+
+def bearer_token(authorization: str | None) -> str:
+    """The token of an `Authorization: Bearer <token>` header; else Refused (401)."""
+    scheme, _, token = (authorization or "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or " " in token:
+        raise unauthorized("a bearer token is required: Authorization: Bearer <token>")
+    return token
+
+
+def _cached_job(service: ProgressService, job: JobRef) -> dict[str, Any] | None:
+    cache = service.jobs(job.api)
+    packed = cache.get_json(job.namespace, job.name) if cache is not None else None
+    return None if packed is None else dict(orjson.loads(packed))
+
+
+def _job_uid(service: ProgressService, job: JobRef) -> str | None:
+    cached = _cached_job(service, job)
+    uid = (cached or {}).get("metadata", {}).get("uid")
+    return uid if isinstance(uid, str) else None
+
+
+async def _read(request: web.Request, seconds: float) -> bytes:
+    """The body, at most MAX_BODY_BYTES whatever its framing (chunked too), within `seconds`."""
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(seconds):
+            while chunk := await request.content.read(READ_CHUNK):
+                size += len(chunk)
+                if size > MAX_BODY_BYTES:
+                    raise _too_large()
+                chunks.append(chunk)
+    except TimeoutError:
+        raise Refused(408, "Timeout", f"the body did not arrive within {seconds:g}s") from None
+    except (OSError, ValueError, web.HTTPException) as error:  # cut off, or undecodable
+        raise Refused(400, "BadRequest", f"the body could not be read: {error}"[:200]) from None
+    return b"".join(chunks)
+
+
+def _report(raw: bytes) -> Any:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise Refused(400, "BadRequest", "malformed JSON") from None
+    try:
+        return read_report(body)
+    except ReportError as error:
+        raise Refused(422, "Invalid", str(error)) from None
+
+
+def _too_large() -> Refused:
+    return Refused(413, "RequestEntityTooLarge", f"the body is over {MAX_BODY_BYTES} bytes")
+
+
+def _status_response(refusal: Refused) -> web.Response:
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": refusal.message,
+        "reason": refusal.reason,
+        "code": refusal.code,
+    }
+    headers: dict[str, str] = {hdrs.CONTENT_TYPE: "application/json"}
+    if refusal.retry_after is not None:
+        headers["Retry-After"] = str(refusal.retry_after)
+    return web.Response(status=refusal.code, body=orjson.dumps(body), headers=headers)
+
+
+def finished(job: dict[str, Any]) -> bool:
+    """Whether the job has finished: its phase (a PyTorchTrainingJob's), or a Succeeded or
+    Failed condition that holds (a Kubeflow PyTorchJob's)."""
+    status = job.get("status")
+    if not isinstance(status, dict):
+        return False
+    if status.get("phase") in FINISHED:
+        return True
+    return any(
+        isinstance(c, dict) and c.get("type") in FINISHED and c.get("status") == "True"
+        for c in status.get("conditions") or ()
+    )
+
+
+def job_with_outcome(job: dict[str, Any]) -> dict[str, Any]:
+    """What the webhook's job caches keep: the job without its status (the pod route's needs),
+    except whether it has finished (the progress endpoint's), as `status.phase`: a status that
+    changes only once, where a whole one changes with every replica."""
+    slim = job_without_status(job)
+    if finished(job):
+        phase = (job.get("status") or {}).get("phase")
+        if phase not in FINISHED:  # a Kubeflow PyTorchJob's conditions
+            conditions = job["status"].get("conditions") or ()
+            ended = {c.get("type") for c in conditions if isinstance(c, dict)}
+            phase = "Succeeded" if "Succeeded" in ended else "Failed"
+        slim["status"] = {"phase": phase}
+    return slim
+
+
+async def serve_progress(app: web.Application) -> AsyncIterator[None]:
+    """The main application's cleanup context: the endpoint on its own port, sharing the
+    serving certificate's SSLContext, and the pod rewrite told where it is. Off with
+    --no-progress."""
+    settings = app[SETTINGS]
+    if not settings.progress:
+        yield
+        return
+    api = app[API]
+    writer: CoalescingWriter[JobRef] = CoalescingWriter(
+        lambda job, report: _write(Resources(api), job, report), settings.progress_write_seconds
+    )
+    service = ProgressService(
+        jobs=lambda job_api: app[JOBS] if job_api is TRAINING_JOB else app.get(KUBEFLOW_JOBS),
+        authenticator=Authenticator(api),
+        limit=JobRateLimit(settings.progress_rate, settings.progress_burst),
+        writer=writer,
+        read_timeout=settings.limits.read_timeout_seconds,
+    )
+    target = app[PROGRESS] = ProgressTarget(settings.progress_base_url, app[TLS])
+    if target.current is None:
+        log.warning("no CA is known for the serving certificate: pods are not told to report")
+    runner = web.AppRunner(progress_app(service), access_log=None, lingering_time=0)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.progress_port, ssl_context=app[TLS].context)
+    await site.start()
+    writing = asyncio.create_task(writer.run(), name="progress-writer")
+    log.info(
+        "progress endpoint serving", port=settings.progress_port, url=settings.progress_base_url
+    )
+    yield
+    await runner.cleanup()
+    writing.cancel()
+    await asyncio.gather(writing, return_exceptions=True)
+    try:
+        async with asyncio.timeout(5):
+            await writer.flush()
+    except TimeoutError:
+        log.warning("progress reports not written at shutdown", waiting=writer.waiting)
+
+
+async def _write(resources: Resources, job: JobRef, report: dict[str, Any]) -> None:
+    meta = {"namespace": job.namespace, "name": job.name}
+    await patch_status(resources, meta, {FIELD: report}, job.api)

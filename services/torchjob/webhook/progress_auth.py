@@ -1,0 +1,223 @@
+"""Who may report a job's progress: a process in one of the job's own pods. Its token is checked
+by the apiserver (a TokenReview, with the job's audience), must be bound to a pod in the job's
+namespace, and that pod (read back, uid and all) must be controlled by the job.
+
+Verdicts are remembered: a token accepted for a job for up to a minute (never past the token's
+own expiry), a token refused for a job for ten seconds, so that a reporter costs the apiserver
+about one review a minute and a flood of a bad token about one every ten seconds. Each cache is
+bounded, and so are the reviews under way at once (429 beyond)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import hashlib
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any, Final, Generic, TypeVar
+
+import aiohttp
+import orjson
+import structlog
+
+from torchjob.api.progress import JobRef
+from torchjob.kube.client import KubeClient
+from torchjob.kube.errors import KubeError, NotFound
+from torchjob.kube.resources import PODS
+from torchjob.kube.rest import Resources
+
+log = structlog.get_logger("torchjob.webhook")
+
+TOKEN_REVIEWS: Final = "/apis/authentication.k8s.io/v1/tokenreviews"
+POD_NAME: Final = "authentication.kubernetes.io/pod-name"
+POD_UID: Final = "authentication.kubernetes.io/pod-uid"
+SERVICE_ACCOUNT_PREFIX: Final = "system:serviceaccount:"
+ACCEPTED_SECONDS: Final = 60.0
+REFUSED_SECONDS: Final = 10.0
+MAX_REVIEWS: Final = 16
+CACHE_SIZE: Final = 4096
+# A review (and the pod's read) that takes longer is answered 503: retry.
+REVIEW_SECONDS: Final = 10.0
+
+Clock = Callable[[], float]
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class Refused(Exception):
+    """A request that is answered with an error: its HTTP code, metav1.Status reason, message,
+    and for a 429 or 503 when to retry."""
+
+    def __init__(self, code: int, reason: str, message: str, retry_after: int | None = None):
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.retry_after = retry_after
+
+
+def unauthorized(message: str) -> Refused:
+    return Refused(401, "Unauthorized", message)
+
+
+def forbidden(message: str) -> Refused:
+    return Refused(403, "Forbidden", message)
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """The pod a reviewed token is bound to."""
+
+    namespace: str
+    pod_name: str
+    pod_uid: str
+
+
+class Expiring(Generic[K, V]):
+    """At most `capacity` values, each until its expiry; the oldest is dropped first."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._kept: collections.OrderedDict[K, tuple[float, V]] = collections.OrderedDict()
+
+    def get(self, key: K, now: float) -> V | None:
+        kept = self._kept.get(key)
+        if kept is None:
+            return None
+        if kept[0] <= now:
+            del self._kept[key]
+            return None
+        return kept[1]
+
+    def put(self, key: K, value: V, expires_at: float) -> None:
+        self._kept[key] = (expires_at, value)
+        self._kept.move_to_end(key)
+        if len(self._kept) > self._capacity:
+            self._kept.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+
+class Authenticator:
+    """Checks that a bearer token was issued to a pod of the job it reports for."""
+
+    def __init__(
+        self,
+        api: KubeClient,
+        *,
+        clock: Clock = time.time,
+        max_reviews: int = MAX_REVIEWS,
+        capacity: int = CACHE_SIZE,
+    ) -> None:
+        self._api = api
+        self._clock = clock
+        self._max_reviews = max_reviews
+        self.reviewing = 0
+        self.accepted: Expiring[tuple[bytes, str, str], bool] = Expiring(capacity)
+        self.refused: Expiring[tuple[bytes, str], Refused] = Expiring(capacity)
+
+    async def authenticate(
+        self, token: str, job: JobRef, job_uid_of: Callable[[], str | None]
+    ) -> None:
+        """Returns when `token` may report for `job` (whose uid the job cache holds: `job_uid_of`
+        says it, None when it holds none); else raises Refused. A token refused lately for this
+        job is refused again before the job is even looked up."""
+        digest = hashlib.sha256(token.encode()).digest()
+        now = self._clock()
+        if (refusal := self.refused.get((digest, job.path), now)) is not None:
+            raise refusal
+        job_uid = job_uid_of()
+        if job_uid is not None and self.accepted.get((digest, job.path, job_uid), now):
+            return
+        if self.reviewing >= self._max_reviews:
+            raise Refused(429, "TooManyRequests", "too many tokens under review; retry", 1)
+        self.reviewing += 1
+        try:
+            async with asyncio.timeout(REVIEW_SECONDS):
+                await self._check(token, digest, job, job_uid)
+        except (KubeError, aiohttp.ClientError, OSError, TimeoutError) as error:
+            log.warning("progress token could not be checked", job=job.path, error=str(error))
+            message = "the token could not be checked; retry"
+            raise Refused(503, "ServiceUnavailable", message, 1) from None
+        finally:
+            self.reviewing -= 1
+
+    async def _check(self, token: str, digest: bytes, job: JobRef, job_uid: str | None) -> None:
+        try:
+            caller = await self._review(token, job)
+            if job_uid is None:
+                # Not remembered: the job may be only a moment from the cache.
+                message = f"{job.api.kind} {job.namespace}/{job.name} not found"
+                raise Refused(404, "NotFound", message)
+            await self._check_pod(caller, job, job_uid)
+        except Refused as refusal:
+            if refusal.code in (401, 403):
+                self.refused.put((digest, job.path), refusal, self._clock() + REFUSED_SECONDS)
+            raise
+        until = min(self._clock() + ACCEPTED_SECONDS, expiry_of(token) or float("inf"))
+        self.accepted.put((digest, job.path, job_uid), True, until)
+
+    async def _review(self, token: str, job: JobRef) -> Caller:
+        review = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token, "audiences": [job.audience]},
+        }
+        answer = await self._api.request_json("POST", TOKEN_REVIEWS, body=review)
+        status = answer.get("status") or {} if isinstance(answer, dict) else {}
+        if not status.get("authenticated") or job.audience not in (status.get("audiences") or ()):
+            raise unauthorized("the token is not valid for this job (expired, or another audience)")
+        return caller_of(status.get("user") or {}, job)
+
+    async def _check_pod(self, caller: Caller, job: JobRef, job_uid: str) -> None:
+        refusal = forbidden(
+            f"the token's pod {caller.pod_name} does not belong to "
+            f"{job.api.kind} {job.namespace}/{job.name}"
+        )
+        try:
+            pod = await Resources(self._api).get(PODS, caller.namespace, caller.pod_name)
+        except NotFound:
+            raise refusal from None
+        metadata = pod.get("metadata") or {}
+        if metadata.get("uid") != caller.pod_uid or controller_uid(metadata) != job_uid:
+            raise refusal
+
+
+def caller_of(user: dict[str, Any], job: JobRef) -> Caller:
+    """The pod a reviewed token's user is bound to, in the job's namespace; else Refused."""
+    username = str(user.get("username") or "")
+    namespace, _, account = username.removeprefix(SERVICE_ACCOUNT_PREFIX).partition(":")
+    if not username.startswith(SERVICE_ACCOUNT_PREFIX) or not account:
+        raise forbidden("the token is not a service account's")
+    if namespace != job.namespace:
+        raise forbidden(f"the token's service account is not in namespace {job.namespace}")
+    extra = user.get("extra") or {}
+    names, uids = extra.get(POD_NAME) or [], extra.get(POD_UID) or []
+    if not (names and uids and isinstance(names[0], str) and isinstance(uids[0], str)):
+        raise forbidden("the token is not bound to a pod")
+    return Caller(namespace, names[0], uids[0])
+
+
+def controller_uid(metadata: dict[str, Any]) -> str | None:
+    for reference in metadata.get("ownerReferences") or ():
+        if isinstance(reference, dict) and reference.get("controller"):
+            uid = reference.get("uid")
+            return uid if isinstance(uid, str) else None
+    return None
+
+
+def expiry_of(token: str) -> float | None:
+    """The `exp` claim of a JWT, read without checking the signature: only once the apiserver
+    has said the token is valid, to remember that no longer than it is."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        payload = orjson.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (ValueError, orjson.JSONDecodeError):
+        return None
+    exp = payload.get("exp") if isinstance(payload, dict) else None
+    return float(exp) if isinstance(exp, int | float) and not isinstance(exp, bool) else None

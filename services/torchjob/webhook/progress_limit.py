@@ -1,0 +1,57 @@
+"""How often each job's reporters may be answered: a token bucket per job. Only a caller that has
+proved it runs in the job's pods takes from its job's bucket, so no stranger can spend it."""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Callable, Hashable
+
+Clock = Callable[[], float]
+
+
+class _Bucket:
+    __slots__ = ("tokens", "updated")
+
+    def __init__(self, tokens: float, updated: float) -> None:
+        self.tokens = tokens
+        self.updated = updated
+
+
+class JobRateLimit:
+    """`rate` reports a second per job, `burst` at once. Buckets are kept for the `capacity`
+    jobs that reported last; a job's bucket forgotten is full again when it next reports, which
+    only a job's own pods can make it do."""
+
+    def __init__(
+        self, rate: float, burst: int, *, clock: Clock = time.monotonic, capacity: int = 10_000
+    ) -> None:
+        if rate <= 0 or burst < 1:
+            raise ValueError("a rate limit needs rate > 0 and burst >= 1")
+        self.rate = rate
+        self.burst = burst
+        self._clock = clock
+        self._capacity = capacity
+        self._buckets: collections.OrderedDict[Hashable, _Bucket] = collections.OrderedDict()
+
+    def take(self, job: Hashable) -> float:
+        """Take one of the job's tokens: 0 when there was one, else the seconds until there is
+        one again (and nothing is taken)."""
+        now = self._clock()
+        bucket = self._buckets.get(job)
+        if bucket is None:
+            bucket = self._buckets[job] = _Bucket(float(self.burst), now)
+            if len(self._buckets) > self._capacity:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(job)
+            elapsed = max(0.0, now - bucket.updated)
+            bucket.tokens = min(float(self.burst), bucket.tokens + elapsed * self.rate)
+            bucket.updated = now
+        if bucket.tokens >= 1:
+            bucket.tokens -= 1
+            return 0.0
+        return (1 - bucket.tokens) / self.rate
+
+    def __len__(self) -> int:
+        return len(self._buckets)

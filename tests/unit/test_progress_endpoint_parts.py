@@ -1,0 +1,180 @@
+"""The progress endpoint's parts, each on its own with time that moves only when a test says so:
+the per-job rate limit, the writer that coalesces reports, the token's expiry read from a JWT,
+and which jobs count as finished."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import Any
+
+import orjson
+import pytest
+from support.fake_time import FakeTime, settle
+
+from torchjob.kube.errors import KubeError, NotFound
+from torchjob.webhook import settings
+from torchjob.webhook.progress_app import finished, job_with_outcome
+from torchjob.webhook.progress_auth import Expiring, expiry_of
+from torchjob.webhook.progress_limit import JobRateLimit
+from torchjob.webhook.progress_writer import CoalescingWriter
+
+
+def test_a_job_may_burst_then_report_at_its_rate() -> None:
+    time = FakeTime()
+    limit = JobRateLimit(rate=1.0, burst=3, clock=time.clock)
+    assert [limit.take("a") for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert limit.take("a") == pytest.approx(1.0)
+    assert limit.take("b") == 0.0, "each job has its own bucket"
+    time.now += 0.5
+    assert limit.take("a") == pytest.approx(0.5), "a refused request takes nothing"
+    time.now += 0.5
+    assert limit.take("a") == 0.0
+    time.now += 100
+    assert [limit.take("a") for _ in range(4)][-1] > 0, "refilled to the burst, no more"
+
+
+def test_the_rate_limit_keeps_a_bounded_number_of_jobs() -> None:
+    limit = JobRateLimit(rate=1.0, burst=1, clock=lambda: 0.0, capacity=2)
+    for job in ("a", "b", "c"):
+        limit.take(job)
+    assert len(limit) == 2
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.written: list[tuple[str, dict[str, Any]]] = []
+        self.fail_with: Exception | None = None
+
+    async def write(self, job: str, report: dict[str, Any]) -> None:
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.written.append((job, report))
+
+
+async def test_reports_between_writes_are_coalesced_and_the_latest_is_written_at_the_slot() -> None:
+    time, recorder = FakeTime(), Recorder()
+    writer = CoalescingWriter(recorder.write, 10.0, clock=time.clock)
+    writer.submit("a", {"p": 1})
+    await writer.write_due()
+    assert recorder.written == [("a", {"p": 1})], "the first report is written at once"
+    for percent in (2, 3, 100):
+        writer.submit("a", {"p": percent})
+        await writer.write_due()
+    assert len(recorder.written) == 1
+    assert writer.next_due() == pytest.approx(10.0)
+    time.now = 9.9
+    await writer.write_due()
+    assert len(recorder.written) == 1
+    time.now = 10.0
+    await writer.write_due()
+    assert recorder.written[-1] == ("a", {"p": 100}), "the last report is not lost"
+    assert writer.next_due() is None
+
+
+async def test_each_job_has_its_own_slot() -> None:
+    time, recorder = FakeTime(), Recorder()
+    writer = CoalescingWriter(recorder.write, 10.0, clock=time.clock)
+    writer.submit("a", {"p": 1})
+    await writer.write_due()
+    writer.submit("b", {"p": 2})
+    await writer.write_due()
+    assert recorder.written == [("a", {"p": 1}), ("b", {"p": 2})]
+
+
+async def test_a_gone_job_is_dropped_and_another_failure_retried_at_the_next_slot() -> None:
+    time, recorder = FakeTime(), Recorder()
+    writer = CoalescingWriter(recorder.write, 10.0, clock=time.clock)
+    recorder.fail_with = NotFound(404, "NotFound", "gone")
+    writer.submit("gone", {"p": 1})
+    await writer.write_due()
+    assert writer.waiting == 0
+    recorder.fail_with = KubeError(500, "InternalError", "etcd")
+    writer.submit("a", {"p": 1})
+    await writer.write_due()
+    assert writer.waiting == 1 and writer.next_due() == pytest.approx(10.0)
+    recorder.fail_with = None
+    time.now = 10.0
+    await writer.write_due()
+    assert recorder.written == [("a", {"p": 1})]
+
+
+async def test_the_running_writer_writes_at_each_slot_and_flushes_on_shutdown() -> None:
+    time, recorder = FakeTime(), Recorder()
+    writer = CoalescingWriter(recorder.write, 10.0, clock=time.clock, sleep=time.sleep)
+    running = asyncio.create_task(writer.run())
+    writer.submit("a", {"p": 1})
+    await settle()
+    assert recorder.written == [("a", {"p": 1})]
+    writer.submit("a", {"p": 2})
+    await time.advance(5)
+    assert len(recorder.written) == 1
+    await time.advance(5)
+    assert recorder.written[-1] == ("a", {"p": 2})
+    writer.submit("a", {"p": 3})
+    running.cancel()
+    await asyncio.gather(running, return_exceptions=True)
+    await writer.flush()
+    assert recorder.written[-1] == ("a", {"p": 3}), "what waits is written at shutdown"
+
+
+def _jwt(claims: dict[str, Any]) -> str:
+    payload = base64.urlsafe_b64encode(orjson.dumps(claims)).rstrip(b"=").decode()
+    return f"e30.{payload}.sig"
+
+
+def test_a_tokens_expiry_is_its_exp_claim() -> None:
+    assert expiry_of(_jwt({"exp": 1234})) == 1234.0
+    assert expiry_of(_jwt({"sub": "x"})) is None
+    assert expiry_of(_jwt({"exp": True})) is None
+    assert expiry_of("not a jwt") is None
+    assert expiry_of("a.!!!.c") is None
+
+
+def test_remembered_verdicts_expire_and_are_bounded() -> None:
+    kept: Expiring[str, int] = Expiring(capacity=2)
+    kept.put("a", 1, expires_at=10)
+    assert kept.get("a", now=9) == 1
+    assert kept.get("a", now=10) is None
+    for key in ("a", "b", "c"):
+        kept.put(key, 1, expires_at=100)
+    assert len(kept) == 2 and kept.get("a", now=0) is None
+
+
+def test_finished_jobs_of_both_apis() -> None:
+    assert finished({"status": {"phase": "Succeeded"}})
+    assert finished({"status": {"phase": "Failed"}})
+    assert not finished({"status": {"phase": "Running"}})
+    kubeflow = {"status": {"conditions": [{"type": "Succeeded", "status": "True"}]}}
+    assert finished(kubeflow)
+    assert not finished({"status": {"conditions": [{"type": "Failed", "status": "False"}]}})
+    assert not finished({})
+
+
+def test_the_job_cache_keeps_only_whether_a_job_finished() -> None:
+    job = {
+        "metadata": {"name": "j", "managedFields": [{}]},
+        "spec": {"x": 1},
+        "status": {"phase": "Running", "conditions": [{"type": "Running", "status": "True"}]},
+    }
+    assert job_with_outcome(job) == {"metadata": {"name": "j"}, "spec": {"x": 1}}
+    kubeflow = {**job, "status": {"conditions": [{"type": "Failed", "status": "True"}]}}
+    assert job_with_outcome(kubeflow)["status"] == {"phase": "Failed"}
+
+
+def test_the_progress_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("TORCHJOB_PROGRESS", "TORCHJOB_PROGRESS_PORT", "TORCHJOB_PROGRESS_URL"):
+        monkeypatch.delenv(name, raising=False)
+    defaults = settings.parse([])
+    assert (defaults.progress, defaults.progress_port) == (True, 9444)
+    assert defaults.progress_base_url == "https://torchjob-webhook.torchjob-system.svc:9444"
+    assert (defaults.progress_write_seconds, defaults.progress_rate, defaults.progress_burst) == (
+        10.0,
+        1.0,
+        10,
+    )
+    given = settings.parse(["--no-progress", "--progress-url", "https://x:1", "--ca-file", "c"])
+    assert (given.progress, given.progress_base_url, given.ca_file) == (False, "https://x:1", "c")
+    for wrong in (["--progress-rate", "0"], ["--progress-burst", "0"], ["--progress-port", "0"]):
+        with pytest.raises(SystemExit):
+            settings.parse(wrong)
