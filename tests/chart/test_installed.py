@@ -74,6 +74,7 @@ def installed(control_plane: ControlPlane, crd: None) -> Iterator[Installation]:
         "webhook.certificate.ipAddresses": ["127.0.0.1"],
         "webhook.namespaceSelector": {"matchLabels": {OPT_IN_LABEL: namespace}},
         "webhook.port": webhook_port,
+        "progress.port": free_port(),
         "webhook.logLevel": "DEBUG",
         "reconciler.logLevel": "DEBUG",
         **{f"{part}.probePort": free_port() for part in ("webhook", "reconciler", "housekeeper")},

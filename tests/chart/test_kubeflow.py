@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 import tarfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -18,14 +17,15 @@ import yaml
 from support.controlplane import REPO_ROOT
 from support.helm import (
     CHART,
-    HelmError,
     Manifest,
     component,
     container_command,
     find,
     grants,
     helm,
+    notes,
     one,
+    render_with,
     rules_of,
     template,
     values_args,
@@ -282,22 +282,6 @@ def test_schema_rejects_a_wrong_kubeflow_value(key: str, value: object, message:
 # -- the CRD of someone else ----------------------------------------------------------------------
 
 
-def render_with(tmp_path: Path, name: str, text: str, settings: Mapping[str, object]) -> Any:
-    """`helm template` of a copy of the chart with one more template."""
-    chart = tmp_path / "chart"
-    shutil.copytree(CHART, chart, symlinks=False)
-    (chart / "templates" / name).write_text(text)
-    return helm(
-        "template",
-        RELEASE,
-        str(chart),
-        "--namespace",
-        NAMESPACE,
-        *values_args(settings=settings),
-        check=False,
-    )
-
-
 def owner_check(tmp_path: Path, existing: dict[str, Any] | None) -> Any:
     """The chart's check fed the CRD `existing` as `lookup` would return it from a cluster (which
     `helm template` cannot reach: its own lookup finds nothing)."""
@@ -306,7 +290,7 @@ def owner_check(tmp_path: Path, existing: dict[str, Any] | None) -> Any:
         '{{- include "torchjob.kubeflowCRDOwnerCheck" '
         f'(dict "root" $ "existing" (fromJson `{found}`)) }}}}\n'
     )
-    return render_with(tmp_path, "owner-check.yaml", text, ON)
+    return render_with(tmp_path, "owner-check.yaml", text, ON, release=RELEASE, namespace=NAMESPACE)
 
 
 def existing_crd(annotations: dict[str, str] | None) -> dict[str, Any]:
@@ -383,22 +367,10 @@ def test_the_crd_template_checks_what_the_cluster_has() -> None:
 # -- NOTES ----------------------------------------------------------------------------------------
 
 
-def notes(tmp_path: Path, settings: Mapping[str, object]) -> str:
-    """NOTES.txt as `helm install` prints it (rendered here as a template of a chart copy)."""
-    body = (CHART / "templates" / "NOTES.txt").read_text()
-    text = '{{- define "test.notes" }}' + body + "{{- end }}\n"
-    text += 'kind: Notes\ntext: {{ include "test.notes" . | toJson }}\n'
-    result = render_with(tmp_path, "notes.yaml", text, settings)
-    if result.returncode != 0:
-        raise HelmError(result.returncode, "helm template", result.stdout, result.stderr)
-    (doc,) = [d for d in yaml.safe_load_all(result.stdout) if d and d.get("kind") == "Notes"]
-    return str(doc["text"])
-
-
 def test_notes_say_how_to_submit_a_pytorchjob(tmp_path: Path) -> None:
-    on = notes(tmp_path / "on", ON)
+    on = notes(tmp_path / "on", ON, release=RELEASE, namespace=NAMESPACE)
     assert "kubectl -n demo get pytorchjobs" in on
     assert "apiVersion: kubeflow.org/v1" in on and "kind: PyTorchJob" in on
     assert "docs/kubeflow.md" in on
-    off = notes(tmp_path / "off", {})
+    off = notes(tmp_path / "off", {}, release=RELEASE, namespace=NAMESPACE)
     assert "pytorchjobs" not in off and "Kubeflow" not in off

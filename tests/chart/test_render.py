@@ -326,8 +326,11 @@ def test_webhook_limits_and_its_admission_port(rendered: tuple[str, list[Manifes
         assert all(":" in cidr for cidr in blocks["::/0"])
     else:
         assert "from" not in admission
-    # Nothing but the two ports is open.
-    assert {p["port"] for rule in ingress for p in rule["ports"]} == {"https", "probes"}
+    # Nothing but these ports is open: admission, probes, and progress reports when on
+    # (tests/chart/test_progress.py checks that rule).
+    progress = {**defaults["progress"], **values.get("progress", {})}["enabled"]
+    opened = {"https", "probes"} | ({"progress"} if progress else set())
+    assert {p["port"] for rule in ingress for p in rule["ports"]} == opened
 
 
 MiB = 1024 * 1024

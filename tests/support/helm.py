@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -89,6 +90,51 @@ def template(
         args.append("--include-crds")
     text = helm(*args, *values_args(values_files, settings)).stdout
     return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def render_with(
+    tmp_path: Path,
+    name: str,
+    text: str,
+    settings: Mapping[str, object],
+    *,
+    release: str = "torchjob",
+    namespace: str = "torchjob-system",
+) -> Any:
+    """`helm template` of a copy of the chart with one more template (not checked: the caller
+    reads helm's exit status)."""
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART, chart, symlinks=False)
+    (chart / "templates" / name).write_text(text)
+    return helm(
+        "template",
+        release,
+        str(chart),
+        "--namespace",
+        namespace,
+        *values_args(settings=settings),
+        check=False,
+    )
+
+
+def notes(
+    tmp_path: Path,
+    settings: Mapping[str, object],
+    *,
+    release: str = "torchjob",
+    namespace: str = "torchjob-system",
+) -> str:
+    """NOTES.txt as `helm install` prints it (rendered here as a template of a chart copy)."""
+    body = (CHART / "templates" / "NOTES.txt").read_text()
+    text = '{{- define "test.notes" }}' + body + "{{- end }}\n"
+    text += 'kind: Notes\ntext: {{ include "test.notes" . | toJson }}\n'
+    result = render_with(
+        tmp_path, "notes.yaml", text, settings, release=release, namespace=namespace
+    )
+    if result.returncode != 0:
+        raise HelmError(result.returncode, "helm template", result.stdout, result.stderr)
+    (doc,) = [d for d in yaml.safe_load_all(result.stdout) if d and d.get("kind") == "Notes"]
+    return str(doc["text"])
 
 
 def dump(manifests: Iterable[Manifest]) -> str:

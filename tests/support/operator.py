@@ -146,6 +146,7 @@ def start_webhook(control_plane: ControlPlane) -> ServiceProcess:
             "webhook.externalURL": f"https://127.0.0.1:{port}",
             "webhook.port": port,
             "webhook.probePort": probe_port,
+            "progress.port": free_port(),
             "webhook.certificate.ipAddresses": ["127.0.0.1"],
             "webhook.certificate.dnsNames": ["localhost"],
             "webhook.certificate.rotateCheckSeconds": 0.5,
