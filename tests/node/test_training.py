@@ -37,18 +37,37 @@ def example_job_with_tensorboard(image: str, claim: str) -> dict[str, Any]:
     return job
 
 
+def progress_shown(node: Node, namespace: str) -> dict[str, str] | None:
+    """The columns of `kubectl get ptj mnist-ddp` once PROGRESS shows a value while it runs."""
+    header, row = node.kubectl("get", "ptj", "mnist-ddp", "-n", namespace).stdout.splitlines()[:2]
+    cells = dict(zip(header.split(), row.split(), strict=True))
+    running = cells["PHASE"] == "Running" and cells["PROGRESS"] != "<none>"
+    return cells if running else None
+
+
+def last_report(node: Node, namespace: str) -> dict[str, Any] | None:
+    """The job's progress once its final report (100 %) is in status."""
+    report = node.job(namespace, "mnist-ddp")["status"].get("trainerStatus") or {}
+    return report if report.get("progressPercentage") == 100 else None
+
+
 def test_the_example_trains_across_real_pods_and_its_tensorboard_answers(
     node: Node, node_namespace: str
 ) -> None:
     host_path_claim(node, node_namespace, LOGS_CLAIM)
     node.apply(node_namespace, example_job_with_tensorboard(node.example_image, LOGS_CLAIM))
 
+    # kubectl shows the progress train.py reports while it trains.
+    shown = wait_until("PROGRESS in kubectl get", lambda: progress_shown(node, node_namespace))
+    assert 0 <= int(shown["PROGRESS"]) < 100 and int(shown["ETA"]) >= 0, shown
     job = node.wait_for_phase(node_namespace, "mnist-ddp", ["Succeeded", "Failed"])
 
     logs = node.logs(node_namespace, MASTER_POD)
     assert job["status"]["phase"] == "Succeeded", logs[-3000:]
     accuracy = float(re.findall(r"test accuracy ([0-9.]+)", logs)[-1])
     assert accuracy >= 0.95
+    reported = wait_until("the last report", lambda: last_report(node, node_namespace))
+    assert reported["progressPercentage"] == 100, reported
     # Four processes in all, two per replica: the DDP world the example asks for.
     assert "training on 4 process(es)" in logs
     assert job["status"].get("backoffCount", 0) == 0
