@@ -32,6 +32,7 @@ from torchjob.cli.progress_server import (
     duration,
     local_progress,
     progress_line,
+    short,
 )
 
 JOB = JobRef(TRAINING_JOB, "default", "j")
@@ -247,6 +248,16 @@ def test_a_progress_line() -> None:
         {"progressPercentage": 7, "estimatedRemainingSeconds": 3725, "metrics": metrics}
     )
     assert line == "progress 7% · eta 1h02m · m0=0 · m1=1 · m2=2 · m3=3 · m4=4 · m5=5 · +2 more"
+    assert [
+        short(v) for v in ("0.6910826683", "3.3333333e-05", "421032960.0", "7", "nan", "x")
+    ] == [
+        "0.6911",
+        "3.333e-05",
+        "4.21e+08",
+        "7",
+        "nan",
+        "x",
+    ]
     assert [duration(s) for s in (0, 59, 60, 130, 3600)] == ["0s", "59s", "1m00s", "2m10s", "1h00m"]
 
 

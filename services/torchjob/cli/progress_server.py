@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import math
 import os
 import secrets
 import shutil
@@ -199,10 +200,20 @@ def progress_line(report: dict[str, Any]) -> str:
     if eta is not None:
         parts.append(f"eta {duration(int(eta))}")
     metrics = report.get("metrics") or []
-    parts += [f"{m['name']}={m['value']}" for m in metrics[:SHOWN_METRICS]]
+    parts += [f"{m['name']}={short(m['value'])}" for m in metrics[:SHOWN_METRICS]]
     if len(metrics) > SHOWN_METRICS:
         parts.append(f"+{len(metrics) - SHOWN_METRICS} more")
     return " · ".join(parts)
+
+
+def short(value: str) -> str:
+    """A metric's value as a line shows it: a fraction to 4 significant digits (0.6910826683 is
+    0.6911), anything else as it is."""
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    return f"{number:.4g}" if any(c in value for c in ".eE") and math.isfinite(number) else value
 
 
 def duration(seconds: int) -> str:
