@@ -56,13 +56,15 @@ class ProgressReporter:
     def __init__(self, enabled: bool, done: float = 0.0) -> None:
         self.url = os.environ.get("KUBEFLOW_TRAINER_SERVER_URL") if enabled else None
         self.started, self.done_at_start = time.monotonic(), done  # for the time left
-        # The first report comes an interval after the start, with a fair estimate of the rest.
-        self.last_sent = self.started
+        self.last_sent: float | None = None
         self.failed = False
 
     def due(self) -> bool:
-        """Whether a report would be sent now (compute its metrics only then)."""
-        return self.url is not None and time.monotonic() - self.last_sent >= self.INTERVAL
+        """Whether a report would be sent now (compute its metrics only then): the first at
+        once, then one an interval after the last."""
+        if self.url is None:
+            return False
+        return self.last_sent is None or time.monotonic() - self.last_sent >= self.INTERVAL
 
     def report(self, done: float, metrics: dict[str, float], final: bool = False) -> None:
         """`done`: the fraction of the whole training done (0 to 1); `final`: it has ended."""
