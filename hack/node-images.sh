@@ -136,7 +136,7 @@ torchjob_image() {
 
 example_image() {
   local dir="$REPO/examples/mnist-ddp" key
-  key=$(inputs_key "$dir/Dockerfile" "$dir/requirements.txt" "$dir/train.py" -- "$(image_id "$BASE_IMAGE")")
+  key=$(inputs_key "$dir/Dockerfile" "$dir/requirements.txt" "$dir/train.py" "$dir/hf_trainer.py" "$dir/sdk_loop.py" -- "$(image_id "$BASE_IMAGE")")
   # The wheels `make` downloaded for the venv (WHEELS in the Makefile): torch and its CUDA
   # libraries come from PyPI once for the machine.
   [[ -d "$WHEELS_DIR" ]] || die "no wheels in $WHEELS_DIR: run make node-build (it downloads them)"

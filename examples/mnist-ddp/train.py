@@ -5,6 +5,9 @@ once with a fixed seed into train, validation and test sets. Every process train
 DistributedSampler shard; gloo on CPU, nccl on GPU. Rank 0 writes TensorBoard scalars
 (train/loss, val/accuracy) and, at the end, the model and metrics.json to --log_dir.
 
+Rank 0 also reports its progress (percentage, time left, loss, accuracy, epoch) to the job's
+status when the job's endpoint is given (KUBEFLOW_TRAINER_SERVER_URL; see ProgressReporter).
+
 A checkpoint is written after every epoch. When torchrun restarts the workers of the same job
 (same TORCHELASTIC_RUN_ID, for example after another replica was restarted), training resumes from
 it; a new job starts from scratch.
@@ -17,6 +20,11 @@ import gc
 import json
 import math
 import os
+import ssl
+import time
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +35,85 @@ from sklearn.model_selection import train_test_split
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+class ProgressReporter:
+    """Reports training progress to the job's status, as Kubeflow Trainer's clients do.
+
+    The protocol (Kubeflow Trainer's, which torchjob serves too): POST
+    `{"trainerStatus": {"progressPercentage": 0-100, "estimatedRemainingSeconds": n,
+    "metrics": [{"name": ..., "value": "..."}], "lastUpdatedTime": RFC 3339}}` as JSON to
+    $KUBEFLOW_TRAINER_SERVER_URL with `Authorization: Bearer <token>`, the token read from the
+    file $KUBEFLOW_TRAINER_SERVER_TOKEN names (read each time: it is renewed), the server's
+    certificate checked against $KUBEFLOW_TRAINER_SERVER_CA_CERT when set. 200 means written.
+    Without the URL nothing is sent. At most one report every INTERVAL seconds, plus the last;
+    a failure is printed once and training goes on.
+    """
+
+    INTERVAL = 5.0
+    TIMEOUT = 5.0
+
+    def __init__(self, enabled: bool, done: float = 0.0) -> None:
+        self.url = os.environ.get("KUBEFLOW_TRAINER_SERVER_URL") if enabled else None
+        self.started, self.done_at_start = time.monotonic(), done  # for the time left
+        self.last_sent: float | None = None
+        self.failed = False
+
+    def due(self) -> bool:
+        """Whether a report would be sent now (compute its metrics only then): the first at
+        once, then one an interval after the last."""
+        if self.url is None:
+            return False
+        return self.last_sent is None or time.monotonic() - self.last_sent >= self.INTERVAL
+
+    def report(self, done: float, metrics: dict[str, float], final: bool = False) -> None:
+        """`done`: the fraction of the whole training done (0 to 1); `final`: it has ended."""
+        if self.url is None or not (final or self.due()):
+            return
+        self.last_sent = time.monotonic()
+        status: dict[str, object] = {
+            "progressPercentage": 100 if final else min(99, int(done * 100)),
+            # A metric not known yet (NaN) is left out.
+            "metrics": [
+                {"name": k, "value": f"{v:.4g}"} for k, v in metrics.items() if not math.isnan(v)
+            ],
+            "lastUpdatedTime": datetime.now(UTC).isoformat(),
+        }
+        progressed = done - self.done_at_start
+        if final or progressed > 0:
+            elapsed = self.last_sent - self.started
+            status["estimatedRemainingSeconds"] = (
+                0 if final else round(elapsed * (1 - done) / progressed)
+            )
+        try:
+            self._post({"trainerStatus": status})
+        except Exception as error:  # reporting must never stop the training
+            if not self.failed:
+                print(f"progress report failed (training goes on): {_said(error)}", flush=True)
+            self.failed = True
+
+    def _post(self, body: dict[str, object]) -> None:
+        token = Path(os.environ["KUBEFLOW_TRAINER_SERVER_TOKEN"]).read_text().strip()
+        ca_file = os.environ.get("KUBEFLOW_TRAINER_SERVER_CA_CERT")
+        request = urllib.request.Request(
+            str(self.url),
+            data=json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+            method="POST",
+        )
+        context = ssl.create_default_context(cafile=ca_file) if ca_file else None
+        with urllib.request.urlopen(request, timeout=self.TIMEOUT, context=context):
+            pass  # urlopen raises an HTTPError for any answer but a success
+
+
+def _said(error: Exception) -> str:
+    """The error, with the server's own message when it answered (a metav1.Status)."""
+    if isinstance(error, urllib.error.HTTPError):
+        try:
+            return f"HTTP {error.code}: {json.loads(error.read())['message']}"
+        except (ValueError, KeyError, TypeError, OSError):
+            return f"HTTP {error.code}"
+    return str(error)
 
 
 def arguments() -> argparse.Namespace:
@@ -126,6 +213,10 @@ def main() -> None:
         )
 
     loss_fn = nn.CrossEntropyLoss()
+    steps_per_epoch = len(loader)
+    total_steps, step = args.epochs * steps_per_epoch, (first_epoch - 1) * steps_per_epoch
+    reporter = ProgressReporter(enabled=rank == 0, done=step / total_steps)
+    train_loss, val_accuracy = math.nan, math.nan
     for epoch in range(first_epoch, args.epochs + 1):
         sampler.set_epoch(epoch)
         for group in optimizer.param_groups:  # cosine decay, a function of the epoch alone
@@ -139,6 +230,10 @@ def main() -> None:
             optimizer.step()
             count = torch.tensor(float(len(y)), device=device)
             total += torch.stack([loss.detach() * count, count])
+            step += 1
+            if reporter.due():  # the loss is read off the device only when it is reported
+                metrics = {"loss": loss.item(), "accuracy": val_accuracy, "epoch": epoch}
+                reporter.report(step / total_steps, metrics)
         dist.all_reduce(total)
         train_loss = float(total[0] / total[1])
         val_accuracy = accuracy(model, val, device)
@@ -160,6 +255,8 @@ def main() -> None:
         metrics = {"test_accuracy": test_accuracy, "epochs": args.epochs, "world_size": world}
         (log_dir / "metrics.json").write_text(json.dumps(metrics))
         print(f"test accuracy {test_accuracy:.4f}", flush=True)
+    final = {"loss": train_loss, "accuracy": val_accuracy, "test_accuracy": test_accuracy}
+    reporter.report(1.0, {**final, "epoch": args.epochs}, final=True)
     # The model's DistributedDataParallel holds the process group and the work of its last
     # collectives: freed after the group is destroyed, the last of them can be released on one of
     # gloo's own threads, which then aborts the process at exit (SIGABRT, "terminate called

@@ -1,5 +1,6 @@
 """examples/mnist-ddp/job.yaml run by `torchjob run`, with fewer epochs: it trains for real, to
->= 0.95 test accuracy, and survives a replica killed with SIGKILL mid-training."""
+>= 0.95 test accuracy, reports its progress to the run, and survives a replica killed with SIGKILL
+mid-training."""
 
 from __future__ import annotations
 
@@ -48,6 +49,17 @@ def test_the_example_trains_to_95_percent(tmp_path: Path) -> None:
     model = torch.load(tmp_path / "runs" / "model.pt")
     assert "classify.3.weight" in model
 
+    # Rank 0 reported its progress; the last report, at the end, is in the job's status.
+    progress = finished.status["trainerStatus"]
+    assert progress["progressPercentage"] == 100
+    assert progress["estimatedRemainingSeconds"] == 0
+    reported = {m["name"]: m["value"] for m in progress["metrics"]}
+    assert reported["test_accuracy"] == f"{metrics['test_accuracy']:.4g}"
+    assert reported["epoch"] == "6"
+    assert {"loss", "accuracy"} <= set(reported)
+    lines = [line for line in finished.stderr if line.startswith("torchjob: progress ")]
+    assert lines[-1].startswith("torchjob: progress 100% · eta 0s · loss="), lines
+
 
 def test_a_replica_killed_mid_training_is_restarted_and_the_job_succeeds(tmp_path: Path) -> None:
     with running(example(tmp_path, epochs=8), tmp_path) as run:
@@ -71,3 +83,4 @@ def test_a_replica_killed_mid_training_is_restarted_and_the_job_succeeds(tmp_pat
     assert len(resumed) == 2 and "resuming at epoch" in resumed[1], master
     metrics = json.loads((tmp_path / "runs" / "metrics.json").read_text())
     assert metrics["test_accuracy"] >= 0.95
+    assert finished.status["trainerStatus"]["progressPercentage"] == 100

@@ -40,6 +40,7 @@ from torchjob.cli.parsers import (
     misplaced_cluster_flags,
     run_cluster_command,
 )
+from torchjob.cli.progress_server import local_progress
 from torchjob.cli.runner import LocalRunner, RunResult, shown_state, training_container_name
 from torchjob.cli.views.local import (
     LocalRenderError,
@@ -150,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         # or "gpu", say) but that validation does not check itself.
         sys.stderr.write(f"error: the job cannot be rendered: {error}\n")
         return EXIT_INVALID
+    # Replicas report their progress to the run, as they would to the cluster's endpoint.
+    progress = local_progress(job, console, args.logs)
     runner = LocalRunner(
         job,
         console,
@@ -157,11 +160,15 @@ def main(argv: list[str] | None = None) -> int:
         logs_dir=args.logs,
         grace_period=args.grace_period,
         backoff=RestartBackoff(base=args.restart_backoff),
+        environment=None if progress is None else progress.environment(os.environ),
     )
     _announce(job, console)
-    result = asyncio.run(runner.run())
+    result = asyncio.run(runner.run() if progress is None else progress.serve(runner.run()))
     if args.logs is not None:
-        write_status(args.logs / "status.yaml", result.shown or result.status)
+        shown = result.shown or result.status
+        write_status(
+            args.logs / "status.yaml", shown if progress is None else progress.with_report(shown)
+        )
     _summary(job, result, console)
     if result.interrupted:
         return EXIT_INTERRUPTED

@@ -118,6 +118,7 @@ class LocalRunner:
         logs_dir: Path | None = None,
         grace_period: float = 10.0,
         backoff: RestartBackoff = DEFAULT_BACKOFF,
+        environment: dict[str, str] | None = None,  # what replicas inherit (else this one's)
     ) -> None:
         self.job = job
         self.console = console
@@ -125,6 +126,7 @@ class LocalRunner:
         self.logs_dir = logs_dir
         self.grace_period = grace_period
         self.backoff = backoff
+        self.environment = os.environ if environment is None else environment
         self.status: dict[str, Any] = {}
         self.shown: dict[str, Any] = {}  # the status as the job's API shows it
         self.ports: dict[str, int] = {}  # Service host -> local port
@@ -266,7 +268,7 @@ class LocalRunner:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **command.env, REPLICA_MARKER: local.uid},
+                env={**self.environment, **command.env, REPLICA_MARKER: local.uid},
                 cwd=self._working_dir(command),
                 start_new_session=True,
             )
