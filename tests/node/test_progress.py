@@ -41,9 +41,13 @@ def test_hugging_face_trainer_and_kubeflow_sdk_report_unmodified(
 ) -> None:
     image = node.example_image
     limits = {"cpu": "1", "memory": "1Gi"}
+    trainer_job = training_job("hf-trainer", image, ["hf_trainer.py"], limits=limits)
+    # Nothing is downloaded: the model is built from a config in the script.
+    container = trainer_job["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]
+    container["env"] = [{"name": "HF_HUB_OFFLINE", "value": "1"}]
     node.apply(
         node_namespace,
-        training_job("hf-trainer", image, ["hf_trainer.py"], limits=limits),
+        trainer_job,
         training_job("kubeflow-sdk", image, ["sdk_loop.py"], limits=limits),
     )
 
