@@ -25,8 +25,9 @@ from support import ControlPlane
 from support.cluster import Job
 from support.eventually import eventually
 from support.jobs import JobBuilder
-from support.operator import SYSTEM_NAMESPACE, progress_port, webhook_secret
+from support.operator import progress_port
 from support.processes import ServiceProcess
+from support.progress import endpoint_ca, pod_token
 
 from torchjob.api.job_api import TRAINING_JOB
 from torchjob.api.progress import JobRef
@@ -44,13 +45,8 @@ async def endpoint(
     tmp_path: Path,
 ) -> AsyncIterator[tuple[str, aiohttp.ClientSession]]:
     """The progress endpoint's base URL, and a session that verifies it with the webhook's CA."""
-    secret = json.loads(
-        control_plane.kubectl(
-            "get", "secret", webhook_secret(), "-n", SYSTEM_NAMESPACE, "-o", "json"
-        ).stdout
-    )
     ca = tmp_path / "ca.crt"
-    ca.write_bytes(base64.b64decode(secret["data"]["ca-bundle.crt"]))
+    ca.write_bytes(endpoint_ca(control_plane))
     context = ssl.create_default_context(cafile=str(ca))
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
         yield f"https://127.0.0.1:{progress_port(webhook_server)}", session
@@ -66,30 +62,6 @@ async def _job_with_pod(
 
 def _ref(job: Job) -> JobRef:
     return JobRef(TRAINING_JOB, job.namespace, job.name)
-
-
-async def _pod_token(
-    api: KubeClient, namespace: str, pod: Any, audience: str, seconds: int = 600
-) -> str:
-    """A token of the namespace's default ServiceAccount bound to `pod`, as the kubelet's
-    projected volume gets one."""
-    request = {
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "TokenRequest",
-        "spec": {
-            "audiences": [audience],
-            "expirationSeconds": seconds,
-            "boundObjectRef": {
-                "kind": "Pod",
-                "apiVersion": "v1",
-                "name": pod.metadata.name,
-                "uid": pod.metadata.uid,
-            },
-        },
-    }
-    path = f"/api/v1/namespaces/{namespace}/serviceaccounts/default/token"
-    answer = await api.request_json("POST", path, body=request)
-    return str(answer["status"]["token"])
 
 
 async def _post(
@@ -130,7 +102,7 @@ async def test_a_pods_report_is_written_into_its_jobs_status(
 ) -> None:
     base, session = endpoint
     job, pod = await _job_with_pod(kube_client, admitted_namespace, "reporting")
-    token = await _pod_token(service_client, admitted_namespace, pod, _ref(job).audience)
+    token = await pod_token(service_client, admitted_namespace, pod, _ref(job).audience)
     code, answer = await _post(session, base + _ref(job).path, token)
     assert code == 200, answer
     written = answer["trainerStatus"]
@@ -159,12 +131,12 @@ async def test_refusals(
     job_a, pod_a = await _job_with_pod(kube_client, ns, "a")
     job_b, pod_b = await _job_with_pod(kube_client, ns, "b")
     url_a, url_b = base + _ref(job_a).path, base + _ref(job_b).path
-    token_a = await _pod_token(service_client, ns, pod_a, _ref(job_a).audience)
+    token_a = await pod_token(service_client, ns, pod_a, _ref(job_a).audience)
     # A's own token replayed to B's URL: B's audience is not the token's.
     code, answer = await _post(session, url_b, token_a)
     assert code == 401 and _is_status(answer, 401), answer
     # A token of B's audience for A's pod: the apiserver vouches for it, but A's pod is not B's.
-    forged_for_b = await _pod_token(service_client, ns, pod_a, _ref(job_b).audience)
+    forged_for_b = await pod_token(service_client, ns, pod_a, _ref(job_b).audience)
     code, answer = await _post(session, url_b, forged_for_b)
     assert code == 403 and _is_status(answer, 403), answer
     assert (
@@ -172,13 +144,13 @@ async def test_refusals(
         == f"the token's pod a-worker-0 does not belong to PyTorchTrainingJob {ns}/b"
     )
     # Another audience altogether.
-    other = await _pod_token(service_client, ns, pod_a, "https://kubernetes.default.svc")
+    other = await pod_token(service_client, ns, pod_a, "https://kubernetes.default.svc")
     code, answer = await _post(session, url_a, other)
     assert code == 401 and _is_status(answer, 401), answer
     # A pod of no job, with the job's audience.
     stray = await _stray_pod(kube_client, ns)
     code, answer = await _post(
-        session, url_a, await _pod_token(service_client, ns, stray, _ref(job_a).audience)
+        session, url_a, await pod_token(service_client, ns, stray, _ref(job_a).audience)
     )
     assert code == 403 and _is_status(answer, 403), answer
     # No token.
@@ -244,7 +216,7 @@ async def test_a_flood_is_rate_limited_and_coalesced(
     written at most once per write interval, ending with the last report accepted."""
     base, session = endpoint
     job, pod = await _job_with_pod(kube_client, admitted_namespace, "flood")
-    token = await _pod_token(service_client, admitted_namespace, pod, _ref(job).audience)
+    token = await pod_token(service_client, admitted_namespace, pod, _ref(job).audience)
     writes_before = webhook_server.samples("torchjob_progress_writes_total").get("", 0.0)
     started = time.monotonic()
     codes, last = [], None
@@ -276,7 +248,7 @@ async def test_no_report_for_a_finished_job(
 ) -> None:
     base, session = endpoint
     job, pod = await _job_with_pod(kube_client, admitted_namespace, "done")
-    token = await _pod_token(service_client, admitted_namespace, pod, _ref(job).audience)
+    token = await pod_token(service_client, admitted_namespace, pod, _ref(job).audience)
     await job.run_all()
     await job.wait_phase("Running")
     await job.kubelet.finish(pod.metadata.name, 0)
