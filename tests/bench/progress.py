@@ -393,7 +393,7 @@ async def throttled_writes(
     )
     print(
         f"  {'after the last report':34} {later:.0f} write(s), {changed_later} change(s) "
-        "(the latest report, at its slot)"
+        "(a report left waiting is written at its slot)"
     )
     moved = after - counts
     requests = ", ".join(f"{moved[k]} {k}" for k in sorted(moved) if k != "reconciles")
