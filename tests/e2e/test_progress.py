@@ -24,88 +24,17 @@ from kubernetes_asyncio import client
 from support import ControlPlane
 from support.cluster import Job
 from support.eventually import eventually
-from support.helm import component
 from support.jobs import JobBuilder
-from support.operator import (
-    SYSTEM_NAMESPACE,
-    apply,
-    progress_port,
-    rendered,
-    service_account,
-    webhook_secret,
-)
+from support.operator import progress_port
 from support.processes import ServiceProcess
+from support.progress import endpoint_ca, pod_token
 
 from torchjob.api.job_api import TRAINING_JOB
 from torchjob.api.progress import JobRef
 from torchjob.kube.client import KubeClient
 
 WRITE_SECONDS = 10.0  # the webhook's default --progress-write-seconds
-# What the webhook must be granted to serve progress, beyond admission: checked against the
-# chart's ClusterRole, and granted here only where the chart does not grant it yet.
-PROGRESS_RULES = (
-    ("authentication.k8s.io", "tokenreviews", "create"),
-    ("", "pods", "get"),
-    ("batch.tensorstack.dev", "pytorchtrainingjobs/status", "patch"),
-    ("kubeflow.org", "pytorchjobs/status", "patch"),
-)
 REPORT = {"trainerStatus": {"progressPercentage": 42, "estimatedRemainingSeconds": 60}}
-
-
-def _granted(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
-    return {
-        (group, resource, verb)
-        for rule in rules
-        if not rule.get("resourceNames")
-        for group in rule.get("apiGroups", ())
-        for resource in rule.get("resources", ())
-        for verb in rule.get("verbs", ())
-    }
-
-
-@pytest.fixture(scope="module")
-def progress_rbac(control_plane: ControlPlane, webhook_server: ServiceProcess) -> None:
-    chart_rules = component(rendered(), "ClusterRole", "webhook")["rules"]
-    missing = [rule for rule in PROGRESS_RULES if rule not in _granted(chart_rules)]
-    if not missing:
-        return
-    name = "torchjob-webhook-progress-e2e"
-    role = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": name},
-        "rules": [{"apiGroups": [g], "resources": [r], "verbs": [v]} for g, r, v in missing],
-    }
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [
-            {
-                "kind": "ServiceAccount",
-                "name": service_account("webhook"),
-                "namespace": SYSTEM_NAMESPACE,
-            }
-        ],
-    }
-    apply(control_plane, [role, binding])
-
-
-@pytest.fixture(scope="module")
-def trainer_status_schema(control_plane: ControlPlane) -> bool:
-    """The CRD keeps status.trainerStatus; True when this test had to add the field (the
-    apiserver then takes a moment to stop pruning it)."""
-    crd = "pytorchtrainingjobs.batch.tensorstack.dev"
-    found = json.loads(control_plane.kubectl("get", "crd", crd, "-o", "json").stdout)
-    status = found["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
-    if "trainerStatus" in status.get("properties", {}):
-        return False
-    path = "/spec/versions/0/schema/openAPIV3Schema/properties/status/properties/trainerStatus"
-    field = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-    patch = json.dumps([{"op": "add", "path": path, "value": field}])
-    control_plane.kubectl("patch", "crd", crd, "--type=json", "-p", patch)
-    return True
 
 
 @pytest.fixture
@@ -113,17 +42,11 @@ async def endpoint(
     control_plane: ControlPlane,
     webhook_server: ServiceProcess,
     reconciler: ServiceProcess,
-    progress_rbac: None,
     tmp_path: Path,
 ) -> AsyncIterator[tuple[str, aiohttp.ClientSession]]:
     """The progress endpoint's base URL, and a session that verifies it with the webhook's CA."""
-    secret = json.loads(
-        control_plane.kubectl(
-            "get", "secret", webhook_secret(), "-n", SYSTEM_NAMESPACE, "-o", "json"
-        ).stdout
-    )
     ca = tmp_path / "ca.crt"
-    ca.write_bytes(base64.b64decode(secret["data"]["ca-bundle.crt"]))
+    ca.write_bytes(endpoint_ca(control_plane))
     context = ssl.create_default_context(cafile=str(ca))
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
         yield f"https://127.0.0.1:{progress_port(webhook_server)}", session
@@ -139,30 +62,6 @@ async def _job_with_pod(
 
 def _ref(job: Job) -> JobRef:
     return JobRef(TRAINING_JOB, job.namespace, job.name)
-
-
-async def _pod_token(
-    api: KubeClient, namespace: str, pod: Any, audience: str, seconds: int = 600
-) -> str:
-    """A token of the namespace's default ServiceAccount bound to `pod`, as the kubelet's
-    projected volume gets one."""
-    request = {
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "TokenRequest",
-        "spec": {
-            "audiences": [audience],
-            "expirationSeconds": seconds,
-            "boundObjectRef": {
-                "kind": "Pod",
-                "apiVersion": "v1",
-                "name": pod.metadata.name,
-                "uid": pod.metadata.uid,
-            },
-        },
-    }
-    path = f"/api/v1/namespaces/{namespace}/serviceaccounts/default/token"
-    answer = await api.request_json("POST", path, body=request)
-    return str(answer["status"]["token"])
 
 
 async def _post(
@@ -184,27 +83,6 @@ async def _trainer_status(job: Job) -> dict[str, Any]:
     return dict((await job.status()).get("trainerStatus") or {})
 
 
-async def _kept_by_schema(kube_client: client.ApiClient, job: Job, added: bool) -> None:
-    """Until the apiserver keeps status.trainerStatus (at once unless the field was just
-    added): written and cleared again as admin."""
-    if not added:
-        return
-    objects = client.CustomObjectsApi(kube_client)
-    patch: Any = objects.patch_namespaced_custom_object_status
-
-    async def kept() -> bool:
-        body = {"status": {"trainerStatus": {"progressPercentage": 0}}}
-        args = (job.group, job.version, job.namespace, job.plural, job.name)
-        await patch(*args, body, _content_type="application/merge-patch+json")
-        found = bool(await _trainer_status(job))
-        await patch(
-            *args, {"status": {"trainerStatus": None}}, _content_type="application/merge-patch+json"
-        )
-        return found
-
-    await eventually(kept, "the CRD to keep status.trainerStatus")
-
-
 def _is_status(answer: dict[str, Any], code: int) -> bool:
     return (
         answer.get("kind") == "Status"
@@ -220,13 +98,11 @@ async def test_a_pods_report_is_written_into_its_jobs_status(
     service_client: KubeClient,
     admitted_namespace: str,
     endpoint: tuple[str, aiohttp.ClientSession],
-    trainer_status_schema: bool,
     webhook_server: ServiceProcess,
 ) -> None:
     base, session = endpoint
     job, pod = await _job_with_pod(kube_client, admitted_namespace, "reporting")
-    await _kept_by_schema(kube_client, job, trainer_status_schema)
-    token = await _pod_token(service_client, admitted_namespace, pod, _ref(job).audience)
+    token = await pod_token(service_client, admitted_namespace, pod, _ref(job).audience)
     code, answer = await _post(session, base + _ref(job).path, token)
     assert code == 200, answer
     written = answer["trainerStatus"]
@@ -255,12 +131,12 @@ async def test_refusals(
     job_a, pod_a = await _job_with_pod(kube_client, ns, "a")
     job_b, pod_b = await _job_with_pod(kube_client, ns, "b")
     url_a, url_b = base + _ref(job_a).path, base + _ref(job_b).path
-    token_a = await _pod_token(service_client, ns, pod_a, _ref(job_a).audience)
+    token_a = await pod_token(service_client, ns, pod_a, _ref(job_a).audience)
     # A's own token replayed to B's URL: B's audience is not the token's.
     code, answer = await _post(session, url_b, token_a)
     assert code == 401 and _is_status(answer, 401), answer
     # A token of B's audience for A's pod: the apiserver vouches for it, but A's pod is not B's.
-    forged_for_b = await _pod_token(service_client, ns, pod_a, _ref(job_b).audience)
+    forged_for_b = await pod_token(service_client, ns, pod_a, _ref(job_b).audience)
     code, answer = await _post(session, url_b, forged_for_b)
     assert code == 403 and _is_status(answer, 403), answer
     assert (
@@ -268,13 +144,13 @@ async def test_refusals(
         == f"the token's pod a-worker-0 does not belong to PyTorchTrainingJob {ns}/b"
     )
     # Another audience altogether.
-    other = await _pod_token(service_client, ns, pod_a, "https://kubernetes.default.svc")
+    other = await pod_token(service_client, ns, pod_a, "https://kubernetes.default.svc")
     code, answer = await _post(session, url_a, other)
     assert code == 401 and _is_status(answer, 401), answer
     # A pod of no job, with the job's audience.
     stray = await _stray_pod(kube_client, ns)
     code, answer = await _post(
-        session, url_a, await _pod_token(service_client, ns, stray, _ref(job_a).audience)
+        session, url_a, await pod_token(service_client, ns, stray, _ref(job_a).audience)
     )
     assert code == 403 and _is_status(answer, 403), answer
     # No token.
@@ -334,15 +210,13 @@ async def test_a_flood_is_rate_limited_and_coalesced(
     service_client: KubeClient,
     admitted_namespace: str,
     endpoint: tuple[str, aiohttp.ClientSession],
-    trainer_status_schema: bool,
     webhook_server: ServiceProcess,
 ) -> None:
     """100 reports in a row from one pod: beyond the burst most are 429, and the status is
     written at most once per write interval, ending with the last report accepted."""
     base, session = endpoint
     job, pod = await _job_with_pod(kube_client, admitted_namespace, "flood")
-    await _kept_by_schema(kube_client, job, trainer_status_schema)
-    token = await _pod_token(service_client, admitted_namespace, pod, _ref(job).audience)
+    token = await pod_token(service_client, admitted_namespace, pod, _ref(job).audience)
     writes_before = webhook_server.samples("torchjob_progress_writes_total").get("", 0.0)
     started = time.monotonic()
     codes, last = [], None
@@ -374,7 +248,7 @@ async def test_no_report_for_a_finished_job(
 ) -> None:
     base, session = endpoint
     job, pod = await _job_with_pod(kube_client, admitted_namespace, "done")
-    token = await _pod_token(service_client, admitted_namespace, pod, _ref(job).audience)
+    token = await pod_token(service_client, admitted_namespace, pod, _ref(job).audience)
     await job.run_all()
     await job.wait_phase("Running")
     await job.kubelet.finish(pod.metadata.name, 0)

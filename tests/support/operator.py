@@ -135,11 +135,12 @@ def wait_until_admitting(control_plane: ControlPlane, namespace: str, timeout: f
     )
 
 
-def start_webhook(control_plane: ControlPlane) -> ServiceProcess:
+def start_webhook(control_plane: ControlPlane, *extra_args: str) -> ServiceProcess:
     """Apply the chart's RBAC and webhook configurations, the apiserver calling the webhook by
     URL on loopback, and start the webhook as its Deployment would with a token of its
     ServiceAccount; ready when it serves. Its progress endpoint listens on a loopback port of
-    its own, reached by the address its certificate names (`progress_port`)."""
+    its own, reached by the address its certificate names (`progress_port`). `extra_args` come
+    last (the last of a flag given wins)."""
     port, probe_port, progress = free_port(), free_port(), free_port()
     manifests = rendered(
         **{
@@ -159,6 +160,7 @@ def start_webhook(control_plane: ControlPlane) -> ServiceProcess:
     extra_args = (
         *("--host", "127.0.0.1", "--progress-port", str(progress)),
         *("--progress-url", f"https://127.0.0.1:{progress}"),
+        *extra_args,
     )
     return run_as_deployed(control_plane, deployment, extra_args=extra_args)
 
