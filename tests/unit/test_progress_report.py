@@ -13,7 +13,13 @@ import pytest
 
 from torchjob.api.jsoncopy import merge_patched
 from torchjob.api.progress import MAX_METRIC_TEXT, MAX_METRICS
-from torchjob.lifecycle.progress import Progress, ReportError, read_report, seconds_since_report
+from torchjob.lifecycle.progress import (
+    Progress,
+    ReportError,
+    read_report,
+    seconds_since_report,
+    supersedes,
+)
 
 RECEIVED = datetime(2026, 11, 28, 10, 30, 47, 654321, tzinfo=UTC)
 
@@ -185,8 +191,8 @@ def test_the_status_is_the_report_stamped_when_it_was_received() -> None:
         "progressPercentage": 45,
         "estimatedRemainingSeconds": 120,
         "metrics": [{"name": "loss", "value": "0.25"}],
-        # The endpoint's clock, not the reporter's (10:30:45.123456).
-        "lastUpdatedTime": "2026-11-28T10:30:47Z",
+        # The endpoint's clock, not the reporter's (10:30:45.123456), to the microsecond.
+        "lastUpdatedTime": "2026-11-28T10:30:47.654321Z",
     }
 
 
@@ -197,13 +203,17 @@ def test_a_report_replaces_the_last_clearing_what_it_leaves_out() -> None:
     assert second["estimatedRemainingSeconds"] is None
     assert second["metrics"] is None
     assert merge_patched({"trainerStatus": first}, {"trainerStatus": second}) == {
-        "trainerStatus": {"progressPercentage": 50, "lastUpdatedTime": "2026-11-28T10:30:52Z"}
+        "trainerStatus": {
+            "progressPercentage": 50,
+            "lastUpdatedTime": "2026-11-28T10:30:52.654321Z",
+        }
     }
 
 
 def test_the_status_is_written_in_utc_whatever_the_zone_of_the_clock() -> None:
     received = RECEIVED.astimezone(timezone(timedelta(hours=8)))
-    assert read_report(report()).status(received)["lastUpdatedTime"] == "2026-11-28T10:30:47Z"
+    stamped = read_report(report()).status(received)["lastUpdatedTime"]
+    assert stamped == "2026-11-28T10:30:47.654321Z"
 
 
 # -- the time since the last report ---------------------------------------------------------------
@@ -212,7 +222,7 @@ def test_the_status_is_written_in_utc_whatever_the_zone_of_the_clock() -> None:
 def test_seconds_since_the_last_report_come_from_the_status_alone() -> None:
     status = {"phase": "Running", "trainerStatus": read_report(HUGGING_FACE).status(RECEIVED)}
     now = datetime(2026, 11, 28, 10, 31, 0, tzinfo=UTC)
-    assert seconds_since_report(status, now) == 13.0
+    assert seconds_since_report(status, now) == 12.345679
     # A clock behind the endpoint's says no time has passed, never a negative time.
     assert seconds_since_report(status, now - timedelta(minutes=5)) == 0.0
 
@@ -229,3 +239,24 @@ def test_seconds_since_the_last_report_come_from_the_status_alone() -> None:
 )
 def test_no_report_time_means_no_seconds(status: dict[str, Any]) -> None:
     assert seconds_since_report(status, RECEIVED) is None
+
+
+# -- the later of two reports is the one status keeps ---------------------------------------------
+
+
+def test_a_report_supersedes_an_earlier_one_only() -> None:
+    """Two endpoint replicas each write their own latest report: one received earlier, written
+    later, must not replace a later one."""
+    earlier = read_report(HUGGING_FACE).status(RECEIVED)
+    later = read_report(report(progressPercentage=100)).status(RECEIVED + timedelta(microseconds=1))
+    assert supersedes(later, earlier)
+    assert not supersedes(earlier, later)
+    assert not supersedes(later, later)
+    assert supersedes(earlier, None)
+    assert supersedes(earlier, {})
+    # What a reporter wrote with its own clock, or nothing sensible, does not hold a report back.
+    assert supersedes(earlier, {"lastUpdatedTime": "not a time"})
+    assert supersedes(earlier, {"lastUpdatedTime": "2030-01-01T00:00:00"})
+    # A time without fractions (an older write) compares as that whole second.
+    assert supersedes(earlier, {"lastUpdatedTime": "2026-11-28T10:30:47Z"})
+    assert not supersedes(earlier, {"lastUpdatedTime": "2026-11-28T10:30:48Z"})

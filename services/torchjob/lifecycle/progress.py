@@ -4,7 +4,9 @@ A report is `{"trainerStatus": {progressPercentage, estimatedRemainingSeconds, m
 lastUpdatedTime}}` (api/progress.py). Each one replaces the last: a field it leaves out is
 cleared, as Kubeflow Trainer's server-side apply clears it. `lastUpdatedTime` in status is when
 the endpoint received the report, not the time the reporter wrote: a heartbeat read by the
-cluster must not depend on the reporter's clock.
+cluster must not depend on the reporter's clock. It has microseconds: with several endpoint
+replicas, each writing its own latest report, the later of two reports is the one status keeps
+(`supersedes`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from torchjob.api.progress import MAX_METRIC_TEXT, MAX_METRICS
-from torchjob.lifecycle.times import format_time, parse_time
+from torchjob.lifecycle.times import format_micro_time, parse_time
 
 FIELD: Final = "trainerStatus"
 
@@ -42,7 +44,7 @@ class Progress:
             "progressPercentage": self.percentage,
             "estimatedRemainingSeconds": self.remaining_seconds,
             "metrics": [{"name": n, "value": v} for n, v in self.metrics] or None,
-            "lastUpdatedTime": format_time(received),
+            "lastUpdatedTime": format_micro_time(received),
         }
 
 
@@ -136,3 +138,16 @@ def seconds_since_report(status: dict[str, Any], now: datetime) -> float | None:
     if received is None or received.tzinfo is None:
         return None  # a time without a zone (not the endpoint's) says no moment for sure
     return max(0.0, (now - received).total_seconds())
+
+
+def supersedes(report: dict[str, Any], shown: dict[str, Any] | None) -> bool:
+    """Whether `report` (a `Progress.status`) was received after the report status shows, so
+    that writing it moves status forward; a report another replica received later stays."""
+    try:
+        shown_at = parse_time((shown or {}).get("lastUpdatedTime"))
+    except ValueError:
+        shown_at = None
+    received = parse_time(report["lastUpdatedTime"])
+    if shown_at is None or shown_at.tzinfo is None:
+        return True
+    return received is not None and received > shown_at

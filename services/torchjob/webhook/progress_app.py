@@ -26,11 +26,12 @@ from prometheus_client import Counter
 
 from torchjob.api.job_api import TRAINING_JOB, JobApi
 from torchjob.api.progress import MAX_BODY_BYTES, JobRef, job_of_path
+from torchjob.kube.errors import Conflict
 from torchjob.kube.informer import Informer
-from torchjob.kube.jobs import patch_status
+from torchjob.kube.resources import job_resource
 from torchjob.kube.rest import Resources
 from torchjob.kube.slim import job_without_status
-from torchjob.lifecycle.progress import FIELD, ReportError, read_report
+from torchjob.lifecycle.progress import FIELD, ReportError, read_report, supersedes
 from torchjob.webhook.keys import API, JOBS, KUBEFLOW_JOBS, PROGRESS, SETTINGS, TLS
 from torchjob.webhook.progress_auth import Authenticator, Refused, unauthorized
 from torchjob.webhook.progress_limit import JobRateLimit
@@ -46,6 +47,8 @@ FAMILIES: Final = frozenset({"torchjob_progress_requests", "torchjob_progress_wr
 
 FINISHED: Final = frozenset({"Succeeded", "Failed"})
 READ_CHUNK: Final = 16 * 1024
+# Reads and conditional writes of one report before it waits for the job's next slot.
+WRITE_ATTEMPTS: Final = 3
 _JSON: Final = {hdrs.CONTENT_TYPE: "application/json"}
 
 
@@ -255,5 +258,19 @@ async def serve_progress(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _write(resources: Resources, job: JobRef, report: dict[str, Any]) -> None:
-    meta = {"namespace": job.namespace, "name": job.name}
-    await patch_status(resources, meta, {FIELD: report}, job.api)
+    """Write `report` unless status shows one received later. Each webhook replica writes its own
+    latest report, so a replica's slot can come after another replica wrote a newer one: the
+    write is conditional on the job's resourceVersion read with it, and read again on a
+    conflict."""
+    kind = job_resource(job.api)
+    for _ in range(WRITE_ATTEMPTS):
+        current = await resources.get(kind, job.namespace, job.name)
+        if not supersedes(report, (current.get("status") or {}).get(FIELD)):
+            return
+        version = current["metadata"]["resourceVersion"]
+        body = {"metadata": {"resourceVersion": version}, "status": {FIELD: report}}
+        try:
+            await resources.patch(kind, job.namespace, job.name, body, subresource="status")
+            return
+        except Conflict:
+            continue  # the job changed since it was read: read it again
