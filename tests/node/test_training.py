@@ -40,6 +40,8 @@ def example_job_with_tensorboard(image: str, claim: str) -> dict[str, Any]:
 def progress_shown(node: Node, namespace: str) -> dict[str, str] | None:
     """The columns of `kubectl get ptj mnist-ddp` once PROGRESS shows a value while it runs."""
     header, row = node.kubectl("get", "ptj", "mnist-ddp", "-n", namespace).stdout.splitlines()[:2]
+    if len(row.split()) != len(header.split()):
+        return None  # a column is still empty (kubectl prints nothing for it)
     cells = dict(zip(header.split(), row.split(), strict=True))
     running = cells["PHASE"] == "Running" and cells["PROGRESS"] != "<none>"
     return cells if running else None
