@@ -17,6 +17,8 @@ from support.jobs import job_manifest
 from support.processes import ServiceProcess
 
 from torchjob.api import constants
+from torchjob.api.progress import ANNOTATION_PROGRESS_CA, ENV_URL
+from torchjob.cli.cluster import DRY_RUN_PROGRESS
 
 TIMEOUT = 30.0
 
@@ -43,6 +45,41 @@ def contained(expected: Any, actual: Any, path: str = "") -> list[str]:
             for d in contained(e, a, f"{path}[{i}]")
         ]
     return [] if expected == actual else [f"{path}: {expected!r} != {actual!r}"]
+
+
+def _progress_endpoint(pod: dict[str, Any]) -> dict[str, str]:
+    """The dry run's stand-ins for the progress endpoint, each with what `pod` was given."""
+    container = pod["spec"]["containers"][0]
+    url = next(e["value"] for e in container["env"] if e["name"] == ENV_URL)
+    return {
+        DRY_RUN_PROGRESS.base_url: url[: url.index("/apis/")],
+        DRY_RUN_PROGRESS.ca_pem: pod["metadata"]["annotations"][ANNOTATION_PROGRESS_CA],
+    }
+
+
+def _without_api_access(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` without the API token volume the apiserver's ServiceAccount admission adds to a pod
+    (`kube-api-access-*`): the cluster's own, not torchjob's."""
+    if obj["kind"] != "Pod":
+        return obj
+    pod = json.loads(json.dumps(obj))
+    spec = pod["spec"]
+    ours = [v for v in spec.get("volumes", []) if not v["name"].startswith("kube-api-access-")]
+    spec["volumes"] = ours
+    for container in spec["containers"] + spec.get("initContainers", []):
+        mounts = container.get("volumeMounts", [])
+        container["volumeMounts"] = [
+            m for m in mounts if not m["name"].startswith("kube-api-access-")
+        ]
+    return pod
+
+
+def _replaced(document: dict[str, Any], known: dict[str, str]) -> dict[str, Any]:
+    text = json.dumps(document)
+    for stand_in, value in known.items():
+        text = text.replace(json.dumps(stand_in)[1:-1], json.dumps(value)[1:-1])
+    replaced: dict[str, Any] = json.loads(text)
+    return replaced
 
 
 async def test_dry_run_matches_what_the_cluster_creates(
@@ -72,10 +109,12 @@ async def test_dry_run_matches_what_the_cluster_creates(
     assert contained(stored["metadata"], job["metadata"]) == []
     dry_uid = documents[1]["metadata"]["ownerReferences"][0]["uid"]
     cluster = {(o["kind"], o["metadata"]["name"]): o for o in [*pods, *services]}
-    rendered = [json.loads(json.dumps(d).replace(dry_uid, uid)) for d in documents[1:]]
+    # What only the cluster knows: the job's uid, and its webhook's progress endpoint and CA.
+    known = {dry_uid: uid, **_progress_endpoint(pods[0])}
+    rendered = [_replaced(d, known) for d in documents[1:]]
     assert {(d["kind"], d["metadata"]["name"]) for d in rendered} == set(cluster)
     for document in rendered:
-        real = cluster[(document["kind"], document["metadata"]["name"])]
+        real = _without_api_access(cluster[(document["kind"], document["metadata"]["name"])])
         assert contained(document, real) == [], document["metadata"]["name"]
     pod = next(d for d in rendered if d["kind"] == "Pod")
     env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
