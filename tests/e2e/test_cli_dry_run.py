@@ -62,7 +62,7 @@ def _without_api_access(obj: dict[str, Any]) -> dict[str, Any]:
     (`kube-api-access-*`): the cluster's own, not torchjob's."""
     if obj["kind"] != "Pod":
         return obj
-    pod = json.loads(json.dumps(obj))
+    pod: dict[str, Any] = json.loads(json.dumps(obj))
     spec = pod["spec"]
     ours = [v for v in spec.get("volumes", []) if not v["name"].startswith("kube-api-access-")]
     spec["volumes"] = ours

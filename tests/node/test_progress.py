@@ -145,7 +145,8 @@ def test_a_pod_writes_only_its_own_jobs_progress(node: Node, node_namespace: str
     }, answers
     assert all(answers[name][1].get("kind") == "Status" for name in codes if codes[name] != 200)
     flood = answers["flood"]
-    assert flood.get("429", 0) >= 40 and flood.get("200", 0) >= 1, flood
+    # Each 429 is held a quarter of a second: the job's allowance refills meanwhile.
+    assert flood.get("429", 0) >= 30 and flood.get("200", 0) >= 1, flood
     shown = wait_until(
         "job A's last report", lambda: _finished_report(node, node_namespace, "progress-a"), 60
     )

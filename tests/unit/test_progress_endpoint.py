@@ -23,7 +23,7 @@ from torchjob.kube.client import KubeClient
 from torchjob.kube.errors import NotFound
 from torchjob.webhook.progress_app import ProgressService, progress_app
 from torchjob.webhook.progress_auth import POD_NAME, POD_UID, Authenticator
-from torchjob.webhook.progress_limit import JobRateLimit
+from torchjob.webhook.progress_limit import JobRateLimit, Tarpit
 from torchjob.webhook.progress_target import ProgressTarget
 from torchjob.webhook.progress_writer import CoalescingWriter
 from torchjob.webhook.tls import ServingCertificate
@@ -75,9 +75,21 @@ def _pod(name: str, owner_uid: str | None) -> dict[str, Any]:
     return {"metadata": metadata}
 
 
+class CountingTarpit(Tarpit):
+    """Counts the 429s it is asked to hold, and holds none."""
+
+    def __init__(self) -> None:
+        super().__init__(0.0, 0)
+        self.holds = 0
+
+    async def hold(self) -> None:
+        self.holds += 1
+
+
 class Setup:
     def __init__(self, job: dict[str, Any] | None = JOB) -> None:
         self.time = FakeTime()
+        self.tarpit = CountingTarpit()
         self.api = FakeApi()
         self.written: list[tuple[JobRef, dict[str, Any]]] = []
         self.writer: CoalescingWriter[JobRef] = CoalescingWriter(
@@ -88,6 +100,7 @@ class Setup:
             authenticator=Authenticator(self.api, clock=self.time.clock, max_reviews=2),
             limit=JobRateLimit(1.0, 3, clock=self.time.clock),
             writer=self.writer,
+            tarpit=self.tarpit,
         )
 
     async def _write(self, job: JobRef, report: dict[str, Any]) -> None:
@@ -213,6 +226,7 @@ async def test_beyond_the_jobs_burst_429_with_retry_after(
     assert codes == [200] * 3
     assert code == 429 and _status(answer, 429, "TooManyRequests")
     assert headers["Retry-After"] == "1"
+    assert setup.tarpit.holds == 1, "the 429 is held before it is sent"
     assert (await _post(http, "bad"))[0] == 401, "a stranger is refused before the limit"
     await setup.time.advance(1)
     assert (await _post(http))[0] == 200
@@ -275,3 +289,14 @@ def test_the_pod_rewrite_is_told_the_current_ca() -> None:
         assert target.current is not None and target.current.ca_pem == "PEM-2"
     finally:
         serving.close()
+
+
+async def test_the_tarpit_holds_at_most_its_capacity_at_once() -> None:
+    tarpit = Tarpit(3600.0, 1)
+    held = asyncio.create_task(tarpit.hold())
+    await eventually(lambda: tarpit.held == 1, "one answer held")
+    await tarpit.hold()  # beyond the capacity: answered at once
+    assert tarpit.held == 1
+    held.cancel()
+    await asyncio.gather(held, return_exceptions=True)
+    assert tarpit.held == 0

@@ -34,7 +34,7 @@ from torchjob.kube.slim import job_without_status
 from torchjob.lifecycle.progress import FIELD, ReportError, read_report, supersedes
 from torchjob.webhook.keys import API, JOBS, KUBEFLOW_JOBS, PROGRESS, SETTINGS, TLS
 from torchjob.webhook.progress_auth import Authenticator, Refused, unauthorized
-from torchjob.webhook.progress_limit import JobRateLimit
+from torchjob.webhook.progress_limit import JobRateLimit, Tarpit
 from torchjob.webhook.progress_target import ProgressTarget
 from torchjob.webhook.progress_writer import CoalescingWriter
 
@@ -50,6 +50,9 @@ READ_CHUNK: Final = 16 * 1024
 # Reads and conditional writes of one report before it waits for the job's next slot.
 WRITE_ATTEMPTS: Final = 3
 _JSON: Final = {hdrs.CONTENT_TYPE: "application/json"}
+# How long a 429 is held before it is sent, and for how many callers at once (progress_limit).
+TARPIT_SECONDS: Final = 0.25
+TARPIT_CAPACITY: Final = 256
 
 
 @dataclass
@@ -63,6 +66,7 @@ class ProgressService:
     writer: CoalescingWriter[JobRef]
     read_timeout: float = 2.0
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    tarpit: Tarpit = field(default_factory=lambda: Tarpit(TARPIT_SECONDS, TARPIT_CAPACITY))
 
 
 SERVICE = web.AppKey("progress_service", ProgressService)
@@ -82,6 +86,8 @@ async def serve_report(request: web.Request) -> web.Response:
         answer = await _answer(request.app[SERVICE], request)
         response = web.Response(body=orjson.dumps(answer), headers=_JSON)
     except Refused as refusal:
+        if refusal.code == 429:
+            await request.app[SERVICE].tarpit.hold()
         response = _status_response(refusal)
     except Exception:
         log.exception("progress report failed", path=request.path)

@@ -3,6 +3,7 @@ proved it runs in the job's pods takes from its job's bucket, so no stranger can
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import time
 from collections.abc import Callable, Hashable
@@ -55,3 +56,24 @@ class JobRateLimit:
 
     def __len__(self) -> int:
         return len(self._buckets)
+
+
+class Tarpit:
+    """Holds a refused (429) answer for `seconds` before it is sent, for at most `capacity`
+    callers at once. A reporter that ignores Retry-After and asks again at once then asks at most
+    1/`seconds` times a second per connection, instead of as fast as the webhook can refuse:
+    refusing costs CPU that admission shares, waiting costs only an open connection."""
+
+    def __init__(self, seconds: float, capacity: int) -> None:
+        self.seconds = seconds
+        self.capacity = capacity
+        self.held = 0
+
+    async def hold(self) -> None:
+        if self.seconds <= 0 or self.held >= self.capacity:
+            return
+        self.held += 1
+        try:
+            await asyncio.sleep(self.seconds)
+        finally:
+            self.held -= 1
