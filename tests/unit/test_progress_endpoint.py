@@ -6,6 +6,7 @@ apiserver says of real tokens is tests/e2e/test_progress.py's."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import random
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,12 +18,13 @@ from support.eventually import eventually
 from support.fake_time import FakeTime
 from support.webhook import JOB, FixedJobs
 
+from torchjob.api.constants import LABEL_JOB_NAME
 from torchjob.api.job_api import TRAINING_JOB
 from torchjob.api.progress import MAX_BODY_BYTES, JobRef
 from torchjob.kube.client import KubeClient
 from torchjob.kube.errors import NotFound
-from torchjob.webhook.progress_app import ProgressService, progress_app
-from torchjob.webhook.progress_auth import POD_NAME, POD_UID, Authenticator
+from torchjob.webhook.progress_app import JobVersion, ProgressService, progress_app
+from torchjob.webhook.progress_auth import POD_NAME, POD_UID, Authenticator, claims_of
 from torchjob.webhook.progress_limit import JobRateLimit, Tarpit
 from torchjob.webhook.progress_target import ProgressTarget
 from torchjob.webhook.progress_writer import CoalescingWriter
@@ -31,6 +33,14 @@ from torchjob.webhook.tls import ServingCertificate
 REF = JobRef(TRAINING_JOB, "ns", "j")
 URL = REF.path
 REPORT = {"trainerStatus": {"progressPercentage": 30, "metrics": [{"name": "loss", "value": 1}]}}
+
+
+def _jwt(name: str, audience: str = REF.audience, namespace: str = "ns", **more: Any) -> str:
+    """A token shaped as the kubelet's are (unsigned: only the fake review reads it); `name`
+    says which of FakeApi's users it is."""
+    claims = {"jti": name, "aud": [audience], "kubernetes.io": {"namespace": namespace}, **more}
+    parts = (b'{"alg":"RS256"}', orjson.dumps(claims), b"signature")
+    return ".".join(base64.urlsafe_b64encode(p).rstrip(b"=").decode() for p in parts)
 
 
 def _user(namespace: str = "ns", pod: str | None = "j-worker-0") -> dict[str, Any]:
@@ -57,8 +67,9 @@ class FakeApi(KubeClient):
             if self.hold is not None:
                 await self.hold.wait()
             spec = options["body"]["spec"]
-            user = self.users.get(spec["token"])
-            audience = self.audiences.get(spec["token"], REF.audience)
+            name = (claims_of(spec["token"]) or {}).get("jti", "")
+            user = self.users.get(name)
+            audience = self.audiences.get(name, REF.audience)
             valid = user is not None and audience in spec["audiences"]
             status = {"authenticated": True, "user": user, "audiences": [audience]}
             return {"status": status if valid else {"authenticated": False}}
@@ -72,6 +83,7 @@ def _pod(name: str, owner_uid: str | None) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"{name}-uid"}
     if owner_uid:
         metadata["ownerReferences"] = [{"controller": True, "uid": owner_uid, "name": "j"}]
+        metadata["labels"] = {LABEL_JOB_NAME: "j"}
     return {"metadata": metadata}
 
 
@@ -91,8 +103,8 @@ class Setup:
         self.time = FakeTime()
         self.tarpit = CountingTarpit()
         self.api = FakeApi()
-        self.written: list[tuple[JobRef, dict[str, Any]]] = []
-        self.writer: CoalescingWriter[JobRef] = CoalescingWriter(
+        self.written: list[tuple[JobVersion, dict[str, Any]]] = []
+        self.writer: CoalescingWriter[JobVersion] = CoalescingWriter(
             self._write, 10.0, clock=self.time.clock
         )
         self.service = ProgressService(
@@ -103,7 +115,7 @@ class Setup:
             tarpit=self.tarpit,
         )
 
-    async def _write(self, job: JobRef, report: dict[str, Any]) -> None:
+    async def _write(self, job: JobVersion, report: dict[str, Any]) -> None:
         self.written.append((job, report))
 
 
@@ -121,7 +133,8 @@ async def http(setup: Setup) -> AsyncIterator[TestClient[Any, Any]]:
 async def _post(
     http: TestClient[Any, Any], token: str | None = "good", body: Any = REPORT, url: str = URL
 ) -> tuple[int, dict[str, Any], Any]:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    """POST as the user named `token` (a JWT-shaped token of it), or with no token (None)."""
+    headers = {"Authorization": f"Bearer {_jwt(token)}"} if token else {}
     data = body if isinstance(body, bytes) else orjson.dumps(body)
     response = await http.post(url, data=data, headers=headers)
     return response.status, orjson.loads(await response.read()), response.headers
@@ -149,7 +162,7 @@ async def test_an_accepted_report_is_answered_with_what_will_be_written(
     assert status["metrics"] == [{"name": "loss", "value": "1"}]
     assert status["estimatedRemainingSeconds"] is None
     await setup.writer.write_due()
-    assert setup.written == [(REF, status)]
+    assert setup.written == [(JobVersion(REF, JOB["metadata"]["uid"]), status)]
 
 
 @pytest.mark.parametrize(
@@ -300,3 +313,43 @@ async def test_the_tarpit_holds_at_most_its_capacity_at_once() -> None:
     held.cancel()
     await asyncio.gather(held, return_exceptions=True)
     assert tarpit.held == 0
+
+
+@pytest.mark.parametrize(
+    ("token", "message"),
+    [
+        ("not-a-jwt", "not a service account token"),
+        (
+            _jwt("good", audience="batch.tensorstack.dev/v1beta1/namespaces/ns/x/k/status"),
+            "audience",
+        ),
+        (_jwt("good", namespace="other"), "namespace ns"),
+        (_jwt("good", exp=-1), "expired"),  # the fake clock starts at 0
+    ],
+)
+async def test_a_token_whose_own_claims_refuse_it_costs_no_review(
+    http: TestClient[Any, Any], setup: Setup, token: str, message: str
+) -> None:
+    response = await http.post(
+        URL, data=orjson.dumps(REPORT), headers={"Authorization": f"Bearer {token}"}
+    )
+    answer = orjson.loads(await response.read())
+    assert response.status == 401 and _status(answer, 401, "Unauthorized"), answer
+    assert message in answer["message"]
+    assert setup.api.reviews == 0
+
+
+async def test_a_token_that_is_not_ascii_is_unauthorized(http: TestClient[Any, Any]) -> None:
+    headers = {"Authorization": "Bearer caf\u00e9".encode().decode("unicode_escape")}
+    response = await http.post(URL, data=orjson.dumps(REPORT), headers=headers)
+    assert response.status == 401
+
+
+async def test_a_pod_that_names_the_job_its_owner_without_its_label_is_forbidden(
+    http: TestClient[Any, Any], setup: Setup
+) -> None:
+    """Anyone who may create pods can write an owner reference; only the reconciler may create a
+    pod with the job's label."""
+    setup.api.pods["j-worker-0"]["metadata"]["labels"] = {}
+    code, answer, _ = await _post(http)
+    assert code == 403 and "does not belong" in answer["message"], answer

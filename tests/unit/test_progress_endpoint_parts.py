@@ -12,9 +12,13 @@ import orjson
 import pytest
 from support.fake_time import FakeTime, settle
 
-from torchjob.kube.errors import KubeError, NotFound
+from torchjob.api.job_api import TRAINING_JOB
+from torchjob.api.progress import JobRef
+from torchjob.kube.errors import Conflict, KubeError, NotFound
+from torchjob.kube.informer import ResourceKind
+from torchjob.kube.rest import Resources
 from torchjob.webhook import settings
-from torchjob.webhook.progress_app import finished, job_with_outcome
+from torchjob.webhook.progress_app import JobVersion, finished, job_with_outcome, write_report
 from torchjob.webhook.progress_auth import Expiring, expiry_of
 from torchjob.webhook.progress_limit import JobRateLimit
 from torchjob.webhook.progress_writer import CoalescingWriter
@@ -178,3 +182,66 @@ def test_the_progress_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     for wrong in (["--progress-rate", "0"], ["--progress-burst", "0"], ["--progress-port", "0"]):
         with pytest.raises(SystemExit):
             settings.parse(wrong)
+
+
+class StoredJob(Resources):
+    """One job's object as the apiserver keeps it: reads, and status patches that fail with a
+    conflict `conflicts` times (another writer got there first) before they apply."""
+
+    def __init__(self, uid: str, shown: dict[str, Any] | None, conflicts: int = 0) -> None:
+        self.job: dict[str, Any] = {"metadata": {"uid": uid, "resourceVersion": "1"}, "status": {}}
+        if shown is not None:
+            self.job["status"]["trainerStatus"] = shown
+        self.conflicts = conflicts
+        self.patches: list[dict[str, Any]] = []
+
+    async def get(self, kind: ResourceKind, namespace: str, name: str) -> dict[str, Any]:
+        return self.job
+
+    async def patch(
+        self, kind: ResourceKind, namespace: str, name: str, body: Any, **_: Any
+    ) -> None:
+        self.patches.append(body)
+        if self.conflicts:
+            self.conflicts -= 1
+            raise Conflict(409, "Conflict", "the object has been modified")
+        self.job["status"].update(body["status"])
+
+
+REF = JobRef(TRAINING_JOB, "ns", "j")
+EARLIER = {"progressPercentage": 20, "lastUpdatedTime": "2026-11-28T10:00:00.000001Z"}
+LATER = {"progressPercentage": 100, "lastUpdatedTime": "2026-11-28T10:00:00.000002Z"}
+
+
+async def test_a_report_is_written_on_the_version_it_was_read_with() -> None:
+    stored = StoredJob("uid-1", EARLIER)
+    await write_report(stored, JobVersion(REF, "uid-1"), LATER)
+    assert stored.patches == [
+        {"metadata": {"resourceVersion": "1"}, "status": {"trainerStatus": LATER}}
+    ]
+
+
+async def test_an_earlier_report_is_not_written_over_a_later_one() -> None:
+    """Another webhook replica wrote a report it received later."""
+    stored = StoredJob("uid-1", LATER)
+    await write_report(stored, JobVersion(REF, "uid-1"), EARLIER)
+    assert stored.patches == []
+
+
+async def test_a_report_does_not_reach_a_job_made_again_under_its_name() -> None:
+    stored = StoredJob("uid-2", None)
+    await write_report(stored, JobVersion(REF, "uid-1"), LATER)
+    assert stored.patches == []
+
+
+async def test_a_report_that_keeps_meeting_conflicts_waits_for_its_next_slot() -> None:
+    """Raising keeps it in the writer, which tries again at the job's next slot."""
+    stored = StoredJob("uid-1", None, conflicts=2)
+    await write_report(stored, JobVersion(REF, "uid-1"), LATER)
+    assert len(stored.patches) == 3
+    assert stored.job["status"]["trainerStatus"] == LATER
+    stored.conflicts = 3
+    with pytest.raises(Conflict):
+        await write_report(
+            stored, JobVersion(REF, "uid-1"), {**LATER, "lastUpdatedTime": "2026-11-28T10:00:01Z"}
+        )

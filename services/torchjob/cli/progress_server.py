@@ -163,8 +163,12 @@ class LocalProgress:
 
     def _authorized(self, header: str) -> bool:
         scheme, _, token = header.partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(
-            token.strip().encode(), self._token.encode()
+        token = token.strip()
+        # A header's bytes that are not ASCII arrive as lone surrogates, which cannot be encoded.
+        return (
+            scheme.lower() == "bearer"
+            and token.isascii()
+            and hmac.compare_digest(token.encode(), self._token.encode())
         )
 
     def _show(self, report: dict[str, Any]) -> None:

@@ -22,6 +22,7 @@ from typing import Any, Final
 import orjson
 import structlog
 from aiohttp import hdrs, web
+from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import Counter
 
 from torchjob.api.job_api import TRAINING_JOB, JobApi
@@ -63,7 +64,7 @@ class ProgressService:
     jobs: Callable[[JobApi], Informer | None]
     authenticator: Authenticator
     limit: JobRateLimit
-    writer: CoalescingWriter[JobRef]
+    writer: CoalescingWriter[JobVersion]
     read_timeout: float = 2.0
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     tarpit: Tarpit = field(default_factory=lambda: Tarpit(TARPIT_SECONDS, TARPIT_CAPACITY))
@@ -114,12 +115,13 @@ async def _answer(service: ProgressService, request: web.Request) -> dict[str, A
         raise Refused(429, "TooManyRequests", message, max(1, math.ceil(wait)))
     report = _report(await _read(request, service.read_timeout))
     cached = _cached_job(service, job)
-    if cached is None:
+    uid = _uid_of(cached)
+    if cached is None or uid is None:
         raise Refused(404, "NotFound", f"{job.api.kind} {job.namespace}/{job.name} not found")
     if finished(cached):
         raise Refused(409, "Conflict", "the job has finished")
     status = report.status(service.now())
-    service.writer.submit(job, status)
+    service.writer.submit(JobVersion(job, uid), status)
     return {FIELD: status}
 
 
@@ -127,7 +129,7 @@ def bearer_token(authorization: str | None) -> str:
     """The token of an `Authorization: Bearer <token>` header; else Refused (401)."""
     scheme, _, token = (authorization or "").partition(" ")
     token = token.strip()
-    if scheme.lower() != "bearer" or not token or " " in token:
+    if scheme.lower() != "bearer" or not token or " " in token or not token.isascii():
         raise unauthorized("a bearer token is required: Authorization: Bearer <token>")
     return token
 
@@ -139,8 +141,11 @@ def _cached_job(service: ProgressService, job: JobRef) -> dict[str, Any] | None:
 
 
 def _job_uid(service: ProgressService, job: JobRef) -> str | None:
-    cached = _cached_job(service, job)
-    uid = (cached or {}).get("metadata", {}).get("uid")
+    return _uid_of(_cached_job(service, job))
+
+
+def _uid_of(job: dict[str, Any] | None) -> str | None:
+    uid = (job or {}).get("metadata", {}).get("uid")
     return uid if isinstance(uid, str) else None
 
 
@@ -157,7 +162,8 @@ async def _read(request: web.Request, seconds: float) -> bytes:
                 chunks.append(chunk)
     except TimeoutError:
         raise Refused(408, "Timeout", f"the body did not arrive within {seconds:g}s") from None
-    except (OSError, ValueError, web.HTTPException) as error:  # cut off, or undecodable
+    except (OSError, ValueError, web.HTTPException, HttpProcessingError) as error:
+        # cut off, badly framed or undecodable
         raise Refused(400, "BadRequest", f"the body could not be read: {error}"[:200]) from None
     return b"".join(chunks)
 
@@ -231,8 +237,9 @@ async def serve_progress(app: web.Application) -> AsyncIterator[None]:
         yield
         return
     api = app[API]
-    writer: CoalescingWriter[JobRef] = CoalescingWriter(
-        lambda job, report: _write(Resources(api), job, report), settings.progress_write_seconds
+    writer: CoalescingWriter[JobVersion] = CoalescingWriter(
+        lambda job, report: write_report(Resources(api), job, report),
+        settings.progress_write_seconds,
     )
     service = ProgressService(
         jobs=lambda job_api: app[JOBS] if job_api is TRAINING_JOB else app.get(KUBEFLOW_JOBS),
@@ -244,7 +251,10 @@ async def serve_progress(app: web.Application) -> AsyncIterator[None]:
     target = app[PROGRESS] = ProgressTarget(settings.progress_base_url, app[TLS])
     if target.current is None:
         log.warning("no CA is known for the serving certificate: pods are not told to report")
-    runner = web.AppRunner(progress_app(service), access_log=None, lingering_time=0)
+    # A reporter posts every few seconds at most; an idle connection is not kept longer.
+    runner = web.AppRunner(
+        progress_app(service), access_log=None, lingering_time=0, keepalive_timeout=15
+    )
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.progress_port, ssl_context=app[TLS].context)
     await site.start()
@@ -263,20 +273,34 @@ async def serve_progress(app: web.Application) -> AsyncIterator[None]:
         log.warning("progress reports not written at shutdown", waiting=writer.waiting)
 
 
-async def _write(resources: Resources, job: JobRef, report: dict[str, Any]) -> None:
+@dataclass(frozen=True, slots=True)
+class JobVersion:
+    """A job as the report was accepted for it: a job deleted and made again under its name is
+    another job, which the report must not reach."""
+
+    job: JobRef
+    uid: str
+
+
+async def write_report(resources: Resources, version: JobVersion, report: dict[str, Any]) -> None:
     """Write `report` unless status shows one received later. Each webhook replica writes its own
     latest report, so a replica's slot can come after another replica wrote a newer one: the
     write is conditional on the job's resourceVersion read with it, and read again on a
-    conflict."""
+    conflict; after WRITE_ATTEMPTS conflicts the report waits for the job's next slot."""
+    job = version.job
     kind = job_resource(job.api)
     for _ in range(WRITE_ATTEMPTS):
         current = await resources.get(kind, job.namespace, job.name)
-        if not supersedes(report, (current.get("status") or {}).get(FIELD)):
+        shown = (current.get("status") or {}).get(FIELD)
+        if current["metadata"]["uid"] != version.uid or not supersedes(report, shown):
             return
-        version = current["metadata"]["resourceVersion"]
-        body = {"metadata": {"resourceVersion": version}, "status": {FIELD: report}}
+        body = {
+            "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+            "status": {FIELD: report},
+        }
         try:
             await resources.patch(kind, job.namespace, job.name, body, subresource="status")
             return
         except Conflict:
             continue  # the job changed since it was read: read it again
+    raise Conflict(409, "Conflict", f"{job.path} kept changing while its progress was written")

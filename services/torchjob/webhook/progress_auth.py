@@ -22,6 +22,7 @@ import aiohttp
 import orjson
 import structlog
 
+from torchjob.api.constants import LABEL_JOB_NAME
 from torchjob.api.progress import JobRef
 from torchjob.kube.client import KubeClient
 from torchjob.kube.errors import KubeError, NotFound
@@ -129,6 +130,8 @@ class Authenticator:
         now = self._clock()
         if (refusal := self.refused.get((digest, job.path), now)) is not None:
             raise refusal
+        if (refusal := claims_refusal(token, job, now)) is not None:
+            raise refusal
         job_uid = job_uid_of()
         if job_uid is not None and self.accepted.get((digest, job.path, job_uid), now):
             return
@@ -184,6 +187,10 @@ class Authenticator:
         metadata = pod.get("metadata") or {}
         if metadata.get("uid") != caller.pod_uid or controller_uid(metadata) != job_uid:
             raise refusal
+        # Admission lets only the reconciler create a pod with the job's label: an owner
+        # reference alone can be written by anyone who may create pods in the namespace.
+        if (metadata.get("labels") or {}).get(LABEL_JOB_NAME) != job.name:
+            raise refusal
 
 
 def caller_of(user: dict[str, Any], job: JobRef) -> Caller:
@@ -209,9 +216,8 @@ def controller_uid(metadata: dict[str, Any]) -> str | None:
     return None
 
 
-def expiry_of(token: str) -> float | None:
-    """The `exp` claim of a JWT, read without checking the signature: only once the apiserver
-    has said the token is valid, to remember that no longer than it is."""
+def claims_of(token: str) -> dict[str, Any] | None:
+    """The claims of a JWT, read without checking its signature; None when it is not one."""
     parts = token.split(".")
     if len(parts) != 3:
         return None
@@ -219,5 +225,33 @@ def expiry_of(token: str) -> float | None:
         payload = orjson.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
     except (ValueError, orjson.JSONDecodeError):
         return None
-    exp = payload.get("exp") if isinstance(payload, dict) else None
+    return payload if isinstance(payload, dict) else None
+
+
+def claims_refusal(token: str, job: JobRef, now: float) -> Refused | None:
+    """A refusal read from the token's own claims, before the apiserver is asked: a token that
+    is not a JWT, or names another audience or namespace, or has expired, is refused without a
+    TokenReview, so that junk costs the apiserver nothing and takes no review's place. The
+    claims are unchecked, so they may only refuse: only the TokenReview accepts."""
+    claims = claims_of(token)
+    if claims is None:
+        return unauthorized("the token is not a service account token")
+    audiences = claims.get("aud")
+    audiences = [audiences] if isinstance(audiences, str) else audiences
+    if not isinstance(audiences, list) or job.audience not in audiences:
+        return unauthorized("the token is not valid for this job (another audience)")
+    exp = claims.get("exp")
+    if isinstance(exp, int | float) and not isinstance(exp, bool) and exp <= now:
+        return unauthorized("the token has expired")
+    kubernetes = claims.get("kubernetes.io")
+    namespace = kubernetes.get("namespace") if isinstance(kubernetes, dict) else None
+    if namespace != job.namespace:
+        return unauthorized(f"the token is not of a pod in namespace {job.namespace}")
+    return None
+
+
+def expiry_of(token: str) -> float | None:
+    """The `exp` claim of a JWT, read without checking the signature: only once the apiserver
+    has said the token is valid, to remember that no longer than it is."""
+    exp = (claims_of(token) or {}).get("exp")
     return float(exp) if isinstance(exp, int | float) and not isinstance(exp, bool) else None
