@@ -6,8 +6,6 @@ TokenReview and the pods it really has, not by anything this test stands in for.
 
 from __future__ import annotations
 
-import base64
-import json
 import math
 import ssl
 import time
@@ -18,8 +16,6 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from kubernetes_asyncio import client
 from support import ControlPlane
 from support.cluster import Job
@@ -28,6 +24,7 @@ from support.jobs import JobBuilder
 from support.operator import progress_port
 from support.processes import ServiceProcess
 from support.progress import endpoint_ca, pod_token
+from support.tokens import expired_copy
 
 from torchjob.api.job_api import TRAINING_JOB
 from torchjob.api.progress import JobRef
@@ -189,20 +186,8 @@ async def _stray_pod(kube_client: client.ApiClient, namespace: str) -> Any:
 
 
 def _expired(control_plane: ControlPlane, token: str) -> str:
-    """`token` with its times an hour in the past, signed again with the service-account key
-    the apiserver trusts: a token that was valid, and expired."""
-    header, payload, _ = token.split(".")
-    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    now = int(time.time())
-    claims.update(iat=now - 7200, nbf=now - 7200, exp=now - 3600)
-    key = serialization.load_pem_private_key(
-        (control_plane.ca_file.parent / "sa.key").read_bytes(), password=None
-    )
-    assert isinstance(key, rsa.RSAPrivateKey)
-    encoded = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
-    signed = f"{header}.{encoded}".encode()
-    signature = key.sign(signed, padding.PKCS1v15(), hashes.SHA256())
-    return f"{header}.{encoded}.{base64.urlsafe_b64encode(signature).rstrip(b'=').decode()}"
+    """`token`, expired, signed with the service-account key the apiserver trusts."""
+    return expired_copy(token, (control_plane.ca_file.parent / "sa.key").read_bytes())
 
 
 async def test_a_flood_is_rate_limited_and_coalesced(
