@@ -21,11 +21,17 @@ kubectl_ create namespace "$NAMESPACE" --dry-run=client -o yaml | kubectl_ apply
 kubectl_ -n "$NAMESPACE" delete ptj "$JOB" --ignore-not-found --wait >/dev/null
 kubectl_ -n "$NAMESPACE" apply -f "$REPO/examples/mnist-ddp/job.yaml"
 log "waiting for $JOB (kubectl -n $NAMESPACE get ptj,pods to watch it)"
-deadline=$((SECONDS + TIMEOUT)) phase=""
+deadline=$((SECONDS + TIMEOUT)) phase="" shown=""
 until [[ $phase == Succeeded || $phase == Failed ]]; do
   ((SECONDS < deadline)) || { log "not finished after ${TIMEOUT}s"; exit 1; }
   sleep 5
-  phase=$(kubectl_ -n "$NAMESPACE" get ptj "$JOB" -o jsonpath='{.status.phase}')
+  state=$(kubectl_ -n "$NAMESPACE" get ptj "$JOB" -o jsonpath='{.status.phase} {.status.trainerStatus.progressPercentage} {.status.trainerStatus.estimatedRemainingSeconds}')
+  read -r phase percent eta <<<"$state"
+  # What train.py last reported (status.trainerStatus; kubectl get shows it as PROGRESS and ETA).
+  if [[ -n ${percent:-} && "$percent $eta" != "$shown" ]]; then
+    log "progress ${percent}%, about ${eta:-?}s left"
+    shown="$percent $eta"
+  fi
 done
 kubectl_ -n "$NAMESPACE" get ptj "$JOB"
 accuracy=$(kubectl_ -n "$NAMESPACE" logs "$MASTER_POD" -c python | sed -n 's/.*test accuracy \([0-9.]*\).*/\1/p' | tail -n1)
