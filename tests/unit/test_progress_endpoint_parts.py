@@ -76,6 +76,23 @@ async def test_reports_between_writes_are_coalesced_and_the_latest_is_written_at
     assert writer.next_due() is None
 
 
+async def test_a_report_submitted_at_once_does_not_wait_for_the_slot() -> None:
+    """A run's last report (100 %) is written when it comes, so that status shows it by the
+    time the job ends; the next report waits for a whole interval again."""
+    time, recorder = FakeTime(), Recorder()
+    writer = CoalescingWriter(recorder.write, 10.0, clock=time.clock)
+    writer.submit("a", {"p": 1})
+    await writer.write_due()
+    writer.submit("a", {"p": 50})
+    time.now = 2.0
+    writer.submit("a", {"p": 100}, at_once=True)
+    assert writer.next_due() == 0.0
+    await writer.write_due()
+    assert recorder.written == [("a", {"p": 1}), ("a", {"p": 100})]
+    writer.submit("a", {"p": 100})
+    assert writer.next_due() == pytest.approx(10.0)
+
+
 async def test_each_job_has_its_own_slot() -> None:
     time, recorder = FakeTime(), Recorder()
     writer = CoalescingWriter(recorder.write, 10.0, clock=time.clock)

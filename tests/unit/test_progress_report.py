@@ -260,3 +260,9 @@ def test_a_report_supersedes_an_earlier_one_only() -> None:
     # A time without fractions (an older write) compares as that whole second.
     assert supersedes(earlier, {"lastUpdatedTime": "2026-11-28T10:30:47Z"})
     assert not supersedes(earlier, {"lastUpdatedTime": "2026-11-28T10:30:48Z"})
+
+
+def test_only_a_report_of_100_percent_is_final() -> None:
+    assert read_report(report(progressPercentage=100)).final
+    assert not read_report(report(progressPercentage=99)).final
+    assert not read_report({"trainerStatus": {}}).final

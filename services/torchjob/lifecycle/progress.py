@@ -38,6 +38,12 @@ class Progress:
     remaining_seconds: int | None
     metrics: tuple[tuple[str, str], ...]
 
+    @property
+    def final(self) -> bool:
+        """The reporter says training is done (100 %): the endpoint writes it at once rather
+        than at the job's next slot, so that status shows it by the time the job ends."""
+        return self.percentage == 100
+
     def status(self, received: datetime) -> dict[str, Any]:
         """The value of `status.trainerStatus`, for a JSON merge patch: None clears a field."""
         return {

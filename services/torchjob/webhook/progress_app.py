@@ -32,7 +32,7 @@ from torchjob.kube.informer import Informer
 from torchjob.kube.resources import job_resource
 from torchjob.kube.rest import Resources
 from torchjob.kube.slim import job_without_status
-from torchjob.lifecycle.progress import FIELD, ReportError, read_report, supersedes
+from torchjob.lifecycle.progress import FIELD, Progress, ReportError, read_report, supersedes
 from torchjob.webhook.keys import API, JOBS, KUBEFLOW_JOBS, PROGRESS, SETTINGS, TLS
 from torchjob.webhook.progress_auth import Authenticator, Refused, unauthorized
 from torchjob.webhook.progress_limit import JobRateLimit, Tarpit
@@ -121,7 +121,7 @@ async def _answer(service: ProgressService, request: web.Request) -> dict[str, A
     if finished(cached):
         raise Refused(409, "Conflict", "the job has finished")
     status = report.status(service.now())
-    service.writer.submit(JobVersion(job, uid), status)
+    service.writer.submit(JobVersion(job, uid), status, at_once=report.final)
     return {FIELD: status}
 
 
@@ -168,7 +168,7 @@ async def _read(request: web.Request, seconds: float) -> bytes:
     return b"".join(chunks)
 
 
-def _report(raw: bytes) -> Any:
+def _report(raw: bytes) -> Progress:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:

@@ -49,14 +49,19 @@ class CoalescingWriter(Generic[Job]):
         # When each job written lately may be written again.
         self._next_slot: dict[Job, float] = {}
         self._writing: set[Job] = set()
+        self._at_once: set[Job] = set()  # jobs whose waiting report is due now, slot or not
         self._wakeup = asyncio.Event()
         self._writes = asyncio.Semaphore(MAX_CONCURRENT_WRITES)
 
-    def submit(self, job: Job, report: dict[str, Any]) -> None:
-        """The job's latest report, replacing any still waiting."""
+    def submit(self, job: Job, report: dict[str, Any], *, at_once: bool = False) -> None:
+        """The job's latest report, replacing any still waiting; `at_once`: written without
+        waiting for the job's slot (a run's last report, which status should show by the time
+        the job ends)."""
         newly = job not in self._pending
         self._pending[job] = report
-        if newly:
+        if at_once:
+            self._at_once.add(job)
+        if newly or at_once:
             self._wakeup.set()  # the running loop looks again at when the next slot is
 
     @property
@@ -65,8 +70,12 @@ class CoalescingWriter(Generic[Job]):
 
     def next_due(self) -> float | None:
         """Seconds until the next report's slot (0 when one is due now); None when none waits."""
-        slots = [self._next_slot.get(job, 0.0) for job in self._pending if job not in self._writing]
+        slots = [self._slot(job) for job in self._pending if job not in self._writing]
         return max(0.0, min(slots) - self._clock()) if slots else None
+
+    def _slot(self, job: Job) -> float:
+        """When the job's waiting report may be written (0: now)."""
+        return 0.0 if job in self._at_once else self._next_slot.get(job, 0.0)
 
     async def write_due(self) -> None:
         """Write every waiting report whose job's slot has come."""
@@ -74,11 +83,7 @@ class CoalescingWriter(Generic[Job]):
         for job in [job for job, slot in self._next_slot.items() if slot <= now]:
             if job not in self._pending and job not in self._writing:
                 del self._next_slot[job]  # nothing waits: forget the job
-        due = [
-            job
-            for job in self._pending
-            if job not in self._writing and self._next_slot.get(job, 0.0) <= now
-        ]
+        due = [job for job in self._pending if job not in self._writing and self._slot(job) <= now]
         await asyncio.gather(*(self._write_one(job, now) for job in due))
 
     async def run(self) -> None:
@@ -97,6 +102,7 @@ class CoalescingWriter(Generic[Job]):
 
     async def _write_one(self, job: Job, now: float) -> None:
         report = self._pending.pop(job)
+        self._at_once.discard(job)
         self._next_slot[job] = now + self.interval
         self._writing.add(job)
         try:
