@@ -43,7 +43,7 @@ from torchjob.api.progress import (
 )
 from torchjob.cli.console import Console
 from torchjob.cli.manifest import AdmittedJob
-from torchjob.lifecycle.progress import FIELD, ReportError, read_report
+from torchjob.lifecycle.progress import FIELD, ReportError, failure_status, read_report
 
 LOOPBACK: Final = "127.0.0.1"
 TOKEN_FILE: Final = "progress-token"
@@ -230,17 +230,7 @@ def duration(seconds: int) -> str:
 
 
 def failure(code: int, reason: str, message: str) -> web.Response:
-    """A `metav1.Status` error, as Kubernetes' and Kubeflow's servers answer."""
-    status = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-    return _json(code, status)
+    return _json(code, failure_status(code, reason, message))
 
 
 def _json(code: int, body: dict[str, Any]) -> web.Response:

@@ -157,3 +157,17 @@ def supersedes(report: dict[str, Any], shown: dict[str, Any] | None) -> bool:
     if shown_at is None or shown_at.tzinfo is None:
         return True
     return received is not None and received > shown_at
+
+
+def failure_status(code: int, reason: str, message: str) -> dict[str, Any]:
+    """The body of a refused report: a `metav1.Status`, as Kubernetes' and Kubeflow Trainer's
+    servers answer, so that their clients read it."""
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }

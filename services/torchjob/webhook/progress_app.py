@@ -32,7 +32,14 @@ from torchjob.kube.informer import Informer
 from torchjob.kube.resources import job_resource
 from torchjob.kube.rest import Resources
 from torchjob.kube.slim import job_without_status
-from torchjob.lifecycle.progress import FIELD, Progress, ReportError, read_report, supersedes
+from torchjob.lifecycle.progress import (
+    FIELD,
+    Progress,
+    ReportError,
+    failure_status,
+    read_report,
+    supersedes,
+)
 from torchjob.webhook.keys import API, JOBS, KUBEFLOW_JOBS, PROGRESS, SETTINGS, TLS
 from torchjob.webhook.progress_auth import Authenticator, Refused, unauthorized
 from torchjob.webhook.progress_limit import JobRateLimit, Tarpit
@@ -184,33 +191,31 @@ def _too_large() -> Refused:
 
 
 def _status_response(refusal: Refused) -> web.Response:
-    body = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": refusal.message,
-        "reason": refusal.reason,
-        "code": refusal.code,
-    }
+    body = failure_status(refusal.code, refusal.reason, refusal.message)
     headers: dict[str, str] = {hdrs.CONTENT_TYPE: "application/json"}
     if refusal.retry_after is not None:
         headers["Retry-After"] = str(refusal.retry_after)
     return web.Response(status=refusal.code, body=orjson.dumps(body), headers=headers)
 
 
-def finished(job: dict[str, Any]) -> bool:
-    """Whether the job has finished: its phase (a PyTorchTrainingJob's), or a Succeeded or
-    Failed condition that holds (a Kubeflow PyTorchJob's)."""
+def outcome(job: dict[str, Any]) -> str | None:
+    """How the job ended, Succeeded or Failed: its phase (a PyTorchTrainingJob's), or the
+    Succeeded or Failed condition that holds (a Kubeflow PyTorchJob's); None while it runs."""
     status = job.get("status")
     if not isinstance(status, dict):
-        return False
+        return None
     if status.get("phase") in FINISHED:
-        return True
-    return any(
-        isinstance(c, dict) and c.get("type") in FINISHED and c.get("status") == "True"
+        return str(status["phase"])
+    held = {
+        c.get("type")
         for c in status.get("conditions") or ()
-    )
+        if isinstance(c, dict) and c.get("type") in FINISHED and c.get("status") == "True"
+    }
+    return ("Succeeded" if "Succeeded" in held else "Failed") if held else None
+
+
+def finished(job: dict[str, Any]) -> bool:
+    return outcome(job) is not None
 
 
 def job_with_outcome(job: dict[str, Any]) -> dict[str, Any]:
@@ -218,13 +223,8 @@ def job_with_outcome(job: dict[str, Any]) -> dict[str, Any]:
     except whether it has finished (the progress endpoint's), as `status.phase`: a status that
     changes only once, where a whole one changes with every replica."""
     slim = job_without_status(job)
-    if finished(job):
-        phase = (job.get("status") or {}).get("phase")
-        if phase not in FINISHED:  # a Kubeflow PyTorchJob's conditions
-            conditions = job["status"].get("conditions") or ()
-            ended = {c.get("type") for c in conditions if isinstance(c, dict)}
-            phase = "Succeeded" if "Succeeded" in ended else "Failed"
-        slim["status"] = {"phase": phase}
+    if (ended := outcome(job)) is not None:
+        slim["status"] = {"phase": ended}
     return slim
 
 

@@ -26,6 +26,7 @@ from torchjob.api.constants import LABEL_JOB_NAME
 from torchjob.api.progress import JobRef
 from torchjob.kube.client import KubeClient
 from torchjob.kube.errors import KubeError, NotFound
+from torchjob.kube.informer import controller_uid
 from torchjob.kube.resources import PODS
 from torchjob.kube.rest import Resources
 
@@ -185,7 +186,7 @@ class Authenticator:
         except NotFound:
             raise refusal from None
         metadata = pod.get("metadata") or {}
-        if metadata.get("uid") != caller.pod_uid or controller_uid(metadata) != job_uid:
+        if metadata.get("uid") != caller.pod_uid or controller_uid(pod) != [job_uid]:
             raise refusal
         # Admission lets only the reconciler create a pod with the job's label: an owner
         # reference alone can be written by anyone who may create pods in the namespace.
@@ -206,14 +207,6 @@ def caller_of(user: dict[str, Any], job: JobRef) -> Caller:
     if not (names and uids and isinstance(names[0], str) and isinstance(uids[0], str)):
         raise forbidden("the token is not bound to a pod")
     return Caller(namespace, names[0], uids[0])
-
-
-def controller_uid(metadata: dict[str, Any]) -> str | None:
-    for reference in metadata.get("ownerReferences") or ():
-        if isinstance(reference, dict) and reference.get("controller"):
-            uid = reference.get("uid")
-            return uid if isinstance(uid, str) else None
-    return None
 
 
 def claims_of(token: str) -> dict[str, Any] | None:
