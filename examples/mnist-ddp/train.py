@@ -8,9 +8,11 @@ DistributedSampler shard; gloo on CPU, nccl on GPU. Rank 0 writes TensorBoard sc
 Rank 0 also reports its progress (percentage, time left, loss, accuracy, epoch) to the job's
 status when the job's endpoint is given (KUBEFLOW_TRAINER_SERVER_URL; see ProgressReporter).
 
-A checkpoint is written after every epoch. When torchrun restarts the workers of the same job
-(same TORCHELASTIC_RUN_ID, for example after another replica was restarted), training resumes from
-it; a new job starts from scratch.
+A checkpoint is written after every epoch, by the first process of each replica (LOCAL_RANK 0)
+to its own --log_dir. When the processes of the same job start again (same TORCHELASTIC_RUN_ID,
+for example after a replica was lost and replaced), every rank resumes from the latest checkpoint
+any of them holds (see `resume`): a replacement replica has none on its own filesystem. A new job
+starts from scratch.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import urllib.error
 import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -197,18 +200,18 @@ def main() -> None:
     log_dir = Path(args.log_dir)
     checkpoint = log_dir / "checkpoint.pt"
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    if local_rank == 0:
+        log_dir.mkdir(parents=True, exist_ok=True)
     first_epoch = resume(checkpoint, run_id, model, optimizer)
 
     writer = None
     if rank == 0:
         from torch.utils.tensorboard import SummaryWriter
 
-        log_dir.mkdir(parents=True, exist_ok=True)
         writer = SummaryWriter(str(log_dir))
         print(
             f"training on {world} process(es), {'nccl/GPU' if use_cuda else 'gloo/CPU'}, "
-            f"{len(train)} train / {len(val)} val / {len(test)} test images"
-            + (f", resuming at epoch {first_epoch}" if first_epoch > 1 else ""),
+            f"{len(train)} train / {len(val)} val / {len(test)} test images",
             flush=True,
         )
 
@@ -237,11 +240,12 @@ def main() -> None:
         dist.all_reduce(total)
         train_loss = float(total[0] / total[1])
         val_accuracy = accuracy(model, val, device)
+        if local_rank == 0:  # one checkpoint per replica: each may be the one that survives
+            save(checkpoint, run_id, epoch, model, optimizer)
         if writer is not None:
             writer.add_scalar("train/loss", train_loss, epoch)
             writer.add_scalar("val/accuracy", val_accuracy, epoch)
             writer.flush()
-            save(checkpoint, run_id, epoch, model, optimizer)
             print(
                 f"epoch {epoch}/{args.epochs} train/loss {train_loss:.4f} "
                 f"val/accuracy {val_accuracy:.4f}",
@@ -267,15 +271,37 @@ def main() -> None:
 
 
 def resume(path: Path, run_id: str, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
-    """The epoch to start at: after the last one checkpointed by this same job, else 1."""
+    """The epoch to start at, the same on every rank: after the latest epoch that any rank holds a
+    checkpoint of (of this same job), else 1.
+
+    Each replica reads its own filesystem: one that replaced a lost replica has no checkpoint
+    while the others have theirs, and ranks starting at different epochs would run mismatched
+    collectives. So the ranks tell each other their checkpoint's epoch, the lowest rank holding
+    the latest sends that checkpoint to all, and every rank loads it. (With a volume that every
+    replica mounts, they all read the same checkpoint and the broadcast changes nothing.)
+    """
+    state = load(path, run_id)
+    epochs = [0] * dist.get_world_size()
+    dist.all_gather_object(epochs, state["epoch"] if state else 0)
+    latest = max(epochs)
+    if latest == 0:
+        return 1
+    source = epochs.index(latest)  # the lowest rank holding it
+    shared = [state if dist.get_rank() == source else None]
+    dist.broadcast_object_list(shared, src=source)
+    model.load_state_dict(shared[0]["model"])
+    optimizer.load_state_dict(shared[0]["optimizer"])
+    if dist.get_rank() == 0:
+        print(f"resumed from epoch {latest} (checkpoint of rank {source})", flush=True)
+    return latest + 1
+
+
+def load(path: Path, run_id: str) -> dict[str, Any] | None:
+    """This rank's checkpoint when it is this same job's, else None."""
     if not run_id or not path.exists():
-        return 1
-    state = torch.load(path, map_location="cpu")
-    if state.get("run_id") != run_id:
-        return 1
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    return int(state["epoch"]) + 1
+        return None
+    state: dict[str, Any] = torch.load(path, map_location="cpu")
+    return state if state.get("run_id") == run_id else None
 
 
 def save(
@@ -287,7 +313,8 @@ def save(
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
     }
-    partial = path.with_suffix(".partial")
+    # Replicas sharing a volume write the same checkpoint: each through its own partial file.
+    partial = path.with_suffix(f".{dist.get_rank()}.partial")
     torch.save(state, partial)
     partial.replace(path)  # never a half-written checkpoint
 
