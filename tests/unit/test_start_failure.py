@@ -9,10 +9,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from support.jobs import JobBuilder
 from support.planning import META, NOW, conditions, services, spec
 
 from torchjob.api import constants
 from torchjob.api.validation import validate
+from torchjob.cli.views import description, tables
 from torchjob.lifecycle.observe import CannotStart, GroupView, PodView, view_pod
 from torchjob.lifecycle.plan import Plan, plan
 from torchjob.lifecycle.round import Observed
@@ -279,3 +281,30 @@ def test_the_reconcilers_start_deadline_setting() -> None:
     assert parse(["--start-deadline", "0"]).start_deadline == 0
     with pytest.raises(SystemExit):
         parse(["--start-deadline", "-1"])
+
+
+def listed_job(name: str, job_phase: str, *conditions: dict[str, Any]) -> dict[str, Any]:
+    built = JobBuilder(name, "ns").replicas("worker", 1).build()
+    built["status"] = {"phase": job_phase, "conditions": list(conditions)}
+    return built
+
+
+def test_the_list_says_why_replicas_cannot_start() -> None:
+    holds = {"type": "StartFailure", "status": "True", "reason": "ImagePullFailed"}
+    over = {**holds, "status": "False", "reason": "Started"}
+    created = {"type": "Initialized", "status": "True", "reason": "ReplicasCreated"}
+    jobs = [
+        listed_job(
+            "a", "Pending", holds, {**created, "lastTransitionTime": "2099-01-01T00:00:00Z"}
+        ),
+        listed_job("b", "Running", over),
+        listed_job("c", "Failed", holds),
+    ]
+    rows = [line.split() for line in tables.list_table(jobs, NOW, wide=True).splitlines()]
+    assert {row[0]: (row[1], row[-1]) for row in rows[1:]} == {
+        "a": ("ImagePullFailed", "ImagePullFailed"),
+        "b": ("Running", "<none>"),
+        "c": ("Failed", "ImagePullFailed"),
+    }
+    text = description.describe(jobs[0], [], [], NOW)
+    assert "StartFailure   True" in text
