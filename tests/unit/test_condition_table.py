@@ -153,9 +153,13 @@ def rounds() -> Iterator[Round]:
         ("ErrImagePull", "ImagePullFailed"),
         ("CreateContainerError", "ContainerConfigInvalid"),
     ):
-        why = {"cannot_start": CannotStart("python", reason, said, "")}
-        yield plain, pods(worker="Pending", **why), {}
-        yield plain, pods(worker="Pending", **why), {"status": {"conditions": [long_ago]}}
+        why = CannotStart("python", reason, said, "")
+        yield plain, pods(worker="Pending", cannot_start=why), {}
+        yield (
+            plain,
+            pods(worker="Pending", cannot_start=why),
+            {"status": {"conditions": [long_ago]}},
+        )
     yield (
         plain,
         pods(worker="Pending", unschedulable="0/3 nodes"),
