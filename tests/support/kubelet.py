@@ -103,3 +103,21 @@ class TestKubelet:
         if started:
             status["startTime"] = since  # the pod started no later than its containers
         await self._patch(name, status)
+
+    async def cannot_start(self, name: str, reason: str, message: str) -> None:
+        """The pod stays Pending, every container waiting with `reason` (ImagePullBackOff,
+        CreateContainerConfigError) and `message`, as the kubelet reports a container it cannot
+        start."""
+        pod = await self.core.read_namespaced_pod(name, self.namespace)
+        waiting = [
+            {
+                "name": n,
+                "ready": False,
+                "restartCount": 0,
+                "image": "i",
+                "imageID": "",
+                "state": {"waiting": {"reason": reason, "message": message}},
+            }
+            for n in _container_names(pod)
+        ]
+        await self._patch(name, {"phase": "Pending", "containerStatuses": waiting})

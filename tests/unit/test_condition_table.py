@@ -18,7 +18,7 @@ from torchjob.api import constants
 from torchjob.api.objects import PodPhase
 from torchjob.api.types import CONDITION_TYPE_VALUES, PyTorchTrainingJobSpec
 from torchjob.lifecycle.conditions import CONDITIONS, ConditionRow
-from torchjob.lifecycle.observe import ContainerView, GroupView, PodView, Refusal
+from torchjob.lifecycle.observe import CannotStart, ContainerView, GroupView, PodView, Refusal
 from torchjob.lifecycle.plan import plan
 from torchjob.lifecycle.round import Observed
 from torchjob.render import kubeflow
@@ -143,6 +143,28 @@ def rounds() -> Iterator[Round]:
     yield plain, pods(preempted="Evicted"), {"gang": kueue}
     group = GroupView("j", 3, False, False, "too big")
     yield plain, pods(worker="Pending"), {"gang": gang, "group": group}
+    # Replicas that cannot start, then past their start deadline.
+    long_ago = {
+        "type": "StartFailure",
+        "status": "True",
+        "lastTransitionTime": "2025-01-01T00:00:00Z",
+    }
+    for said, reason in (
+        ("ErrImagePull", "ImagePullFailed"),
+        ("CreateContainerError", "ContainerConfigInvalid"),
+    ):
+        why = CannotStart("python", reason, said, "")
+        yield plain, pods(worker="Pending", cannot_start=why), {}
+        yield (
+            plain,
+            pods(worker="Pending", cannot_start=why),
+            {"status": {"conditions": [long_ago]}},
+        )
+    yield (
+        plain,
+        pods(worker="Pending", unschedulable="0/3 nodes"),
+        {"status": {"conditions": [long_ago]}},
+    )
     kinds: tuple[RefusedKind, ...] = ("pod", "service", "podgroup")
     for kind, status in itertools.product(kinds, (403, 422)):
         refused = (Refusal(kind, "j" if kind == "podgroup" else "j-worker-1", "no", status),)

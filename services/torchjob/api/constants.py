@@ -41,6 +41,9 @@ LABEL_T9K_PRIORITY: Final = "scheduling.tensorstack.dev/priority"
 # A job's own choice of how its pods are placed together (docs/scheduling.md), overriding the
 # reconciler's setting; Kueue is chosen with Kueue's queue label instead.
 ANNOTATION_GANG_SCHEDULING: Final = f"{GROUP}/gang-scheduling"
+# A job's own start deadline, overriding the reconciler's --start-deadline: seconds a replica may
+# be unable to start (lifecycle/start_failure.py) before the job fails; 0 turns it off.
+ANNOTATION_START_DEADLINE: Final = f"{GROUP}/start-deadline-seconds"
 GANG_SCHEDULING_CHOICES: Final = ("native", "volcano", "coscheduling", "none")
 RETRYABLE_EXIT_CODES: Final = frozenset({130, 137, 143, 138})
 # The scheduler of pods whose job asks for the T9k scheduler, unless the reconciler is told another.
@@ -82,6 +85,12 @@ REASON_WAITING_FOR_ADMISSION: Final = "WaitingForAdmission"
 REASON_SCHEDULING_GATED: Final = "SchedulingGated"
 REASON_SCHEDULING: Final = "Scheduling"
 REASON_PREEMPTED: Final = "Preempted"
+# StartFailure condition, and Failed once the start deadline passed: a replica's container cannot
+# start (its image cannot be pulled; its configuration is refused); Unschedulable says the
+# scheduler cannot place it. Started: the condition no longer holds.
+REASON_IMAGE_PULL_FAILED: Final = "ImagePullFailed"
+REASON_CONTAINER_CONFIG_INVALID: Final = "ContainerConfigInvalid"
+REASON_STARTED: Final = "Started"
 # Failed condition: the job asks for gang scheduling this cluster does not serve.
 REASON_GANG_UNAVAILABLE: Final = "GangSchedulingUnavailable"
 REASON_REPLICA_RESTARTING: Final = "ReplicaRestarting"

@@ -69,6 +69,7 @@ class PodStatus(TypedDict, total=False):
     podIP: str
     startTime: str
     containerStatuses: list[ContainerStatus]
+    initContainerStatuses: list[ContainerStatus]
 
 
 class Pod(TypedDict, total=False):

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
-from torchjob.api.constants import RETRYABLE_EXIT_CODES
+from torchjob.api.constants import ANNOTATION_START_DEADLINE, RETRYABLE_EXIT_CODES
 from torchjob.api.types import PyTorchTrainingJobSpec, ReplicaSpec
 
 TRAINING_CONTAINER_NAME = "python"
@@ -66,6 +67,13 @@ def backoff_limit(spec: PyTorchTrainingJobSpec) -> int:
     """How many replica restarts the job may make before it fails."""
     limit = spec.run_policy.backoff_limit if spec.run_policy else None
     return DEFAULT_BACKOFF_LIMIT if limit is None else limit
+
+
+def start_deadline(metadata: Mapping[str, Any], default: float) -> float:
+    """Seconds a replica may be unable to start before the job fails (0: no deadline): the job's
+    start-deadline annotation, else `default` (the reconciler's --start-deadline)."""
+    value = (metadata.get("annotations") or {}).get(ANNOTATION_START_DEADLINE)
+    return float(value) if isinstance(value, str) and re.fullmatch("[0-9]+", value) else default
 
 
 def debug_enabled(spec: PyTorchTrainingJobSpec) -> bool:

@@ -71,6 +71,7 @@ ConditionType = Literal[
     "Paused",
     "Debug",
     "Scheduled",
+    "StartFailure",
 ]
 CONDITION_TYPE_VALUES: tuple[ConditionType, ...] = (
     "Initialized",
@@ -81,6 +82,7 @@ CONDITION_TYPE_VALUES: tuple[ConditionType, ...] = (
     "Paused",
     "Debug",
     "Scheduled",
+    "StartFailure",
 )
 
 ConditionStatus = Literal["True", "False", "Unknown"]

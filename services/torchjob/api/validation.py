@@ -73,7 +73,7 @@ def decoded_job(model: type[JobModel], obj: Any, result: Result) -> JobModel | N
 
 
 def _object_errors(job: PyTorchTrainingJob, *, schema: bool) -> list[FieldError]:
-    errors = _spec_errors(job) + _gang_choice_errors(job)
+    errors = _spec_errors(job) + _gang_choice_errors(job) + _start_deadline_errors(job)
     # A field the rules above already refused needs no second message.
     refused = {error.path for error in errors}
     errors += [e for e in schema_checks.unknown_field_errors(job) if e.path not in refused]
@@ -93,6 +93,15 @@ def _gang_choice_errors(job: PyTorchTrainingJob) -> list[FieldError]:
     path = f"metadata.annotations[{constants.ANNOTATION_GANG_SCHEDULING}]"
     allowed = ", ".join(constants.GANG_SCHEDULING_CHOICES)
     return [FieldError(path, f"{choice!r} is not one of {allowed}", Cause.NOT_SUPPORTED)]
+
+
+def _start_deadline_errors(job: PyTorchTrainingJob) -> list[FieldError]:
+    annotations = (job.metadata or {}).get("annotations") or {}
+    seconds = annotations.get(constants.ANNOTATION_START_DEADLINE)
+    if seconds is None or (isinstance(seconds, str) and re.fullmatch("[0-9]+", seconds)):
+        return []
+    path = f"metadata.annotations[{constants.ANNOTATION_START_DEADLINE}]"
+    return [FieldError(path, f"{seconds!r} is not a whole number of seconds (0: no deadline)")]
 
 
 def _spec_errors(job: PyTorchTrainingJob) -> list[FieldError]:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from torchjob.api import constants
 from torchjob.api.types import ConditionStatus, ConditionType, JobPhase
+from torchjob.lifecycle import start_failure
 from torchjob.lifecycle.backoff import PendingRestart
 from torchjob.lifecycle.round import Round
 from torchjob.lifecycle.times import format_time, seconds_text
@@ -204,6 +205,13 @@ def _waiting_to_be_placed(state: Round, gang: Gang, current: list[Any], group: s
     )
 
 
+def _start_failure(state: Round, phase: JobPhase) -> Wanted | None:
+    failures = start_failure.start_failures(state)
+    if not failures:
+        return None
+    return ("True", failures[0].reason, start_failure.message(failures))
+
+
 def _completed(state: Round, phase: JobPhase) -> Wanted | None:
     outcome = state.outcome
     if outcome is None or not outcome.succeeded:
@@ -226,14 +234,26 @@ REFUSAL_REASONS = frozenset(
         constants.REASON_POD_GROUP_CREATION_FAILED,
     }
 )
+# A replica cannot start (lifecycle/start_failure.py); the job fails so at its start deadline.
+START_FAILURE_REASONS = frozenset(
+    {
+        constants.REASON_IMAGE_PULL_FAILED,
+        constants.REASON_CONTAINER_CONFIG_INVALID,
+        constants.REASON_UNSCHEDULABLE,
+    }
+)
 COMPLETED_REASONS = frozenset({constants.REASON_MASTER_SUCCEEDED})
-FAILED_REASONS = REFUSAL_REASONS | {
-    constants.REASON_MASTER_FAILED,
-    constants.REASON_REPLICA_FAILED,
-    constants.REASON_BACKOFF_LIMIT_EXCEEDED,
-    constants.REASON_DEADLINE_EXCEEDED,
-    constants.REASON_GANG_UNAVAILABLE,
-}
+FAILED_REASONS = (
+    REFUSAL_REASONS
+    | START_FAILURE_REASONS
+    | {
+        constants.REASON_MASTER_FAILED,
+        constants.REASON_REPLICA_FAILED,
+        constants.REASON_BACKOFF_LIMIT_EXCEEDED,
+        constants.REASON_DEADLINE_EXCEEDED,
+        constants.REASON_GANG_UNAVAILABLE,
+    }
+)
 
 # In the order the status shows them and their Events are recorded.
 CONDITIONS: tuple[ConditionRow, ...] = (
@@ -304,6 +324,14 @@ CONDITIONS: tuple[ConditionRow, ...] = (
                 frozenset({constants.REASON_UNSCHEDULABLE, constants.REASON_PREEMPTED}),
             ),
         ),
+        reason_changes=True,
+    ),
+    ConditionRow(
+        start_failure.CONDITION,
+        _start_failure,
+        START_FAILURE_REASONS | {constants.REASON_STARTED},
+        cleared=("False", constants.REASON_STARTED, "no replica fails to start now"),
+        events=(ChangeEvent("Warning", "True"),),
         reason_changes=True,
     ),
     ConditionRow(

@@ -23,6 +23,30 @@ FINISHED_PHASES: tuple[PodPhase, ...] = ("Succeeded", "Failed")
 PLAIN_REASONS = frozenset({"Error", "Completed"})
 
 
+# The kubelet's waiting reasons that say a container cannot start, as the job's reason: its image
+# cannot be pulled, or its configuration names what does not exist (a Secret, a ConfigMap, a key
+# of one) or the runtime refuses it. Other waiting reasons (ContainerCreating, PodInitializing,
+# CrashLoopBackOff) are a start under way or a restart.
+START_FAILURE_REASONS = {
+    "ErrImagePull": constants.REASON_IMAGE_PULL_FAILED,
+    "ImagePullBackOff": constants.REASON_IMAGE_PULL_FAILED,
+    "InvalidImageName": constants.REASON_IMAGE_PULL_FAILED,
+    "ErrImageNeverPull": constants.REASON_IMAGE_PULL_FAILED,
+    "CreateContainerConfigError": constants.REASON_CONTAINER_CONFIG_INVALID,
+    "CreateContainerError": constants.REASON_CONTAINER_CONFIG_INVALID,
+}
+
+
+class CannotStart(NamedTuple):
+    """Container `container` waits with the kubelet's `said` reason (ImagePullBackOff) and its
+    `message`, on one line; `reason` is the job's (ImagePullFailed)."""
+
+    container: str
+    reason: str
+    said: str
+    message: str
+
+
 class ContainerView(NamedTuple):
     name: str
     state: str  # waiting, running or terminated
@@ -59,6 +83,8 @@ class PodView:
     # Why the pod is being stopped to make room for other work (Kueue's TerminationTarget,
     # kube-scheduler's preemption); None when it is not.
     preempted: str | None = None
+    # A container (an init container included) the kubelet cannot start, and what it said.
+    cannot_start: CannotStart | None = None
 
     @property
     def finished(self) -> bool:
@@ -109,6 +135,7 @@ def view_pod(pod: dict[str, Any]) -> PodView | None:
         gates=tuple(str(g.get("name", "")) for g in spec.get("schedulingGates") or ()),
         unschedulable=_unschedulable(status),
         preempted=_preempted(status),
+        cannot_start=_cannot_start(status),
     )
 
 
@@ -135,6 +162,25 @@ def _unschedulable(status: PodStatus) -> str | None:
         kind, holds = condition.get("type"), condition.get("status")
         if (kind, holds, condition.get("reason")) == ("PodScheduled", "False", "Unschedulable"):
             return _one_line(str(condition.get("message") or "no node fits"))
+    return None
+
+
+def _cannot_start(status: PodStatus) -> CannotStart | None:
+    """The first container, init containers first, that waits for a reason that says it cannot
+    start; None when none does."""
+    containers = [
+        *(status.get("initContainerStatuses") or ()),
+        *(status.get("containerStatuses") or ()),
+    ]
+    for container in containers:
+        if not isinstance(container, dict):
+            continue
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        said = str(waiting.get("reason") or "")
+        if said in START_FAILURE_REASONS:
+            message = _one_line(str(waiting.get("message") or ""))
+            name = str(container.get("name", ""))
+            return CannotStart(name, START_FAILURE_REASONS[said], said, message)
     return None
 
 

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from torchjob.api import constants, queries
 from torchjob.api.types import JobPhase, PyTorchTrainingJobSpec
+from torchjob.lifecycle import start_failure
 from torchjob.lifecycle.backoff import (
     DEFAULT_BACKOFF,
     PendingRestart,
@@ -85,8 +86,13 @@ class _Planning(Round):
     announced: list[Event] = field(default_factory=list)  # restarts decided this round
 
 
-def plan(observed: Observed, backoff: RestartBackoff = DEFAULT_BACKOFF) -> Plan:
-    """The plan for what is observed; `backoff` is the rule for the delay before a restart."""
+def plan(
+    observed: Observed,
+    backoff: RestartBackoff = DEFAULT_BACKOFF,
+    start_deadline: float = start_failure.DEFAULT_START_DEADLINE,
+) -> Plan:
+    """The plan for what is observed; `backoff` is the rule for the delay before a restart,
+    `start_deadline` the seconds a replica may fail to start unless the job says otherwise."""
     spec = observed.spec
     if not spec.replica_specs:
         return Plan(status=ours(observed.status))
@@ -96,7 +102,7 @@ def plan(observed: Observed, backoff: RestartBackoff = DEFAULT_BACKOFF) -> Plan:
     if is_terminal(observed.status):
         state.plan.status = build_status(state, starting=False)
         return state.plan
-    if _deadline_passed(state):
+    if _deadline_passed(state) or _start_deadline_passed(state, start_deadline):
         return _finish(state)
     if _paused(spec):
         _pause(state)
@@ -163,6 +169,18 @@ def _deadline_passed(state: _Planning) -> bool:
         constants.REASON_DEADLINE_EXCEEDED,
         f"the job ran longer than activeDeadlineSeconds ({policy.active_deadline_seconds}s)",
     )
+    _delete_unfinished(state)
+    return True
+
+
+def _start_deadline_passed(state: _Planning, setting: float) -> bool:
+    """A replica could not start for its start deadline (lifecycle/start_failure.py): it fails."""
+    outcome, wait = start_failure.deadline_outcome(state, setting)
+    if wait is not None:
+        _requeue(state, wait)
+    if outcome is None:
+        return False
+    state.outcome = outcome
     _delete_unfinished(state)
     return True
 

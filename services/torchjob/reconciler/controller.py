@@ -70,6 +70,7 @@ class Reconciler:
             api, self.events, self.expectations, settings.scheduling, self.metrics
         )
         self.backoff = RestartBackoff(base=settings.restart_backoff)
+        self.start_deadline = settings.start_deadline
         # Each job's latest refusal and how many rounds in a row had one; the planner observes
         # the refusal until a round creates without one.
         self.refusals: dict[JobKey, tuple[Refusal, int]] = {}
@@ -242,7 +243,7 @@ class Reconciler:
             raise TerminalError(f"the stored job does not decode: {error}") from error
         last, in_a_row = self.refusals.get(key, (None, 0))
         observed = self._observe(job, spec, () if last is None else (last,))
-        decision = plan(observed, self.backoff)
+        decision = plan(observed, self.backoff, self.start_deadline)
         refusal = await self.executor.execute(key, job, spec, decision, observed.gang)
         if key.api.kubeflow and not is_terminal(decision.status):
             await self._autoscaler(key, job)
@@ -252,7 +253,9 @@ class Reconciler:
             return Result(requeue_after=decision.requeue_after)
         # The planner decides what the refusal means for the job; its plan's actions were just
         # carried out, so only its status is written.
-        refused = plan(dataclasses.replace(observed, refusals=(refusal,)), self.backoff)
+        refused = plan(
+            dataclasses.replace(observed, refusals=(refusal,)), self.backoff, self.start_deadline
+        )
         await self.executor.write_refused_status(key, job, decision, refused)
         if refusal.permanent:
             self.refusals.pop(key, None)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from torchjob.api import constants
 from torchjob.lifecycle.backoff import BASE_DELAY, MAX_DELAY
+from torchjob.lifecycle.start_failure import DEFAULT_START_DEADLINE
 from torchjob.render.scheduling import GANG_SETTINGS, SchedulingSettings
 from torchjob.runtime import service
 from torchjob.runtime.settings import (
@@ -26,10 +27,15 @@ DEFAULT_WORKERS = 4
 class Settings(service.Settings):
     scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
     restart_backoff: float = BASE_DELAY
+    start_deadline: int = DEFAULT_START_DEADLINE
 
 
 def _backoff_problem(seconds: float) -> str | None:
     return None if 0 <= seconds <= MAX_DELAY else f"must lie between 0 and {MAX_DELAY:.0f} seconds"
+
+
+def _start_deadline_problem(seconds: int) -> str | None:
+    return None if seconds >= 0 else "must be 0 or more seconds"
 
 
 def _priority_classes_problem(text: str) -> str | None:
@@ -106,9 +112,24 @@ RESTART_BACKOFF = Setting(
     check=_backoff_problem,
 )
 
+START_DEADLINE = Setting(
+    "--start-deadline",
+    f"{PREFIX}START_DEADLINE",
+    DEFAULT_START_DEADLINE,
+    "seconds a replica's pod may be unable to start (an image that cannot be pulled, a missing "
+    "Secret, no node that fits) before its job fails, unless the job's "
+    f"{constants.ANNOTATION_START_DEADLINE} annotation says otherwise (0: never)",
+    check=_start_deadline_problem,
+)
+
 
 def declared() -> tuple[Setting, ...]:
-    return (*leader_settings("reconciler", DEFAULT_WORKERS), *SCHEDULING, RESTART_BACKOFF)
+    return (
+        *leader_settings("reconciler", DEFAULT_WORKERS),
+        *SCHEDULING,
+        RESTART_BACKOFF,
+        START_DEADLINE,
+    )
 
 
 def parse(argv: list[str] | None = None) -> Settings:

@@ -95,6 +95,24 @@ def phase(job: dict[str, Any]) -> str:
     return str((job.get("status") or {}).get("phase") or "Pending")
 
 
+def start_failure(job: dict[str, Any]) -> str | None:
+    """Why the unfinished job's replicas cannot start (ImagePullFailed, ContainerConfigInvalid,
+    Unschedulable: its StartFailure condition), or None while nothing keeps them from it."""
+    status = job.get("status") or {}
+    if phase(job) in FINISHED_PHASES:
+        return None
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "StartFailure" and condition.get("status") == "True":
+            return str(condition.get("reason") or "StartFailure")
+    return None
+
+
+def phase_cell(job: dict[str, Any]) -> str:
+    """The job's phase, or while its replicas cannot start, why: `ImagePullFailed` where
+    `kubectl get pods` says ImagePullBackOff."""
+    return start_failure(job) or phase(job)
+
+
 def list_table(
     jobs: list[dict[str, Any]],
     now: datetime,
@@ -105,7 +123,8 @@ def list_table(
 ) -> str:
     """`torchjob list`: NAME PHASE REPLICAS RESTARTS PROGRESS ETA GPUS AGE; NAMESPACE first
     with -A; wide adds the queue, the nodes of the job's pods and the reason of the latest
-    condition."""
+    condition (of the start failure, while one holds). PHASE says why replicas cannot start
+    while they cannot (`phase_cell`)."""
     headers = ["NAME", "PHASE", "REPLICAS", "RESTARTS", "PROGRESS", "ETA", "GPUS", "AGE"]
     if all_namespaces:
         headers.insert(0, "NAMESPACE")
@@ -118,7 +137,7 @@ def list_table(
         running = int((status.get("aggregate") or {}).get("running") or 0)
         row = [
             str(meta.get("name")),
-            phase(job),
+            phase_cell(job),
             f"{running}/{total_replicas(job)}",
             str(status.get("backoffCount") or 0),
             progress_text(job),
@@ -149,11 +168,8 @@ def _wide_cells(job: dict[str, Any], pods: list[dict[str, Any]]) -> list[str]:
         }
     )
     latest = latest_condition(job.get("status") or {})
-    return [
-        queue or NONE,
-        ",".join(nodes) or NONE,
-        str(latest.get("reason") or NONE) if latest else NONE,
-    ]
+    reason = start_failure(job) or (str(latest.get("reason") or NONE) if latest else NONE)
+    return [queue or NONE, ",".join(nodes) or NONE, reason]
 
 
 # -- progress ----------------------------------------------------------------------------------
