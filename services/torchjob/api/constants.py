@@ -91,6 +91,8 @@ REASON_PREEMPTED: Final = "Preempted"
 REASON_IMAGE_PULL_FAILED: Final = "ImagePullFailed"
 REASON_CONTAINER_CONFIG_INVALID: Final = "ContainerConfigInvalid"
 REASON_STARTED: Final = "Started"
+# Warning Event: a replica's pod was lost with its node (lifecycle/nodes.py).
+REASON_NODE_LOST: Final = "NodeLost"
 # Failed condition: the job asks for gang scheduling this cluster does not serve.
 REASON_GANG_UNAVAILABLE: Final = "GangSchedulingUnavailable"
 REASON_REPLICA_RESTARTING: Final = "ReplicaRestarting"

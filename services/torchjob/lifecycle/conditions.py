@@ -162,7 +162,7 @@ def _scheduled(state: Round, phase: JobPhase) -> Wanted | None:
         return (
             "False",
             constants.REASON_PREEMPTED,
-            f"preempted: {names}; the replicas are created again and wait to be placed",
+            f"stopped by the cluster: {names}; the replicas are created again, to be placed",
         )
     if len(current) == len(state.desired) and all(p.placed for p in current):
         return (

@@ -30,6 +30,7 @@ from torchjob.lifecycle.backoff import (
     pending_restart,
 )
 from torchjob.lifecycle.conditions import Event, condition_events
+from torchjob.lifecycle.nodes import judge_nodes
 from torchjob.lifecycle.observe import (
     FINISHED_PHASES,
     PodView,
@@ -61,6 +62,8 @@ class Plan:
     create_services: list[Replica] = field(default_factory=list)
     create_pods: list[PodToCreate] = field(default_factory=list)
     delete_pods: list[tuple[str, str]] = field(default_factory=list)  # (name, uid)
+    # Pods stuck being deleted on a node that will never confirm it (lifecycle/nodes.py).
+    force_delete_pods: list[tuple[str, str]] = field(default_factory=list)  # (name, uid)
     delete_services: list[str] = field(default_factory=list)  # of replicas scaled away
     status: dict[str, Any] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
@@ -237,6 +240,7 @@ def _debug(state: _Planning) -> None:
 def _run(state: _Planning) -> None:
     _ensure_services(state)
     _delete_surplus(state)
+    _lost_with_nodes(state)
     for replica in state.desired:
         if state.outcome is not None:
             break
@@ -252,6 +256,21 @@ def _run(state: _Planning) -> None:
             _judge_finished(state, replica, pod)
         elif pod.finished:  # deleted after it ended: its replacement is the next in its row
             state.in_a_row[pod.name] = next_in_a_row(pod, state.rule)
+
+
+def _lost_with_nodes(state: _Planning) -> None:
+    """Pods lost with their node are replaced as preempted ones are (lifecycle/nodes.py)."""
+    wanted = {(r.type, r.index) for r in state.desired}
+    seen = state.observed
+    pods = [p for p in state.pods.values() if p.deleting or state.current(p)]
+    losses = judge_nodes(pods, wanted, seen.nodes, seen.now, lambda n: _recorded_uid(state, n))
+    state.preempted += losses.lost
+    state.uid_dropped.update(p.name for p in losses.lost)
+    state.plan.delete_pods += losses.delete
+    state.plan.force_delete_pods += losses.force_delete
+    state.plan.events += [Event("Warning", constants.REASON_NODE_LOST, m) for m in losses.told]
+    if losses.recheck is not None:
+        _requeue(state, losses.recheck)
 
 
 def _preempted(state: _Planning, pod: PodView) -> None:
@@ -430,7 +449,7 @@ def _finish(state: _Planning) -> Plan:
 def _status_can_wait(state: _Planning) -> bool:
     plan, recorded = state.plan, int(state.observed.status.get("backoffCount") or 0)
     creates = bool(plan.create_pods or plan.create_services)
-    deletes = bool(plan.delete_pods or plan.delete_services)
+    deletes = bool(plan.delete_pods or plan.force_delete_pods or plan.delete_services)
     return creates and not deletes and state.outcome is None and state.backoff_count == recorded
 
 

@@ -15,6 +15,7 @@ from typing import Any, cast
 from torchjob.api.objects import ObjectMeta
 from torchjob.api.types import PyTorchTrainingJobSpec, PyTorchTrainingJobStatusDict
 from torchjob.lifecycle.backoff import PendingRestart
+from torchjob.lifecycle.nodes import NodesSeen
 from torchjob.lifecycle.observe import GroupView, PodView, Refusal
 from torchjob.render.scheduling import Gang, GangUnavailable
 from torchjob.render.topology import Replica
@@ -40,6 +41,8 @@ class Observed:
     # How the job's pods are grouped for scheduling (None: one by one), and its group object.
     gang: Gang | GangUnavailable | None = None
     group: GroupView | None = None
+    # The nodes of the job's pods; None where nodes are not watched (a local run).
+    nodes: NodesSeen | None = None
 
     @classmethod
     def of_json(
@@ -53,6 +56,7 @@ class Observed:
         refusals: tuple[Refusal, ...] = (),
         gang: Gang | GangUnavailable | None = None,
         group: GroupView | None = None,
+        nodes: NodesSeen | None = None,
     ) -> Observed:
         """Observations of a job as stored (JSON-shaped dicts), seen through their types; no
         copy and no check: the apiserver's schema stands behind the shapes."""
@@ -66,6 +70,7 @@ class Observed:
             refusals,
             gang,
             group,
+            nodes,
         )
 
 

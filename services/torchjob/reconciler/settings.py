@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from torchjob.api import constants
 from torchjob.lifecycle.backoff import BASE_DELAY, MAX_DELAY
+from torchjob.lifecycle.nodes import DEFAULT_NODE_LOST_GRACE
 from torchjob.lifecycle.start_failure import DEFAULT_START_DEADLINE
 from torchjob.render.scheduling import GANG_SETTINGS, SchedulingSettings
 from torchjob.runtime import service
@@ -28,6 +29,7 @@ class Settings(service.Settings):
     scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
     restart_backoff: float = BASE_DELAY
     start_deadline: int = DEFAULT_START_DEADLINE
+    node_lost_grace: float = DEFAULT_NODE_LOST_GRACE
 
 
 def _backoff_problem(seconds: float) -> str | None:
@@ -123,12 +125,27 @@ START_DEADLINE = Setting(
 )
 
 
+def _grace_problem(seconds: float) -> str | None:
+    return None if seconds >= 0 else "must not be negative"
+
+
+NODE_LOST_GRACE = Setting(
+    "--node-lost-grace",
+    f"{PREFIX}NODE_LOST_GRACE",
+    DEFAULT_NODE_LOST_GRACE,
+    "seconds a node may be NotReady or unreachable before its pods are deleted and created "
+    "again elsewhere, not counted as restarts (forcibly once the node is gone or unreachable)",
+    check=_grace_problem,
+)
+
+
 def declared() -> tuple[Setting, ...]:
     return (
         *leader_settings("reconciler", DEFAULT_WORKERS),
         *SCHEDULING,
         RESTART_BACKOFF,
         START_DEADLINE,
+        NODE_LOST_GRACE,
     )
 
 
