@@ -46,7 +46,7 @@ def assert_probes_and_metrics(reconciler: ServiceProcess) -> None:
     lists = reconciler.samples("torchjob_informer_lists_total")
     assert {k for k in lists if 'reason="initial"' in k} == {
         f'{{reason="initial",resource="{resource}"}}'
-        for resource in ("/api/v1/pods", "/api/v1/services", JOBS.path(None))
+        for resource in ("/api/v1/pods", "/api/v1/services", "/api/v1/nodes", JOBS.path(None))
     }
 
 
