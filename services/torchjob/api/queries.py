@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
-from torchjob.api.constants import RETRYABLE_EXIT_CODES
+from torchjob.api.constants import (
+    ANNOTATION_PROGRESS_DEADLINE,
+    ANNOTATION_RESTART_SCOPE,
+    RESTART_SCOPE_GANG,
+    RESTART_SCOPE_REPLICA,
+    RETRYABLE_EXIT_CODES,
+)
 from torchjob.api.types import PyTorchTrainingJobSpec, ReplicaSpec
 
 TRAINING_CONTAINER_NAME = "python"
@@ -66,6 +73,29 @@ def backoff_limit(spec: PyTorchTrainingJobSpec) -> int:
     """How many replica restarts the job may make before it fails."""
     limit = spec.run_policy.backoff_limit if spec.run_policy else None
     return DEFAULT_BACKOFF_LIMIT if limit is None else limit
+
+
+def restart_scope(meta: Mapping[str, Any], spec: PyTorchTrainingJobSpec) -> str:
+    """What a replica's restart restarts: `Replica` (the replica alone) or `Gang` (every
+    replica). The job's annotation, else Replica for a torchrun job, whose rendezvous lets a
+    restarted replica rejoin the others, and Gang otherwise: a plain process group cannot take a
+    new member, so the others would hang or crash on it."""
+    chosen = _annotations(meta).get(ANNOTATION_RESTART_SCOPE)
+    if chosen in (RESTART_SCOPE_REPLICA, RESTART_SCOPE_GANG):
+        return str(chosen)
+    return RESTART_SCOPE_REPLICA if torchrun_enabled(spec) else RESTART_SCOPE_GANG
+
+
+def progress_deadline(meta: Mapping[str, Any], default: int) -> int:
+    """Seconds without a progress report after which the job is restarted (0: never): the job's
+    annotation, else `default` (the reconciler's setting)."""
+    written = _annotations(meta).get(ANNOTATION_PROGRESS_DEADLINE)
+    return int(written) if isinstance(written, str) and written.isdigit() else default
+
+
+def _annotations(meta: Mapping[str, Any]) -> Mapping[str, Any]:
+    annotations = meta.get("annotations")
+    return annotations if isinstance(annotations, Mapping) else {}
 
 
 def debug_enabled(spec: PyTorchTrainingJobSpec) -> bool:

@@ -73,7 +73,7 @@ def decoded_job(model: type[JobModel], obj: Any, result: Result) -> JobModel | N
 
 
 def _object_errors(job: PyTorchTrainingJob, *, schema: bool) -> list[FieldError]:
-    errors = _spec_errors(job) + _gang_choice_errors(job)
+    errors = _spec_errors(job) + _gang_choice_errors(job) + _restart_annotation_errors(job)
     # A field the rules above already refused needs no second message.
     refused = {error.path for error in errors}
     errors += [e for e in schema_checks.unknown_field_errors(job) if e.path not in refused]
@@ -93,6 +93,22 @@ def _gang_choice_errors(job: PyTorchTrainingJob) -> list[FieldError]:
     path = f"metadata.annotations[{constants.ANNOTATION_GANG_SCHEDULING}]"
     allowed = ", ".join(constants.GANG_SCHEDULING_CHOICES)
     return [FieldError(path, f"{choice!r} is not one of {allowed}", Cause.NOT_SUPPORTED)]
+
+
+def _restart_annotation_errors(job: PyTorchTrainingJob) -> list[FieldError]:
+    """The restart scope is one of its two words; the progress deadline whole seconds, 0 off."""
+    annotations = (job.metadata or {}).get("annotations") or {}
+    errors = []
+    scope = annotations.get(constants.ANNOTATION_RESTART_SCOPE)
+    if scope is not None and scope not in constants.RESTART_SCOPES:
+        path = f"metadata.annotations[{constants.ANNOTATION_RESTART_SCOPE}]"
+        allowed = ", ".join(constants.RESTART_SCOPES)
+        errors.append(FieldError(path, f"{scope!r} is not one of {allowed}", Cause.NOT_SUPPORTED))
+    deadline = annotations.get(constants.ANNOTATION_PROGRESS_DEADLINE)
+    if deadline is not None and not re.fullmatch(r"[0-9]{1,9}", str(deadline)):
+        path = f"metadata.annotations[{constants.ANNOTATION_PROGRESS_DEADLINE}]"
+        errors.append(FieldError(path, f"{deadline!r} is not a whole number of seconds (0: off)"))
+    return errors
 
 
 def _spec_errors(job: PyTorchTrainingJob) -> list[FieldError]:

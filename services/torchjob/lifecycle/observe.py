@@ -59,6 +59,8 @@ class PodView:
     # Why the pod is being stopped to make room for other work (Kueue's TerminationTarget,
     # kube-scheduler's preemption); None when it is not.
     preempted: str | None = None
+    gang_restarts: int = 0  # the annotation the pod was created with (lifecycle/gang.py)
+    running_since: datetime | None = None  # when its running training container started
 
     @property
     def finished(self) -> bool:
@@ -109,7 +111,17 @@ def view_pod(pod: dict[str, Any]) -> PodView | None:
         gates=tuple(str(g.get("name", "")) for g in spec.get("schedulingGates") or ()),
         unschedulable=_unschedulable(status),
         preempted=_preempted(status),
+        gang_restarts=_int(annotations.get(constants.ANNOTATION_GANG_RESTARTS)),
+        running_since=_running_since(statuses, training_name),
     )
+
+
+def _running_since(statuses: list[ContainerStatus], training_name: str) -> datetime | None:
+    for status in statuses:
+        if status.get("name") == training_name:
+            running = (status.get("state") or {}).get("running") or {}
+            return parse_time(running.get("startedAt"))
+    return None
 
 
 # Pod conditions that say the pod is stopped to make room for other work: Kueue's eviction of

@@ -21,10 +21,13 @@ from typing import Any, Literal
 
 from torchjob.api import constants, queries
 from torchjob.api.types import JobPhase, PyTorchTrainingJobSpec
+from torchjob.lifecycle import gang, no_progress
 from torchjob.lifecycle.backoff import (
     DEFAULT_BACKOFF,
+    DEFAULT_RULES,
     PendingRestart,
     RestartBackoff,
+    RestartRules,
     next_in_a_row,
     pending_restart,
 )
@@ -85,16 +88,17 @@ class _Planning(Round):
     announced: list[Event] = field(default_factory=list)  # restarts decided this round
 
 
-def plan(observed: Observed, backoff: RestartBackoff = DEFAULT_BACKOFF) -> Plan:
-    """The plan for what is observed; `backoff` is the rule for the delay before a restart."""
+def plan(observed: Observed, rules: RestartRules = DEFAULT_RULES) -> Plan:
+    """The plan for what is observed; `rules` say how replicas are restarted."""
     spec = observed.spec
     if not spec.replica_specs:
         return Plan(status=ours(observed.status))
     state = _start_round(observed)
-    state.rule = backoff
+    state.rules, state.rule = rules, rules.backoff
+    gang.start(state)
     state.debug = queries.debug_enabled(spec) and not _paused(spec)
     if is_terminal(observed.status):
-        state.plan.status = build_status(state, starting=False)
+        state.plan.status = build_status(state, starting=False) | gang.status_fields(state)
         return state.plan
     if _deadline_passed(state):
         return _finish(state)
@@ -219,12 +223,15 @@ def _debug(state: _Planning) -> None:
 def _run(state: _Planning) -> None:
     _ensure_services(state)
     _delete_surplus(state)
+    state.plan.delete_pods += [(p.name, p.uid) for p in gang.stop_earlier(state)]
     for replica in state.desired:
         if state.outcome is not None:
             break
         pod = state.pods.get((replica.type, replica.index))
         if pod is None:
             _create_missing(state, replica)
+        elif pod.gang_restarts < state.gang_restarts:
+            continue  # of a gang restarted since: deleted above, its ending no news
         elif pod.debug and not pod.deleting:
             state.plan.delete_pods.append((pod.name, pod.uid))  # debug mode was switched off
             state.uid_dropped.add(pod.name)
@@ -234,6 +241,28 @@ def _run(state: _Planning) -> None:
             _judge_finished(state, replica, pod)
         elif pod.finished:  # deleted after it ended: its replacement is the next in its row
             state.in_a_row[pod.name] = next_in_a_row(pod, state.rule)
+    if state.outcome is None and (deadline := no_progress.check(state)) is not None:
+        _requeue(state, deadline)
+    _restart_gang(state)
+
+
+def _restart_gang(state: _Planning) -> None:
+    """Every replica restarted together (lifecycle/gang.py), when this round found a cause:
+    its status is written, then every pod deleted; the new gang is created once they are gone."""
+    cause, pending = gang.settle(state)
+    if pending is not None:
+        wait = pending.remaining(state.observed.now)
+        _announce(state, pending, wait)
+        state.waiting.append(pending)
+        _requeue(state, wait)
+    if cause is None:
+        return
+    state.plan.create_pods.clear()
+    deleted = {uid for _, uid in state.plan.delete_pods}
+    state.plan.delete_pods += [
+        (p.name, p.uid) for p in state.pods.values() if not p.deleting and p.uid not in deleted
+    ]
+    state.announced[:] = [gang.event(state, cause)]
 
 
 def _preempted(state: _Planning, pod: PodView) -> None:
@@ -285,6 +314,8 @@ def _create_missing(state: _Planning, replica: Replica) -> None:
     if _recorded_uid(state, name) is None:
         _create(state, replica, counted=False)
         return
+    if gang.lost(state, name, replica.type):
+        return
     if not _within_budget(state):
         return
     _create(state, replica, counted=True)
@@ -308,6 +339,7 @@ def _create(
     annotations = {
         constants.ANNOTATION_BACKOFF_COUNT: str(state.backoff_count),
         constants.ANNOTATION_CONSECUTIVE_RESTARTS: str(in_a_row),
+        constants.ANNOTATION_GANG_RESTARTS: str(state.gang_restarts),
         **(extra or {}),
     }
     if state.observed.status.get("phase") in PAUSED_PHASES:
@@ -354,6 +386,8 @@ def _restart(state: _Planning, pod: PodView) -> None:
     if not _within_budget(state, pod):
         return
     pending = pending_restart(pod, state.rule)
+    if gang.restarts_gang(state, pending):
+        return  # decided with the round's other causes, once every replica is seen
     state.in_a_row[pod.name] = pending.in_a_row
     wait = pending.remaining(state.observed.now)
     _announce(state, pending, wait)
@@ -397,6 +431,7 @@ def _elastic_survives(state: _Planning) -> bool:
 
 def _finish(state: _Planning) -> Plan:
     state.plan.status = build_status(state, starting=bool(state.plan.create_pods))
+    state.plan.status |= gang.status_fields(state)
     if state.outcome is not None:
         state.plan.create_pods.clear()
         state.plan.create_group = state.plan.resize_group = False

@@ -37,7 +37,6 @@ from torchjob.kube.resources import (
 )
 from torchjob.kube.slim import slim_pod, slim_service
 from torchjob.kube.workqueue import WorkQueue
-from torchjob.lifecycle.backoff import RestartBackoff
 from torchjob.lifecycle.failures import retry_delay
 from torchjob.lifecycle.observe import GroupView, Refusal, view_group, view_pod
 from torchjob.lifecycle.plan import plan
@@ -69,7 +68,7 @@ class Reconciler:
         self.executor = ReconcilerExecutor(
             api, self.events, self.expectations, settings.scheduling, self.metrics
         )
-        self.backoff = RestartBackoff(base=settings.restart_backoff)
+        self.rules = settings.restart_rules()
         # Each job's latest refusal and how many rounds in a row had one; the planner observes
         # the refusal until a round creates without one.
         self.refusals: dict[JobKey, tuple[Refusal, int]] = {}
@@ -242,7 +241,7 @@ class Reconciler:
             raise TerminalError(f"the stored job does not decode: {error}") from error
         last, in_a_row = self.refusals.get(key, (None, 0))
         observed = self._observe(job, spec, () if last is None else (last,))
-        decision = plan(observed, self.backoff)
+        decision = plan(observed, self.rules)
         refusal = await self.executor.execute(key, job, spec, decision, observed.gang)
         if key.api.kubeflow and not is_terminal(decision.status):
             await self._autoscaler(key, job)
@@ -252,7 +251,7 @@ class Reconciler:
             return Result(requeue_after=decision.requeue_after)
         # The planner decides what the refusal means for the job; its plan's actions were just
         # carried out, so only its status is written.
-        refused = plan(dataclasses.replace(observed, refusals=(refusal,)), self.backoff)
+        refused = plan(dataclasses.replace(observed, refusals=(refusal,)), self.rules)
         await self.executor.write_refused_status(key, job, decision, refused)
         if refusal.permanent:
             self.refusals.pop(key, None)
