@@ -101,7 +101,8 @@ def test_the_new_gang_is_created_once_every_old_pod_is_gone() -> None:
     assert result.status["backoffCount"] == 1
     # The new gang runs: the job is running again, and the failure is over.
     running = observe(job, gang(1), result.status)
-    assert running.delete_pods == running.create_pods == []
+    assert running.delete_pods == []
+    assert running.create_pods == []
     assert running.status["phase"] == "Running"
     assert conditions(running.status)["ReplicaFailure"][0] == "False"
 
