@@ -63,7 +63,13 @@ async def test_each_action_is_an_event_and_an_info_log_with_the_job_key(
     job = await Job(
         kube_client,
         admitted_namespace,
-        JobBuilder("acts").replicas("worker", 2).restart_policy("OnFailure").build(),
+        # Restarted alone (a job not run by torchrun restarts as a gang by default: its Events are
+        # tests/e2e/test_gang_restart.py's).
+        JobBuilder("acts")
+        .metadata(annotations={constants.ANNOTATION_RESTART_SCOPE: constants.RESTART_SCOPE_REPLICA})
+        .replicas("worker", 2)
+        .restart_policy("OnFailure")
+        .build(),
     ).create()
     workers = names(job.name, "worker", 2)
     pods = await job.wait_pods(workers)

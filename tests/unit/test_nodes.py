@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from support.planning import META, NOW, observe, services, settle, spec
+from support.planning import META, NOW, REPLICA_SCOPE, observe, services, settle, spec
 
 from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJobSpec
@@ -54,9 +54,10 @@ def round_on(
     nodes: list[NodeView] | None,
     status: dict[str, Any],
     now: datetime = NOW,
+    meta: dict[str, Any] = REPLICA_SCOPE,
 ) -> Plan:
     seen = None if nodes is None else NodesSeen({n.name: n for n in nodes}, GRACE)
-    observed = Observed.of_json(META, job(), status, pods, services(job()), now, nodes=seen)
+    observed = Observed.of_json(meta, job(), status, pods, services(job()), now, nodes=seen)
     return plan(observed)
 
 
@@ -206,9 +207,9 @@ def test_every_disruption_target_is_an_ending_not_charged(reason: str) -> None:
     seen = view_pod(failed)
     assert seen is not None and seen.preempted == reason and seen.node == "a"
     status = settle(job(), running())
-    deleted = observe(job(), [seen, pod("worker", 1)], status)
+    deleted = observe(job(), [seen, pod("worker", 1)], status, meta=REPLICA_SCOPE)
     assert deleted.delete_pods == [("j-worker-0", "uid-worker-0")]
-    gone = observe(job(), [pod("worker", 1)], deleted.status)
+    gone = observe(job(), [pod("worker", 1)], deleted.status, meta=REPLICA_SCOPE)
     assert len(gone.create_pods) == 1 and gone.status["backoffCount"] == 0
 
 
@@ -291,3 +292,18 @@ def test_a_slim_node_is_seen_as_the_full_one(ready: str | None, deleting: bool) 
     seen = view_node(node)
     assert seen.ready == (ready or "Unknown") and seen.deleting == deleting
     assert seen.since == (NOW - timedelta(hours=1) if ready else None)
+
+
+def test_a_pod_lost_with_its_node_restarts_a_gang_job_uncharged(status: dict[str, Any]) -> None:
+    """A job not run by torchrun restarts as a gang: the replica on the lost node takes the
+    others with it, and nothing is charged to backoffLimit."""
+    lost = NodeView("a", "Unknown", NOW - timedelta(seconds=90))
+    other = NodeView("b", "True", NOW - timedelta(hours=1))
+    pods = [pod("worker", 0, "a"), pod("worker", 1, "b")]
+    result = round_on(pods, [lost, other], status, meta=META)
+    assert sorted(result.delete_pods) == [
+        ("j-worker-0", "uid-worker-0"),
+        ("j-worker-1", "uid-worker-1"),
+    ]
+    assert result.status["backoffCount"] == 0
+    assert result.status["gangRestarts"] == 1

@@ -44,6 +44,7 @@ KEPT_LABELS = (
 KEPT_ANNOTATIONS = (
     constants.ANNOTATION_BACKOFF_COUNT,
     constants.ANNOTATION_CONSECUTIVE_RESTARTS,
+    constants.ANNOTATION_GANG_RESTARTS,
     constants.ANNOTATION_DEBUG,
 )
 KEPT_POD_STATUS = ("phase", "reason", "message", "startTime")

@@ -86,6 +86,8 @@ class PodView:
     # A container (an init container included) the kubelet cannot start, and what it said.
     cannot_start: CannotStart | None = None
     node: str = ""  # the node it is bound to (spec.nodeName)
+    gang_restarts: int = 0  # the annotation the pod was created with (lifecycle/gang.py)
+    running_since: datetime | None = None  # when its running training container started
 
     @property
     def finished(self) -> bool:
@@ -138,7 +140,17 @@ def view_pod(pod: dict[str, Any]) -> PodView | None:
         preempted=_preempted(status),
         cannot_start=_cannot_start(status),
         node=str(spec.get("nodeName") or ""),
+        gang_restarts=_int(annotations.get(constants.ANNOTATION_GANG_RESTARTS)),
+        running_since=_running_since(statuses, training_name),
     )
+
+
+def _running_since(statuses: list[ContainerStatus], training_name: str) -> datetime | None:
+    for status in statuses:
+        if status.get("name") == training_name:
+            running = (status.get("state") or {}).get("running") or {}
+            return parse_time(running.get("startedAt"))
+    return None
 
 
 # Pod conditions that say the cluster stopped the pod, through no fault of the job's, with any

@@ -40,7 +40,6 @@ from torchjob.kube.resources import (
 )
 from torchjob.kube.slim import slim_node, slim_pod, slim_service
 from torchjob.kube.workqueue import WorkQueue
-from torchjob.lifecycle.backoff import RestartBackoff
 from torchjob.lifecycle.failures import retry_delay
 from torchjob.lifecycle.nodes import NodesSeen, view_node
 from torchjob.lifecycle.observe import GroupView, PodView, Refusal, view_group, view_pod
@@ -73,8 +72,7 @@ class Reconciler:
         self.executor = ReconcilerExecutor(
             api, self.events, self.expectations, settings.scheduling, self.metrics
         )
-        self.backoff = RestartBackoff(base=settings.restart_backoff)
-        self.start_deadline = settings.start_deadline
+        self.rules = settings.restart_rules()
         # Each job's latest refusal and how many rounds in a row had one; the planner observes
         # the refusal until a round creates without one.
         self.refusals: dict[JobKey, tuple[Refusal, int]] = {}
@@ -283,7 +281,7 @@ class Reconciler:
             raise TerminalError(f"the stored job does not decode: {error}") from error
         last, in_a_row = self.refusals.get(key, (None, 0))
         observed = self._observe(job, spec, () if last is None else (last,))
-        decision = plan(observed, self.backoff, self.start_deadline)
+        decision = plan(observed, self.rules)
         refusal = await self.executor.execute(key, job, spec, decision, observed.gang)
         if key.api.kubeflow and not is_terminal(decision.status):
             await self._autoscaler(key, job)
@@ -293,9 +291,7 @@ class Reconciler:
             return Result(requeue_after=decision.requeue_after)
         # The planner decides what the refusal means for the job; its plan's actions were just
         # carried out, so only its status is written.
-        refused = plan(
-            dataclasses.replace(observed, refusals=(refusal,)), self.backoff, self.start_deadline
-        )
+        refused = plan(dataclasses.replace(observed, refusals=(refusal,)), self.rules)
         await self.executor.write_refused_status(key, job, decision, refused)
         if refusal.permanent:
             self.refusals.pop(key, None)
