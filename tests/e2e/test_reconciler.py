@@ -46,7 +46,7 @@ def assert_probes_and_metrics(reconciler: ServiceProcess) -> None:
     lists = reconciler.samples("torchjob_informer_lists_total")
     assert {k for k in lists if 'reason="initial"' in k} == {
         f'{{reason="initial",resource="{resource}"}}'
-        for resource in ("/api/v1/pods", "/api/v1/services", JOBS.path(None))
+        for resource in ("/api/v1/pods", "/api/v1/services", "/api/v1/nodes", JOBS.path(None))
     }
 
 
@@ -63,7 +63,13 @@ async def test_each_action_is_an_event_and_an_info_log_with_the_job_key(
     job = await Job(
         kube_client,
         admitted_namespace,
-        JobBuilder("acts").replicas("worker", 2).restart_policy("OnFailure").build(),
+        # Restarted alone (a job not run by torchrun restarts as a gang by default: its Events are
+        # tests/e2e/test_gang_restart.py's).
+        JobBuilder("acts")
+        .metadata(annotations={constants.ANNOTATION_RESTART_SCOPE: constants.RESTART_SCOPE_REPLICA})
+        .replicas("worker", 2)
+        .restart_policy("OnFailure")
+        .build(),
     ).create()
     workers = names(job.name, "worker", 2)
     pods = await job.wait_pods(workers)

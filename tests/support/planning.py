@@ -7,13 +7,21 @@ from datetime import UTC, datetime
 from typing import Any
 
 from support.jobs import JobBuilder
+from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJobSpec
+from torchjob.lifecycle.backoff import DEFAULT_RULES, RestartRules
 from torchjob.lifecycle.observe import PodView
 from torchjob.lifecycle.plan import Plan, plan
 from torchjob.lifecycle.round import Observed
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 META = {"name": "j", "namespace": "ns", "uid": "job-uid", "generation": 1}
+# A job whose replicas restart one by one (a job not run by torchrun restarts as a gang unless
+# its annotation says otherwise).
+REPLICA_SCOPE: dict[str, Any] = {
+    **META,
+    "annotations": {constants.ANNOTATION_RESTART_SCOPE: constants.RESTART_SCOPE_REPLICA},
+}
 TRAINER = {"name": "python", "image": "i", "args": ["t.py"]}
 
 
@@ -42,16 +50,22 @@ def observe(
     status: dict[str, Any] | None = None,
     now: datetime = NOW,
     svcs: frozenset[str] | None = None,
+    meta: dict[str, Any] = META,
+    rules: RestartRules = DEFAULT_RULES,
 ) -> Plan:
-    """The plan for one round that observes `pods` (and every Service unless `svcs`)."""
+    """The plan for one round that observes `pods` (and every Service unless `svcs`), of the
+    job of metadata `meta`, under `rules`."""
     return plan(
-        Observed.of_json(META, job, status, pods, services(job) if svcs is None else svcs, now)
+        Observed.of_json(meta, job, status, pods, services(job) if svcs is None else svcs, now),
+        rules,
     )
 
 
-def settle(job: PyTorchTrainingJobSpec, pods: list[PodView]) -> dict[str, Any]:
+def settle(
+    job: PyTorchTrainingJobSpec, pods: list[PodView], meta: dict[str, Any] = META
+) -> dict[str, Any]:
     """The status after the replicas were created and observed."""
-    return observe(job, pods).status
+    return observe(job, pods, meta=meta).status
 
 
 def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:

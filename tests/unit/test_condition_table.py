@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,6 +22,7 @@ from torchjob.lifecycle.conditions import CONDITIONS, ConditionRow
 from torchjob.lifecycle.observe import CannotStart, ContainerView, GroupView, PodView, Refusal
 from torchjob.lifecycle.plan import plan
 from torchjob.lifecycle.round import Observed
+from torchjob.lifecycle.times import format_time
 from torchjob.render import kubeflow
 from torchjob.render.scheduling import KUEUE_GATE, Gang, GangUnavailable
 
@@ -165,11 +167,28 @@ def rounds() -> Iterator[Round]:
         pods(worker="Pending", unschedulable="0/3 nodes"),
         {"status": {"conditions": [long_ago]}},
     )
+    yield from gang_rounds(plain, never)
     kinds: tuple[RefusedKind, ...] = ("pod", "service", "podgroup")
     for kind, status in itertools.product(kinds, (403, 422)):
         refused = (Refusal(kind, "j" if kind == "podgroup" else "j-worker-1", "no", status),)
         other = {"refusals": refused, "svcs": frozenset({"j-master-0", "j-worker-0"})}
         yield plain, pods()[:2], {**other, "gang": gang} if kind == "podgroup" else other
+
+
+def gang_rounds(plain: PyTorchTrainingJobSpec, never: PyTorchTrainingJobSpec) -> Iterator[Round]:
+    """Every replica restarted together, the gang restart limit reached, a silent job that may
+    not be restarted."""
+    ended = NOW - timedelta(minutes=1)
+    yield plain, pods(worker="Failed", finished_at=ended), {}
+    recent = [format_time(ended)] * 5
+    yield plain, pods(worker="Failed", finished_at=ended), {"status": {"gangRestartTimes": recent}}
+    since = NOW - timedelta(hours=2)
+    running = [pod(kind, index, running_since=since) for kind, index in POD_KEYS]
+    silent = {"trainerStatus": {"lastUpdatedTime": format_time(since)}}
+    yield never, running, {"status": silent}
+
+
+POD_KEYS = (("master", 0), ("worker", 0), ("worker", 1))
 
 
 def statuses() -> Iterator[dict[str, Any]]:

@@ -157,6 +157,8 @@ def test_torchrun_environment_and_argv(
         "PET_RDZV_ENDPOINT": f"{HOST}:23456",
         "PET_RDZV_ID": "uid-1",
         "PET_MAX_RESTARTS": restarts,
+        # torch's own default, which torchrun's agent would replace with 1 (TearDown).
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
     }
     argv = torchrun_argv(
         job, [{"name": k, "value": v} for k, v in env.items()], ["-m", "train", "--lr=0.1"]

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.planning import NOW, conditions, observe, services, settle, spec
+from support.planning import NOW, REPLICA_SCOPE, conditions, observe, services, settle, spec
 
 from torchjob.api import constants
 from torchjob.api.objects import PodPhase
@@ -103,14 +103,14 @@ def test_the_status_of_fresh_creations_waits_for_them() -> None:
 
 def test_a_counted_restart_is_written_before_its_creation() -> None:
     job = spec()
-    running = settle(job, all_pods(job))
+    running = settle(job, all_pods(job), REPLICA_SCOPE)
     gone = [pod("master", 0), pod("worker", 1)]
-    recreate = observe(job, gone, running)
+    recreate = observe(job, gone, running, meta=REPLICA_SCOPE)
     assert len(recreate.create_pods) == 1
     assert recreate.status["backoffCount"] == 1
     assert not recreate.status_can_wait
     # A count only a pod carries (the status was lost) is written before any creation too.
-    carried = observe(job, [pod("master", 0, backoff=2)], {})
+    carried = observe(job, [pod("master", 0, backoff=2)], {}, meta=REPLICA_SCOPE)
     assert [p.annotations[constants.ANNOTATION_BACKOFF_COUNT] for p in carried.create_pods] == [
         "2",
         "2",
@@ -158,9 +158,15 @@ def test_failed_replica(policy: str, code: int | None, role: str) -> None:
         policy == "ExitCode" and (code is None or code in RETRY)
     )
     if retry:
-        assert result.delete_pods == [(f"j-{role}-0", f"uid-{role}-0")]
+        # A job not run by torchrun restarts every replica together, counted once.
+        assert sorted(result.delete_pods) == sorted((p.name, p.uid) for p in pods)
+        assert (result.status["backoffCount"], result.status["gangRestarts"]) == (1, 1)
         assert result.status["phase"] == "Running"
-        assert conditions(result.status)["ReplicaFailure"][0] == "True"
+        assert conditions(result.status)["ReplicaFailure"] == ("True", "GangRestarting")
+        # Restarted alone, in the Replica scope.
+        alone = observe(job, pods, settle(job, all_pods(job), REPLICA_SCOPE), meta=REPLICA_SCOPE)
+        assert alone.delete_pods == [(f"j-{role}-0", f"uid-{role}-0")]
+        assert conditions(alone.status)["ReplicaFailure"][0] == "True"
     else:
         assert result.delete_pods == []
         assert result.status["phase"] == "Failed"
@@ -172,12 +178,12 @@ def test_failed_replica(policy: str, code: int | None, role: str) -> None:
 
 def test_restart_is_counted_when_the_pod_is_recreated() -> None:
     job = spec("ExitCode")
-    running = settle(job, all_pods(job))
+    running = settle(job, all_pods(job), REPLICA_SCOPE)
     failed = [pod("master", 0), pod("worker", 0, "Failed", 137), pod("worker", 1)]
-    deleting = observe(job, failed, running)
+    deleting = observe(job, failed, running, meta=REPLICA_SCOPE)
     assert deleting.status["backoffCount"] == 0
     gone = [pod("master", 0), pod("worker", 1)]
-    recreate = observe(job, gone, deleting.status)
+    recreate = observe(job, gone, deleting.status, meta=REPLICA_SCOPE)
     assert [(p.replica.type, p.replica.index) for p in recreate.create_pods] == [("worker", 0)]
     assert recreate.create_pods[0].annotations[constants.ANNOTATION_BACKOFF_COUNT] == "1"
     assert recreate.status["backoffCount"] == 1
@@ -185,17 +191,25 @@ def test_restart_is_counted_when_the_pod_is_recreated() -> None:
     worker0 = recreate.status["tasks"][1]["replicas"][0]
     assert "uid" not in worker0, "the old uid is dropped with the same write that counts"
     # A crash after that status write and before the creation: the next round creates, uncounted.
-    again = observe(job, gone, recreate.status)
+    again = observe(job, gone, recreate.status, meta=REPLICA_SCOPE)
     assert again.create_pods[0].annotations[constants.ANNOTATION_BACKOFF_COUNT] == "1"
     assert again.status["backoffCount"] == 1
 
 
 def test_pod_deleted_from_outside_is_recreated_and_counted() -> None:
     job = spec()
-    running = settle(job, all_pods(job))
-    result = observe(job, [pod("master", 0), pod("worker", 1)], running)
+    running = settle(job, all_pods(job), REPLICA_SCOPE)
+    result = observe(job, [pod("master", 0), pod("worker", 1)], running, meta=REPLICA_SCOPE)
     assert [(p.replica.type, p.replica.index) for p in result.create_pods] == [("worker", 0)]
     assert result.status["backoffCount"] == 1
+    # In the Gang scope its replacement could not join the others: every replica restarts.
+    gang = observe(job, [pod("master", 0), pod("worker", 1)], settle(job, all_pods(job)))
+    assert gang.create_pods == []
+    assert sorted(gang.delete_pods) == [
+        ("j-master-0", "uid-master-0"),
+        ("j-worker-1", "uid-worker-1"),
+    ]
+    assert (gang.status["backoffCount"], gang.status["gangRestarts"]) == (1, 1)
 
 
 def test_backoff_count_survives_in_pod_annotations() -> None:
@@ -234,9 +248,12 @@ def test_master_success_completes_the_job() -> None:
 
 def test_always_restarts_a_finished_worker() -> None:
     job = spec("Always")
-    status = settle(job, all_pods(job))
+    status = settle(job, all_pods(job), REPLICA_SCOPE)
     result = observe(
-        job, [pod("master", 0), pod("worker", 0, "Succeeded"), pod("worker", 1)], status
+        job,
+        [pod("master", 0), pod("worker", 0, "Succeeded"), pod("worker", 1)],
+        status,
+        meta=REPLICA_SCOPE,
     )
     assert result.delete_pods == [("j-worker-0", "uid-worker-0")]
 

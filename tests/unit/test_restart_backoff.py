@@ -10,12 +10,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from support.planning import META, NOW, conditions, services, settle, spec
+from support.planning import NOW, REPLICA_SCOPE, conditions, services, settle, spec
 
 from torchjob.api import constants
 from torchjob.api.objects import PodPhase
 from torchjob.api.types import PyTorchTrainingJobSpec
-from torchjob.lifecycle.backoff import RestartBackoff, next_in_a_row
+from torchjob.lifecycle.backoff import RestartBackoff, RestartRules, next_in_a_row
 from torchjob.lifecycle.observe import ContainerView, PodView, view_pod
 from torchjob.lifecycle.plan import Plan, plan
 from torchjob.lifecycle.round import Observed
@@ -77,7 +77,9 @@ def decide(
     now: datetime = NOW,
     rule: RestartBackoff = RULE,
 ) -> Plan:
-    return plan(Observed.of_json(META, job, status, pods, services(job), now), rule)
+    # Replicas restarted one by one, never escalated to the gang: the delay rule alone.
+    alone = RestartRules(rule, replica_restarts_before_gang=1000)
+    return plan(Observed.of_json(REPLICA_SCOPE, job, status, pods, services(job), now), alone)
 
 
 def entry(status: dict[str, Any], name: str) -> dict[str, Any]:
@@ -85,7 +87,7 @@ def entry(status: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def settled(job: PyTorchTrainingJobSpec) -> dict[str, Any]:
-    return settle(job, three())
+    return settle(job, three(), REPLICA_SCOPE)
 
 
 # --- the rule -----------------------------------------------------------------------------------

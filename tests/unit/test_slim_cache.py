@@ -22,7 +22,7 @@ from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.kube.informer import _Store, controller_uid, object_key
 from torchjob.kube.resources import owner_job_key
 from torchjob.kube.slim import job_without_status, slim_pod, slim_service
-from torchjob.lifecycle.backoff import RestartBackoff
+from torchjob.lifecycle.backoff import RestartBackoff, RestartRules
 from torchjob.lifecycle.observe import view_pod
 from torchjob.lifecycle.plan import Plan, plan
 from torchjob.lifecycle.round import Observed
@@ -52,7 +52,7 @@ def apply(cache: Cache, event: dict[str, Any], transform: Any) -> None:
 def round_plan(cache: Cache, status: dict[str, Any], services: frozenset[str]) -> Plan:
     pods = [v for pod in cache.values() if (v := view_pod(pod)) is not None]
     observed = Observed.of_json(JOB["metadata"], SPEC, status, pods, services, NOW)
-    return plan(observed, RestartBackoff(base=10))
+    return plan(observed, RestartRules(RestartBackoff(base=10)))
 
 
 def test_the_recording_covers_what_the_lifecycle_reads() -> None:

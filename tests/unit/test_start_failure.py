@@ -15,6 +15,7 @@ from support.planning import META, NOW, conditions, services, spec
 from torchjob.api import constants
 from torchjob.api.validation import validate
 from torchjob.cli.views import description, tables
+from torchjob.lifecycle.backoff import RestartRules
 from torchjob.lifecycle.observe import CannotStart, GroupView, PodView, view_pod
 from torchjob.lifecycle.plan import Plan, plan
 from torchjob.lifecycle.round import Observed
@@ -71,7 +72,7 @@ def decide(
 ) -> Plan:
     meta = {**META, "annotations": annotations or {}}
     observed = Observed.of_json(meta, job, status, pods, services(job), now, **other)
-    return plan(observed, start_deadline=setting)
+    return plan(observed, RestartRules(start_deadline=int(setting)))
 
 
 def failing_since(

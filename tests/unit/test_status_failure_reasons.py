@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.planning import conditions, observe, settle, spec
+from support.planning import REPLICA_SCOPE, conditions, observe, settle, spec
 
 from torchjob.api import constants
 from torchjob.lifecycle.observe import PodView, describe_failure, exit_code_text, view_pod
@@ -107,13 +107,20 @@ def test_an_evicted_replica_under_exit_code_is_restarted_and_the_event_says_why(
     running = PodView(
         "j-worker-0", "uid-worker-0", "worker", 0, "Running", None, False, 0, False, ()
     )
-    status = settle(job, [running])
+    status = settle(job, [running], REPLICA_SCOPE)
     evicted = view(None, {"reason": "Evicted", "message": "The node was low on resource: memory."})
-    result = observe(job, [evicted], status)
+    result = observe(job, [evicted], status, meta=REPLICA_SCOPE)
     assert result.status["phase"] == "Running"
     [event] = result.status_events
     assert (event.type, event.reason) == ("Warning", "RestartBackoff")
     assert event.message == (
         "restarting j-worker-0 (restart 1 in a row, 1 of backoffLimit 3) now after it failed "
         "(Evicted: The node was low on resource: memory.)"
+    )
+    # As a gang (a job not run by torchrun), the one Event says why too.
+    [event] = observe(job, [evicted], settle(job, [running])).status_events
+    assert (event.type, event.reason) == ("Warning", "GangRestarting")
+    assert event.message == (
+        "restarting every replica: j-worker-0 failed (Evicted: The node was low on resource: "
+        "memory.) (restart 1 of backoffLimit 3)"
     )

@@ -107,7 +107,8 @@ def test_a_paused_job_is_not_creating_replicas() -> None:
 def test_resume_ends_in_resumed_not_resuming() -> None:
     running = spec()
     paused = spec(runMode={"pause": {"enabled": True}})
-    status = observe(paused, [], settle(running, pods(running))).status
+    # The pause deletes the pods it sees: their replicas' recorded uids go with them.
+    status = observe(paused, pods(running), settle(running, pods(running))).status
     resumed = spec(runMode={"pause": {"enabled": False}})
     resuming = observe(resumed, [], status)
     assert conditions(resuming.status)["Paused"] == ("False", "Resuming")

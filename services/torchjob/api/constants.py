@@ -45,6 +45,19 @@ ANNOTATION_GANG_SCHEDULING: Final = f"{GROUP}/gang-scheduling"
 # be unable to start (lifecycle/start_failure.py) before the job fails; 0 turns it off.
 ANNOTATION_START_DEADLINE: Final = f"{GROUP}/start-deadline-seconds"
 GANG_SCHEDULING_CHOICES: Final = ("native", "volcano", "coscheduling", "none")
+# A job's choice of what a replica's restart restarts (lifecycle/gang.py): the replica alone, or
+# every replica together. Absent: Replica for a job run by torchrun (its rendezvous lets a
+# restarted replica rejoin), Gang otherwise.
+ANNOTATION_RESTART_SCOPE: Final = f"{GROUP}/restart-scope"
+RESTART_SCOPE_REPLICA: Final = "Replica"
+RESTART_SCOPE_GANG: Final = "Gang"
+RESTART_SCOPES: Final = (RESTART_SCOPE_REPLICA, RESTART_SCOPE_GANG)
+# A job's own progress deadline in seconds (lifecycle/no_progress.py), 0 off; absent: the
+# reconciler's --progress-deadline.
+ANNOTATION_PROGRESS_DEADLINE: Final = f"{GROUP}/progress-deadline-seconds"
+# On every replica pod: the job's status.gangRestarts when the pod was created. A pod of a lower
+# count is of a gang restarted since, and is deleted before the new gang's pods are created.
+ANNOTATION_GANG_RESTARTS: Final = f"{GROUP}/gang-restarts"
 RETRYABLE_EXIT_CODES: Final = frozenset({130, 137, 143, 138})
 # The scheduler of pods whose job asks for the T9k scheduler, unless the reconciler is told another.
 T9K_SCHEDULER_NAME: Final = "t9k-scheduler"
@@ -91,9 +104,18 @@ REASON_PREEMPTED: Final = "Preempted"
 REASON_IMAGE_PULL_FAILED: Final = "ImagePullFailed"
 REASON_CONTAINER_CONFIG_INVALID: Final = "ContainerConfigInvalid"
 REASON_STARTED: Final = "Started"
+# Warning Event: a replica's pod was lost with its node (lifecycle/nodes.py).
+REASON_NODE_LOST: Final = "NodeLost"
 # Failed condition: the job asks for gang scheduling this cluster does not serve.
 REASON_GANG_UNAVAILABLE: Final = "GangSchedulingUnavailable"
 REASON_REPLICA_RESTARTING: Final = "ReplicaRestarting"
+# ReplicaFailure condition and Warning Event: every replica is restarted together.
+REASON_GANG_RESTARTING: Final = "GangRestarting"
+# Failed condition: more gang restarts within the window than the reconciler allows.
+REASON_GANG_RESTART_LIMIT_EXCEEDED: Final = "GangRestartLimitExceeded"
+# Warning Event, and Failed condition when no restart is allowed: the job's progress reports
+# stopped for longer than its progress deadline.
+REASON_NO_PROGRESS: Final = "NoProgress"
 # Event reasons of the reconciler's actions, as the built-in controllers name them.
 REASON_SUCCESSFUL_CREATE: Final = "SuccessfulCreate"
 REASON_SUCCESSFUL_DELETE: Final = "SuccessfulDelete"

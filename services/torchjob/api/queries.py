@@ -6,7 +6,14 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from torchjob.api.constants import ANNOTATION_START_DEADLINE, RETRYABLE_EXIT_CODES
+from torchjob.api.constants import (
+    ANNOTATION_PROGRESS_DEADLINE,
+    ANNOTATION_RESTART_SCOPE,
+    ANNOTATION_START_DEADLINE,
+    RESTART_SCOPE_GANG,
+    RESTART_SCOPE_REPLICA,
+    RETRYABLE_EXIT_CODES,
+)
 from torchjob.api.types import PyTorchTrainingJobSpec, ReplicaSpec
 
 TRAINING_CONTAINER_NAME = "python"
@@ -74,6 +81,29 @@ def start_deadline(metadata: Mapping[str, Any], default: float) -> float:
     start-deadline annotation, else `default` (the reconciler's --start-deadline)."""
     value = (metadata.get("annotations") or {}).get(ANNOTATION_START_DEADLINE)
     return float(value) if isinstance(value, str) and re.fullmatch("[0-9]+", value) else default
+
+
+def restart_scope(meta: Mapping[str, Any], spec: PyTorchTrainingJobSpec) -> str:
+    """What a replica's restart restarts: `Replica` (the replica alone) or `Gang` (every
+    replica). The job's annotation, else Replica for a torchrun job, whose rendezvous lets a
+    restarted replica rejoin the others, and Gang otherwise: a plain process group cannot take a
+    new member, so the others would hang or crash on it."""
+    chosen = _annotations(meta).get(ANNOTATION_RESTART_SCOPE)
+    if chosen in (RESTART_SCOPE_REPLICA, RESTART_SCOPE_GANG):
+        return str(chosen)
+    return RESTART_SCOPE_REPLICA if torchrun_enabled(spec) else RESTART_SCOPE_GANG
+
+
+def progress_deadline(meta: Mapping[str, Any], default: int) -> int:
+    """Seconds without a progress report after which the job is restarted (0: never): the job's
+    annotation, else `default` (the reconciler's setting)."""
+    written = _annotations(meta).get(ANNOTATION_PROGRESS_DEADLINE)
+    return int(written) if isinstance(written, str) and written.isdigit() else default
+
+
+def _annotations(meta: Mapping[str, Any]) -> Mapping[str, Any]:
+    annotations = meta.get("annotations")
+    return annotations if isinstance(annotations, Mapping) else {}
 
 
 def debug_enabled(spec: PyTorchTrainingJobSpec) -> bool:

@@ -593,6 +593,8 @@ class PyTorchTrainingJobStatus(Model):
     replicas: int | None = None
     selector: str | None = None
     trainer_status: TrainerStatus | None = None
+    gang_restarts: int | None = None
+    gang_restart_times: list[str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
@@ -622,6 +624,14 @@ class PyTorchTrainingJobStatus(Model):
         FieldInfo("replicas", "replicas", "int32"),
         FieldInfo("selector", "selector", "string"),
         FieldInfo("trainer_status", "trainerStatus", "message", ref="TrainerStatus"),
+        FieldInfo("gang_restarts", "gangRestarts", "int32", limits=Limits(minimum=0)),
+        FieldInfo(
+            "gang_restart_times",
+            "gangRestartTimes",
+            "string",
+            repeated=True,
+            limits=Limits(max_items=64),
+        ),
     )
 
     @classmethod
@@ -1338,6 +1348,8 @@ def _decode_py_torch_training_job_status(data: object, path: str) -> PyTorchTrai
     replicas: int | None = None
     selector: str | None = None
     trainer_status: TrainerStatus | None = None
+    gang_restarts: int | None = None
+    gang_restart_times: list[str] | None = None
     extra: dict[str, Any] = {}
     for key, raw in obj.items():
         if key == "phase":
@@ -1390,6 +1402,14 @@ def _decode_py_torch_training_job_status(data: object, path: str) -> PyTorchTrai
         elif key == "trainerStatus":
             if raw is not None:
                 trainer_status = _decode_trainer_status(raw, f"{path}.{key}" if path else key)
+        elif key == "gangRestarts":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                gang_restarts = raw
+            elif raw is not None:
+                gang_restarts = decode_int32(raw, path, key)
+        elif key == "gangRestartTimes":
+            if raw is not None:
+                gang_restart_times = decode_array(raw, path, key, decode_string)
         else:
             extra[key] = raw
     return PyTorchTrainingJobStatus(
@@ -1405,6 +1425,8 @@ def _decode_py_torch_training_job_status(data: object, path: str) -> PyTorchTrai
         replicas,
         selector,
         trainer_status,
+        gang_restarts,
+        gang_restart_times,
         extra,
     )
 
@@ -1704,6 +1726,8 @@ class PyTorchTrainingJobStatusDict(TypedDict, total=False):
     replicas: int
     selector: str
     trainerStatus: TrainerStatusDict
+    gangRestarts: int
+    gangRestartTimes: list[str]
 
 
 class TrainerStatusDict(TypedDict, total=False):

@@ -73,7 +73,12 @@ def decoded_job(model: type[JobModel], obj: Any, result: Result) -> JobModel | N
 
 
 def _object_errors(job: PyTorchTrainingJob, *, schema: bool) -> list[FieldError]:
-    errors = _spec_errors(job) + _gang_choice_errors(job) + _start_deadline_errors(job)
+    errors = (
+        _spec_errors(job)
+        + _gang_choice_errors(job)
+        + _start_deadline_errors(job)
+        + _restart_annotation_errors(job)
+    )
     # A field the rules above already refused needs no second message.
     refused = {error.path for error in errors}
     errors += [e for e in schema_checks.unknown_field_errors(job) if e.path not in refused]
@@ -102,6 +107,22 @@ def _start_deadline_errors(job: PyTorchTrainingJob) -> list[FieldError]:
         return []
     path = f"metadata.annotations[{constants.ANNOTATION_START_DEADLINE}]"
     return [FieldError(path, f"{seconds!r} is not a whole number of seconds (0: no deadline)")]
+
+
+def _restart_annotation_errors(job: PyTorchTrainingJob) -> list[FieldError]:
+    """The restart scope is one of its two words; the progress deadline whole seconds, 0 off."""
+    annotations = (job.metadata or {}).get("annotations") or {}
+    errors = []
+    scope = annotations.get(constants.ANNOTATION_RESTART_SCOPE)
+    if scope is not None and scope not in constants.RESTART_SCOPES:
+        path = f"metadata.annotations[{constants.ANNOTATION_RESTART_SCOPE}]"
+        allowed = ", ".join(constants.RESTART_SCOPES)
+        errors.append(FieldError(path, f"{scope!r} is not one of {allowed}", Cause.NOT_SUPPORTED))
+    deadline = annotations.get(constants.ANNOTATION_PROGRESS_DEADLINE)
+    if deadline is not None and not re.fullmatch(r"[0-9]{1,9}", str(deadline)):
+        path = f"metadata.annotations[{constants.ANNOTATION_PROGRESS_DEADLINE}]"
+        errors.append(FieldError(path, f"{deadline!r} is not a whole number of seconds (0: off)"))
+    return errors
 
 
 def _spec_errors(job: PyTorchTrainingJob) -> list[FieldError]:

@@ -45,7 +45,7 @@ from torchjob.cli.processes import (
     shown_command,
 )
 from torchjob.cli.views.local import LocalCommand, local_command
-from torchjob.lifecycle.backoff import DEFAULT_BACKOFF, RestartBackoff
+from torchjob.lifecycle.backoff import DEFAULT_BACKOFF, RestartBackoff, RestartRules
 from torchjob.lifecycle.local import exit_code_of, local_pod_status
 from torchjob.lifecycle.observe import view_pod
 from torchjob.lifecycle.plan import Plan, PodToCreate, plan
@@ -125,7 +125,7 @@ class LocalRunner:
         self.gpu_shares = gpu_shares
         self.logs_dir = logs_dir
         self.grace_period = grace_period
-        self.backoff = backoff
+        self.rules = RestartRules(backoff=backoff)
         self.environment = os.environ if environment is None else environment
         self.status: dict[str, Any] = {}
         self.shown: dict[str, Any] = {}  # the status as the job's API shows it
@@ -152,7 +152,7 @@ class LocalRunner:
             await self._stop_everything()
             if is_terminal(self.status):
                 # The status as the reconciler keeps it after the end: each replica's last state.
-                self._record_status(plan(self._observe(), self.backoff).status)
+                self._record_status(plan(self._observe(), self.rules).status)
         finally:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
@@ -182,7 +182,7 @@ class LocalRunner:
         rounds = 0
         while not self.interrupted:
             self.wake.clear()
-            decision = plan(self._observe(), self.backoff)
+            decision = plan(self._observe(), self.rules)
             acted = self._execute(decision)
             if is_terminal(self.status):
                 return False

@@ -15,6 +15,7 @@ JOBS = ResourceKind(types.GROUP, types.VERSION, types.PLURAL)
 KUBEFLOW_JOBS = ResourceKind(KUBEFLOW_JOB.group, KUBEFLOW_JOB.version, KUBEFLOW_JOB.plural)
 PODS = ResourceKind("", "v1", "pods")
 SERVICES = ResourceKind("", "v1", "services")
+NODES = ResourceKind("", "v1", "nodes")
 DEPLOYMENTS = ResourceKind("apps", "v1", "deployments")
 AUTOSCALERS = ResourceKind("autoscaling", "v2", "horizontalpodautoscalers")
 EVENTS = ResourceKind("events.k8s.io", "v1", "events")
@@ -33,6 +34,14 @@ def job_resource(api: JobApi) -> ResourceKind:
 
 # The index (over `informer.controller_uid`) of the objects a job controls, by the job's uid.
 OWNER_INDEX = "owner"
+# The index of pods by the node they are bound to (spec.nodeName).
+NODE_INDEX = "node"
+
+
+def pod_node(pod: dict[str, Any]) -> list[str]:
+    """Index function: the node a pod is bound to; none for a pod not placed yet."""
+    node = (pod.get("spec") or {}).get("nodeName")
+    return [node] if isinstance(node, str) and node else []
 
 
 def owner_job_key(obj: dict[str, Any]) -> JobKey | None:

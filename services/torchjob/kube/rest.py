@@ -54,16 +54,19 @@ class Resources:
         uid: str | None = None,
         resource_version: str | None = None,
         propagation: str | None = None,
+        grace_period: int | None = None,
     ) -> None:
         """Deletes the object: with `uid`, only that object (a Conflict for one of that name made
         since), with `resource_version` only as it was then; `propagation` is the policy for
-        what it owns (the collector's default without one)."""
+        what it owns (the collector's default without one); `grace_period` the seconds a pod
+        has to stop (0: removed at once, without waiting for its kubelet)."""
         preconditions = {"uid": uid, "resourceVersion": resource_version}
         options: dict[str, Any] = {
             "preconditions": {key: value for key, value in preconditions.items() if value},
             "propagationPolicy": propagation,
+            "gracePeriodSeconds": grace_period,
         }
-        kept = {key: value for key, value in options.items() if value}
+        kept = {key: value for key, value in options.items() if value or value == 0}
         body = {"apiVersion": "v1", "kind": "DeleteOptions", **kept} if kept else None
         await self._call("DELETE", _object_path(kind, namespace, name), body)
 

@@ -14,10 +14,13 @@ Every field read of a cached pod or Service, and so kept here:
 - `lifecycle.observe.view_pod`: the replica-type and replica-index labels, the backoff-count,
   consecutive-restarts and debug annotations, metadata.uid and deletionTimestamp, the names of
   spec.containers (which one is the training container), and status: phase, reason, message,
-  startTime and each containerStatus's name and state; for gang scheduling, spec.nodeName, the
-  names of spec.schedulingGates and the status conditions that say the pod is unschedulable or
-  preempted (KEPT_CONDITIONS: their type, status, reason and message);
-- `reconciler.controller`: a Service's name.
+  startTime and each containerStatus's name and state; spec.nodeName (gang scheduling, and the
+  node a pod is lost with); the names of spec.schedulingGates and the status conditions that say
+  the pod is unschedulable or stopped by the cluster (KEPT_CONDITIONS: their type, status,
+  reason and message);
+- `reconciler.controller`: a Service's name;
+- `lifecycle.nodes.view_node` (slim_node): a Node's name and deletionTimestamp, and its Ready
+  condition's status and lastTransitionTime.
 A new reader of any other field must add it here; tests/unit/test_slim_cache.py checks that the
 lifecycle plans the same from slim pods as from full ones.
 
@@ -41,12 +44,15 @@ KEPT_LABELS = (
 KEPT_ANNOTATIONS = (
     constants.ANNOTATION_BACKOFF_COUNT,
     constants.ANNOTATION_CONSECUTIVE_RESTARTS,
+    constants.ANNOTATION_GANG_RESTARTS,
     constants.ANNOTATION_DEBUG,
 )
 KEPT_POD_STATUS = ("phase", "reason", "message", "startTime")
 KEPT_CONTAINER_STATUS = ("name", "state")
 KEPT_CONDITIONS = ("PodScheduled", "TerminationTarget", "DisruptionTarget")
 KEPT_CONDITION_FIELDS = ("type", "status", "reason", "message")
+KEPT_NODE_METADATA = ("name", "resourceVersion", "deletionTimestamp")
+KEPT_NODE_CONDITION_FIELDS = ("type", "status", "lastTransitionTime")
 
 
 def slim_pod(pod: KubeObject) -> KubeObject:
@@ -146,6 +152,26 @@ def _slim_status(status: KubeObject) -> KubeObject:
             {key: s[key] for key in KEPT_CONTAINER_STATUS if key in s} if isinstance(s, dict) else s
             for s in statuses
         ]
+    return slim
+
+
+def slim_node(node: KubeObject) -> KubeObject:
+    """The Node as `lifecycle.nodes.view_node` reads it: its name, whether it is being deleted,
+    and its Ready condition's status and lastTransitionTime. A node's status (images, addresses,
+    capacity, the other conditions' heartbeats) is most of it, and every node of the cluster is
+    cached."""
+    slim: KubeObject = _slim_object(node)
+    slim["metadata"] = {
+        key: value for key, value in slim.get("metadata", {}).items() if key in KEPT_NODE_METADATA
+    }
+    conditions = (node.get("status") or {}).get("conditions")
+    ready = [
+        {key: c[key] for key in KEPT_NODE_CONDITION_FIELDS if key in c}
+        for c in conditions or ()
+        if isinstance(c, dict) and c.get("type") == "Ready"
+    ]
+    if ready:
+        slim["status"] = {"conditions": ready}
     return slim
 
 

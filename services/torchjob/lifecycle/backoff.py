@@ -42,6 +42,32 @@ class RestartBackoff:
 
 DEFAULT_BACKOFF = RestartBackoff()
 
+REPLICA_RESTARTS_BEFORE_GANG = 3  # the reconciler's --replica-restarts-before-gang
+GANG_RESTART_LIMIT = 5  # the reconciler's --gang-restart-limit
+GANG_RESTART_WINDOW = 3600.0  # the reconciler's --gang-restart-window, seconds
+PROGRESS_DEADLINE = 1800  # the reconciler's --progress-deadline, seconds
+START_DEADLINE = 600  # the reconciler's --start-deadline, seconds
+
+
+@dataclass(frozen=True, slots=True)
+class RestartRules:
+    """How the planner restarts replicas: the delay before a restart; in Replica scope, how many
+    restarts in a row of one replica are made before its next restart is the whole gang's
+    (lifecycle/gang.py); how many gang restarts a job may make within a window (0: any number);
+    how long a job that reports progress may go without a report (lifecycle/no_progress.py;
+    0: no deadline); and how long a replica may be unable to start (lifecycle/start_failure.py; 0:
+    no deadline), the last two unless the job sets its own."""
+
+    backoff: RestartBackoff = DEFAULT_BACKOFF
+    replica_restarts_before_gang: int = REPLICA_RESTARTS_BEFORE_GANG
+    gang_restart_limit: int = GANG_RESTART_LIMIT
+    gang_restart_window: float = GANG_RESTART_WINDOW
+    progress_deadline: int = PROGRESS_DEADLINE
+    start_deadline: int = START_DEADLINE
+
+
+DEFAULT_RULES = RestartRules()
+
 
 @dataclass(frozen=True, slots=True)
 class PendingRestart:

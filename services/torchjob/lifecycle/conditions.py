@@ -102,13 +102,16 @@ def _running(state: Round, phase: JobPhase) -> Wanted:
 
 
 def _replica_failure(state: Round, phase: JobPhase) -> Wanted | None:
-    if not (state.failures or state.waiting or state.refused):
+    if not (state.failures or state.waiting or state.refused or state.gang_restarting):
         return None
     told = [*state.failures, *map(_waiting, state.waiting), *(r.message for r in state.refused)]
+    told = [state.gang_restarting, *told] if state.gang_restarting else told
     return ("True", _failure_reason(state), "; ".join(told))
 
 
 def _failure_reason(state: Round) -> str:
+    if state.gang_restarting:
+        return constants.REASON_GANG_RESTARTING
     if state.waiting:
         return constants.REASON_RESTART_BACKOFF
     if state.failures:
@@ -162,7 +165,7 @@ def _scheduled(state: Round, phase: JobPhase) -> Wanted | None:
         return (
             "False",
             constants.REASON_PREEMPTED,
-            f"preempted: {names}; the replicas are created again and wait to be placed",
+            f"stopped by the cluster: {names}; the replicas are created again, to be placed",
         )
     if len(current) == len(state.desired) and all(p.placed for p in current):
         return (
@@ -252,6 +255,8 @@ FAILED_REASONS = (
         constants.REASON_BACKOFF_LIMIT_EXCEEDED,
         constants.REASON_DEADLINE_EXCEEDED,
         constants.REASON_GANG_UNAVAILABLE,
+        constants.REASON_GANG_RESTART_LIMIT_EXCEEDED,
+        constants.REASON_NO_PROGRESS,
     }
 )
 
@@ -279,6 +284,7 @@ CONDITIONS: tuple[ConditionRow, ...] = (
             constants.REASON_REPLICA_FAILED,
             constants.REASON_RESTART_BACKOFF,
             constants.REASON_NO_FAILURE,
+            constants.REASON_GANG_RESTARTING,
         },
         cleared=("False", constants.REASON_NO_FAILURE, "no replica has failed since"),
         kubeflow=kubeflow.RESTARTING,

@@ -85,6 +85,9 @@ class PodView:
     preempted: str | None = None
     # A container (an init container included) the kubelet cannot start, and what it said.
     cannot_start: CannotStart | None = None
+    node: str = ""  # the node it is bound to (spec.nodeName)
+    gang_restarts: int = 0  # the annotation the pod was created with (lifecycle/gang.py)
+    running_since: datetime | None = None  # when its running training container started
 
     @property
     def finished(self) -> bool:
@@ -136,14 +139,27 @@ def view_pod(pod: dict[str, Any]) -> PodView | None:
         unschedulable=_unschedulable(status),
         preempted=_preempted(status),
         cannot_start=_cannot_start(status),
+        node=str(spec.get("nodeName") or ""),
+        gang_restarts=_int(annotations.get(constants.ANNOTATION_GANG_RESTARTS)),
+        running_since=_running_since(statuses, training_name),
     )
 
 
-# Pod conditions that say the pod is stopped to make room for other work: Kueue's eviction of
-# its workload (TerminationTarget, any reason: preemption, a queue stopped, a lost admission) and
-# kube-scheduler's preemption (DisruptionTarget). Other disruptions (an eviction for node
-# pressure, a drain) are the pod's ending like any other.
-PREEMPTION_CONDITIONS = {"TerminationTarget": None, "DisruptionTarget": "PreemptionByScheduler"}
+def _running_since(statuses: list[ContainerStatus], training_name: str) -> datetime | None:
+    for status in statuses:
+        if status.get("name") == training_name:
+            running = (status.get("state") or {}).get("running") or {}
+            return parse_time(running.get("startedAt"))
+    return None
+
+
+# Pod conditions that say the cluster stopped the pod, through no fault of the job's, with any
+# reason (None: any): Kueue's eviction of its workload (TerminationTarget: preemption, a queue
+# stopped, a lost admission) and every disruption Kubernetes marks (DisruptionTarget:
+# PreemptionByScheduler, DeletionByTaintManager for a node that went away, EvictionByEvictionAPI
+# for a drain, DeletionByPodGC for a pod of a node that no longer exists, TerminationByKubelet for
+# node pressure or a node shutdown). Such an ending is not charged to backoffLimit.
+PREEMPTION_CONDITIONS: dict[str, str | None] = {"TerminationTarget": None, "DisruptionTarget": None}
 
 
 def _preempted(status: PodStatus) -> str | None:

@@ -14,22 +14,24 @@ reconcile that decides to wait asks to be run again when the wait is over.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
 
 from torchjob.api import constants, queries
-from torchjob.api.types import JobPhase, PyTorchTrainingJobSpec
-from torchjob.lifecycle import start_failure
+from torchjob.api.types import PyTorchTrainingJobSpec
+from torchjob.lifecycle import gang, no_progress, start_failure
 from torchjob.lifecycle.backoff import (
     DEFAULT_BACKOFF,
+    DEFAULT_RULES,
     PendingRestart,
     RestartBackoff,
+    RestartRules,
     next_in_a_row,
     pending_restart,
 )
-from torchjob.lifecycle.conditions import Event, condition_events
+from torchjob.lifecycle.conditions import Event
+from torchjob.lifecycle.nodes import judge_nodes
 from torchjob.lifecycle.observe import (
     FINISHED_PHASES,
     PodView,
@@ -46,6 +48,7 @@ from torchjob.lifecycle.status import (
     recorded,
 )
 from torchjob.lifecycle.times import parse_time, seconds_text
+from torchjob.lifecycle.transitions import transition_events
 from torchjob.render.scheduling import GangUnavailable
 from torchjob.render.topology import Replica, replica_name, replicas_of
 
@@ -61,6 +64,8 @@ class Plan:
     create_services: list[Replica] = field(default_factory=list)
     create_pods: list[PodToCreate] = field(default_factory=list)
     delete_pods: list[tuple[str, str]] = field(default_factory=list)  # (name, uid)
+    # Pods stuck being deleted on a node that will never confirm it (lifecycle/nodes.py).
+    force_delete_pods: list[tuple[str, str]] = field(default_factory=list)  # (name, uid)
     delete_services: list[str] = field(default_factory=list)  # of replicas scaled away
     status: dict[str, Any] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
@@ -86,23 +91,19 @@ class _Planning(Round):
     announced: list[Event] = field(default_factory=list)  # restarts decided this round
 
 
-def plan(
-    observed: Observed,
-    backoff: RestartBackoff = DEFAULT_BACKOFF,
-    start_deadline: float = start_failure.DEFAULT_START_DEADLINE,
-) -> Plan:
-    """The plan for what is observed; `backoff` is the rule for the delay before a restart,
-    `start_deadline` the seconds a replica may fail to start unless the job says otherwise."""
+def plan(observed: Observed, rules: RestartRules = DEFAULT_RULES) -> Plan:
+    """The plan for what is observed; `rules` say how replicas are restarted."""
     spec = observed.spec
     if not spec.replica_specs:
         return Plan(status=ours(observed.status))
     state = _start_round(observed)
-    state.rule = backoff
+    state.rules, state.rule = rules, rules.backoff
+    gang.start(state)
     state.debug = queries.debug_enabled(spec) and not _paused(spec)
     if is_terminal(observed.status):
-        state.plan.status = build_status(state, starting=False)
+        state.plan.status = build_status(state, starting=False) | gang.status_fields(state)
         return state.plan
-    if _deadline_passed(state) or _start_deadline_passed(state, start_deadline):
+    if _deadline_passed(state) or _start_deadline_passed(state):
         return _finish(state)
     if _paused(spec):
         _pause(state)
@@ -173,9 +174,9 @@ def _deadline_passed(state: _Planning) -> bool:
     return True
 
 
-def _start_deadline_passed(state: _Planning, setting: float) -> bool:
+def _start_deadline_passed(state: _Planning) -> bool:
     """A replica could not start for its start deadline (lifecycle/start_failure.py): it fails."""
-    outcome, wait = start_failure.deadline_outcome(state, setting)
+    outcome, wait = start_failure.deadline_outcome(state, state.rules.start_deadline)
     if wait is not None:
         _requeue(state, wait)
     if outcome is None:
@@ -237,12 +238,16 @@ def _debug(state: _Planning) -> None:
 def _run(state: _Planning) -> None:
     _ensure_services(state)
     _delete_surplus(state)
+    _lost_with_nodes(state)
+    state.plan.delete_pods += [(p.name, p.uid) for p in gang.stop_earlier(state)]
     for replica in state.desired:
         if state.outcome is not None:
             break
         pod = state.pods.get((replica.type, replica.index))
         if pod is None:
             _create_missing(state, replica)
+        elif pod.gang_restarts < state.gang_restarts:
+            continue  # of a gang restarted since: deleted above, its ending no news
         elif pod.debug and not pod.deleting:
             state.plan.delete_pods.append((pod.name, pod.uid))  # debug mode was switched off
             state.uid_dropped.add(pod.name)
@@ -252,6 +257,43 @@ def _run(state: _Planning) -> None:
             _judge_finished(state, replica, pod)
         elif pod.finished:  # deleted after it ended: its replacement is the next in its row
             state.in_a_row[pod.name] = next_in_a_row(pod, state.rule)
+    if state.outcome is None and (deadline := no_progress.check(state)) is not None:
+        _requeue(state, deadline)
+    _restart_gang(state)
+
+
+def _restart_gang(state: _Planning) -> None:
+    """Every replica restarted together (lifecycle/gang.py), when this round found a cause:
+    its status is written, then every pod deleted; the new gang is created once they are gone."""
+    cause, pending = gang.settle(state)
+    if pending is not None:
+        wait = pending.remaining(state.observed.now)
+        _announce(state, pending, wait)
+        state.waiting.append(pending)
+        _requeue(state, wait)
+    if cause is None:
+        return
+    state.plan.create_pods.clear()
+    deleted = {uid for _, uid in state.plan.delete_pods}
+    state.plan.delete_pods += [
+        (p.name, p.uid) for p in state.pods.values() if not p.deleting and p.uid not in deleted
+    ]
+    state.announced[:] = [gang.event(state, cause)]
+
+
+def _lost_with_nodes(state: _Planning) -> None:
+    """Pods lost with their node are replaced as preempted ones are (lifecycle/nodes.py)."""
+    wanted = {(r.type, r.index) for r in state.desired}
+    seen = state.observed
+    pods = [p for p in state.pods.values() if p.deleting or state.current(p)]
+    losses = judge_nodes(pods, wanted, seen.nodes, seen.now, lambda n: _recorded_uid(state, n))
+    state.preempted += losses.lost
+    state.uid_dropped.update(p.name for p in losses.lost)
+    state.plan.delete_pods += losses.delete
+    state.plan.force_delete_pods += losses.force_delete
+    state.plan.events += [Event("Warning", constants.REASON_NODE_LOST, m) for m in losses.told]
+    if losses.recheck is not None:
+        _requeue(state, losses.recheck)
 
 
 def _preempted(state: _Planning, pod: PodView) -> None:
@@ -303,6 +345,8 @@ def _create_missing(state: _Planning, replica: Replica) -> None:
     if _recorded_uid(state, name) is None:
         _create(state, replica, counted=False)
         return
+    if gang.lost(state, name, replica.type):
+        return
     if not _within_budget(state):
         return
     _create(state, replica, counted=True)
@@ -326,6 +370,7 @@ def _create(
     annotations = {
         constants.ANNOTATION_BACKOFF_COUNT: str(state.backoff_count),
         constants.ANNOTATION_CONSECUTIVE_RESTARTS: str(in_a_row),
+        constants.ANNOTATION_GANG_RESTARTS: str(state.gang_restarts),
         **(extra or {}),
     }
     if state.observed.status.get("phase") in PAUSED_PHASES:
@@ -372,6 +417,8 @@ def _restart(state: _Planning, pod: PodView) -> None:
     if not _within_budget(state, pod):
         return
     pending = pending_restart(pod, state.rule)
+    if gang.restarts_gang(state, pending):
+        return  # decided with the round's other causes, once every replica is seen
     state.in_a_row[pod.name] = pending.in_a_row
     wait = pending.remaining(state.observed.now)
     _announce(state, pending, wait)
@@ -415,6 +462,7 @@ def _elastic_survives(state: _Planning) -> bool:
 
 def _finish(state: _Planning) -> Plan:
     state.plan.status = build_status(state, starting=bool(state.plan.create_pods))
+    state.plan.status |= gang.status_fields(state)
     if state.outcome is not None:
         state.plan.create_pods.clear()
         state.plan.create_group = state.plan.resize_group = False
@@ -422,7 +470,7 @@ def _finish(state: _Planning) -> Plan:
     state.plan.status_can_wait = _status_can_wait(state)
     state.plan.status_events = [
         *([] if state.outcome else state.announced),
-        *_transition_events(state.observed.status, state.plan.status),
+        *transition_events(state.observed.status, state.plan.status),
     ]
     return state.plan
 
@@ -430,31 +478,5 @@ def _finish(state: _Planning) -> Plan:
 def _status_can_wait(state: _Planning) -> bool:
     plan, recorded = state.plan, int(state.observed.status.get("backoffCount") or 0)
     creates = bool(plan.create_pods or plan.create_services)
-    deletes = bool(plan.delete_pods or plan.delete_services)
+    deletes = bool(plan.delete_pods or plan.force_delete_pods or plan.delete_services)
     return creates and not deletes and state.outcome is None and state.backoff_count == recorded
-
-
-def _transition_events(old: Mapping[str, Any], new: dict[str, Any]) -> list[Event]:
-    return _scale_events(old, new) + condition_events(old, new) + _phase_events(old, new)
-
-
-def _scale_events(old: Mapping[str, Any], new: dict[str, Any]) -> list[Event]:
-    before = {t.get("type"): len(t.get("replicas") or []) for t in old.get("tasks") or []}
-    events = []
-    for task in new.get("tasks") or []:
-        kind, count = task.get("type"), len(task.get("replicas") or [])
-        if before.get(kind, count) != count:
-            message = f"{kind}: from {before[kind]} to {count} replicas"
-            events.append(Event("Normal", constants.REASON_SCALED, message))
-    return events
-
-
-def _phase_events(old: Mapping[str, Any], new: dict[str, Any]) -> list[Event]:
-    """An Event when the job enters a phase; a finished job's is its Completed or Failed
-    condition's (lifecycle/conditions.py)."""
-    phase: JobPhase | None = new.get("phase")
-    if old.get("phase") == phase or (phase == "Pending" and not old.get("phase")):
-        return []  # a new job is pending by the user's own act: no news
-    if phase in ("Succeeded", "Failed"):
-        return []
-    return [Event("Normal", f"Job{phase}", f"the job is {str(phase).lower()}")]

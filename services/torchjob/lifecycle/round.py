@@ -14,7 +14,8 @@ from typing import Any, cast
 
 from torchjob.api.objects import ObjectMeta
 from torchjob.api.types import PyTorchTrainingJobSpec, PyTorchTrainingJobStatusDict
-from torchjob.lifecycle.backoff import PendingRestart
+from torchjob.lifecycle.backoff import DEFAULT_RULES, PendingRestart, RestartRules
+from torchjob.lifecycle.nodes import NodesSeen
 from torchjob.lifecycle.observe import GroupView, PodView, Refusal
 from torchjob.render.scheduling import Gang, GangUnavailable
 from torchjob.render.topology import Replica
@@ -40,6 +41,8 @@ class Observed:
     # How the job's pods are grouped for scheduling (None: one by one), and its group object.
     gang: Gang | GangUnavailable | None = None
     group: GroupView | None = None
+    # The nodes of the job's pods; None where nodes are not watched (a local run).
+    nodes: NodesSeen | None = None
 
     @classmethod
     def of_json(
@@ -53,6 +56,7 @@ class Observed:
         refusals: tuple[Refusal, ...] = (),
         gang: Gang | GangUnavailable | None = None,
         group: GroupView | None = None,
+        nodes: NodesSeen | None = None,
     ) -> Observed:
         """Observations of a job as stored (JSON-shaped dicts), seen through their types; no
         copy and no check: the apiserver's schema stands behind the shapes."""
@@ -66,6 +70,7 @@ class Observed:
             refusals,
             gang,
             group,
+            nodes,
         )
 
 
@@ -77,6 +82,21 @@ class Outcome:
     succeeded: bool
     reason: str
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class GangCause:
+    """Why every replica is to be restarted together (lifecycle/gang.py): `what` happened
+    (`j-worker-0 failed with exit code 1`), the Event `reason` that tells of it, whether the
+    restart counts against backoffLimit and the gang restart limit (`charged`) and which
+    replica type's restartCount it adds to; `pending`: the restart delay of the replica that
+    ended, None when the restart is due at once."""
+
+    what: str
+    reason: str
+    charged: bool
+    replica_type: str | None = None
+    pending: PendingRestart | None = None
 
 
 @dataclass(slots=True)
@@ -114,8 +134,22 @@ class Round:
     # Pods stopped to make room for other work (observe.PREEMPTION_CONDITIONS): recreated
     # without counting a restart, to wait to be placed again.
     preempted: list[PodView] = field(default_factory=list)
+    # How replicas are restarted (lifecycle/backoff.py), and the job's restart scope: a replica
+    # restart restarts every replica (Gang) or the replica alone.
+    rules: RestartRules = DEFAULT_RULES
+    gang_scope: bool = False
+    # The job's gang restarts (status.gangRestarts), this round's included, and the times of
+    # the latest ones counted against the gang restart limit (status.gangRestartTimes).
+    gang_restarts: int = 0
+    gang_restart_times: list[str] = field(default_factory=list)
+    # Reasons found this round to restart every replica; the first decides (lifecycle/gang.py).
+    gang_causes: list[GangCause] = field(default_factory=list)
+    # What the ReplicaFailure condition says while every replica is restarted; None otherwise.
+    gang_restarting: str | None = None
 
     def current(self, pod: PodView) -> bool:
-        """The pod is one of the job's pods as the spec stands: not being deleted, and of the
-        job's mode (debug or not)."""
-        return not pod.deleting and pod.debug == self.debug
+        """The pod is one of the job's pods as the spec stands: not being deleted, of the job's
+        mode (debug or not), and not of a gang restarted since."""
+        return (
+            not pod.deleting and pod.debug == self.debug and pod.gang_restarts >= self.gang_restarts
+        )

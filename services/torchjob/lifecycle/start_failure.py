@@ -27,7 +27,6 @@ from torchjob.lifecycle.times import parse_time, seconds_text
 from torchjob.render.scheduling import Gang
 
 CONDITION: ConditionType = "StartFailure"
-DEFAULT_START_DEADLINE = 600  # the reconciler's --start-deadline
 NAMED = 3  # replicas a message names with the same words; the others are counted
 
 

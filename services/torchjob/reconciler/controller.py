@@ -30,16 +30,19 @@ from torchjob.kube.resources import (
     GROUP_RESOURCES,
     JOBS,
     KUBEFLOW_JOBS,
+    NODE_INDEX,
+    NODES,
     OWNER_INDEX,
     PODS,
     SERVICES,
     owner_job_key,
+    pod_node,
 )
-from torchjob.kube.slim import slim_pod, slim_service
+from torchjob.kube.slim import slim_node, slim_pod, slim_service
 from torchjob.kube.workqueue import WorkQueue
-from torchjob.lifecycle.backoff import RestartBackoff
 from torchjob.lifecycle.failures import retry_delay
-from torchjob.lifecycle.observe import GroupView, Refusal, view_group, view_pod
+from torchjob.lifecycle.nodes import NodesSeen, view_node
+from torchjob.lifecycle.observe import GroupView, PodView, Refusal, view_group, view_pod
 from torchjob.lifecycle.plan import plan
 from torchjob.lifecycle.round import Observed
 from torchjob.lifecycle.status import is_terminal
@@ -69,13 +72,23 @@ class Reconciler:
         self.executor = ReconcilerExecutor(
             api, self.events, self.expectations, settings.scheduling, self.metrics
         )
-        self.backoff = RestartBackoff(base=settings.restart_backoff)
-        self.start_deadline = settings.start_deadline
+        self.rules = settings.restart_rules()
         # Each job's latest refusal and how many rounds in a row had one; the planner observes
         # the refusal until a round creates without one.
         self.refusals: dict[JobKey, tuple[Refusal, int]] = {}
         self._watch_jobs(api, settings.kubeflow)
         self._watch_owned(api, settings.scheduling.served)
+        self.node_lost_grace = settings.node_lost_grace
+        # Every node, slim (kube/slim.py): a node's change is looked at by the jobs with pods on
+        # it, which may be lost with it (lifecycle/nodes.py).
+        self.nodes = Informer(
+            api,
+            NODES,
+            on_add=self._node_changed,
+            on_update=self._node_updated,
+            on_delete=self._node_changed,
+            transform=slim_node,
+        )
         metrics.COLLECTOR.source = self._cached_jobs
 
     def _watch_jobs(self, api: KubeClient, kubeflow: bool) -> None:
@@ -127,9 +140,9 @@ class Reconciler:
             api,
             PODS,
             label_selector=selector,
-            indexers=indexers,
+            indexers={**indexers, NODE_INDEX: pod_node},
             on_add=self._pod_added,
-            on_update=self._owned_updated,
+            on_update=self._pod_updated,
             on_delete=self._pod_deleted,
             transform=slim_pod,  # only what the lifecycle reads of a pod
         )
@@ -167,7 +180,14 @@ class Reconciler:
     @property
     def informers(self) -> list[Informer]:
         kubeflow = [i for i in (self.kubeflow_jobs, self.autoscalers) if i is not None]
-        return [self.jobs, *kubeflow, self.pods, self.services, *self.groups.values()]
+        return [
+            self.jobs,
+            *kubeflow,
+            self.pods,
+            self.services,
+            *self.groups.values(),
+            self.nodes,
+        ]
 
     # -- event handlers: map every change to its job's key --------------------------------------
 
@@ -207,6 +227,24 @@ class Reconciler:
             self.expectations.observed_deletion(key, ObjectRef("pod", pod["metadata"]["name"]))
             self.queue.add(key)
 
+    def _pod_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        key = owner_job_key(new)
+        if key and new["metadata"].get("deletionTimestamp"):
+            # A pod being deleted is no current pod to the planner, so the cache has caught up
+            # with its deletion: waiting for it to vanish would wait forever on a pod whose node
+            # never confirms it (lifecycle/nodes.py force-deletes it).
+            self.expectations.observed_deletion(key, ObjectRef("pod", new["metadata"]["name"]))
+        self._owned_changed(new)
+
+    def _node_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        if view_node(old) != view_node(new):
+            self._node_changed(new)
+
+    def _node_changed(self, node: dict[str, Any]) -> None:
+        """The jobs with pods on the node look again."""
+        for pod in self.pods.by_index(NODE_INDEX, node["metadata"]["name"]):
+            self._owned_changed(pod)
+
     def _owned_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         self._owned_changed(new)
 
@@ -243,7 +281,7 @@ class Reconciler:
             raise TerminalError(f"the stored job does not decode: {error}") from error
         last, in_a_row = self.refusals.get(key, (None, 0))
         observed = self._observe(job, spec, () if last is None else (last,))
-        decision = plan(observed, self.backoff, self.start_deadline)
+        decision = plan(observed, self.rules)
         refusal = await self.executor.execute(key, job, spec, decision, observed.gang)
         if key.api.kubeflow and not is_terminal(decision.status):
             await self._autoscaler(key, job)
@@ -253,9 +291,7 @@ class Reconciler:
             return Result(requeue_after=decision.requeue_after)
         # The planner decides what the refusal means for the job; its plan's actions were just
         # carried out, so only its status is written.
-        refused = plan(
-            dataclasses.replace(observed, refusals=(refusal,)), self.backoff, self.start_deadline
-        )
+        refused = plan(dataclasses.replace(observed, refusals=(refusal,)), self.rules)
         await self.executor.write_refused_status(key, job, decision, refused)
         if refusal.permanent:
             self.refusals.pop(key, None)
@@ -301,7 +337,14 @@ class Reconciler:
             refusals,
             gang,
             self._group(uid, gang),
+            self._nodes_of(pods),
         )
+
+    def _nodes_of(self, pods: list[PodView]) -> NodesSeen:
+        """The cached nodes the pods are bound to; a node the cache lacks does not exist."""
+        names = {p.node for p in pods if p.node}
+        cached = {n: view_node(node) for n in names if (node := self.nodes.get("", n))}
+        return NodesSeen(cached, self.node_lost_grace)
 
     def _group(self, uid: str, gang: Gang | GangUnavailable) -> GroupView | None:
         """The job's own group object in the gang's kind, if the cache shows one."""

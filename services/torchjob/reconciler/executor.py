@@ -183,14 +183,22 @@ class ReconcilerExecutor:
         await self._done(key, job, reason, f"{what} horizontalpodautoscaler: {name}")
 
     async def _delete_pods(self, key: JobKey, job: dict[str, Any], plan: Plan) -> None:
-        if not plan.delete_pods:
+        """The planned deletions: graceful ones, then forced ones (gracePeriodSeconds 0) of pods
+        stuck being deleted on a node whose kubelet will never confirm it."""
+        deletions: list[tuple[str, str, int | None]] = [
+            (name, uid, None) for name, uid in plan.delete_pods
+        ]
+        deletions += [(name, uid, 0) for name, uid in plan.force_delete_pods]
+        if not deletions:
             return
         meta = job["metadata"]
-        refs = [ObjectRef("pod", name) for name, _ in plan.delete_pods]
+        refs = [ObjectRef("pod", name) for name, _, _ in deletions]
         self.expectations.expect_deletions(key, refs)
-        for sent, (name, uid) in enumerate(plan.delete_pods):
+        for sent, (name, uid, grace) in enumerate(deletions):
             try:
-                await self.resources.delete(PODS, meta["namespace"], name, uid=uid)
+                await self.resources.delete(
+                    PODS, meta["namespace"], name, uid=uid, grace_period=grace
+                )
             except (NotFound, Conflict):
                 # Already gone, or already replaced: the informer reports what is there now.
                 self.expectations.observed_deletion(key, refs[sent])
@@ -200,8 +208,9 @@ class ReconcilerExecutor:
                     self.expectations.observed_deletion(key, unsent)
                 raise
             else:
+                done = "Deleted" if grace is None else "Force-deleted"
                 await self._done(
-                    key, job, constants.REASON_SUCCESSFUL_DELETE, f"Deleted pod: {name}"
+                    key, job, constants.REASON_SUCCESSFUL_DELETE, f"{done} pod: {name}"
                 )
 
     async def _delete_services(self, key: JobKey, job: dict[str, Any], plan: Plan) -> None:

@@ -7,8 +7,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from torchjob.api import constants
-from torchjob.lifecycle.backoff import BASE_DELAY, MAX_DELAY
-from torchjob.lifecycle.start_failure import DEFAULT_START_DEADLINE
+from torchjob.lifecycle.backoff import (
+    BASE_DELAY,
+    GANG_RESTART_LIMIT,
+    GANG_RESTART_WINDOW,
+    MAX_DELAY,
+    PROGRESS_DEADLINE,
+    REPLICA_RESTARTS_BEFORE_GANG,
+    RestartBackoff,
+    RestartRules,
+)
+from torchjob.lifecycle.backoff import (
+    START_DEADLINE as DEFAULT_START_DEADLINE,
+)
+from torchjob.lifecycle.nodes import DEFAULT_NODE_LOST_GRACE
 from torchjob.render.scheduling import GANG_SETTINGS, SchedulingSettings
 from torchjob.runtime import service
 from torchjob.runtime.settings import (
@@ -21,6 +33,7 @@ from torchjob.runtime.settings import (
 )
 
 DEFAULT_WORKERS = 4
+MAX_GANG_RESTART_TIMES = 64  # status.gangRestartTimes holds at most this many (the CRD's bound)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,14 +41,38 @@ class Settings(service.Settings):
     scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
     restart_backoff: float = BASE_DELAY
     start_deadline: int = DEFAULT_START_DEADLINE
+    node_lost_grace: float = DEFAULT_NODE_LOST_GRACE
+    replica_restarts_before_gang: int = REPLICA_RESTARTS_BEFORE_GANG
+    gang_restart_limit: int = GANG_RESTART_LIMIT
+    gang_restart_window: float = GANG_RESTART_WINDOW
+    progress_deadline: int = PROGRESS_DEADLINE
+
+    def restart_rules(self) -> RestartRules:
+        """How the planner restarts replicas, as these settings say."""
+        return RestartRules(
+            backoff=RestartBackoff(base=self.restart_backoff),
+            replica_restarts_before_gang=self.replica_restarts_before_gang,
+            gang_restart_limit=self.gang_restart_limit,
+            gang_restart_window=self.gang_restart_window,
+            progress_deadline=self.progress_deadline,
+            start_deadline=self.start_deadline,
+        )
 
 
 def _backoff_problem(seconds: float) -> str | None:
     return None if 0 <= seconds <= MAX_DELAY else f"must lie between 0 and {MAX_DELAY:.0f} seconds"
 
 
-def _start_deadline_problem(seconds: int) -> str | None:
-    return None if seconds >= 0 else "must be 0 or more seconds"
+def _not_negative(value: float) -> str | None:
+    return None if value >= 0 else "must be 0 or more"
+
+
+def _gang_limit_problem(value: int) -> str | None:
+    return None if 0 <= value <= MAX_GANG_RESTART_TIMES else "must lie between 0 and 64"
+
+
+def _positive(value: float) -> str | None:
+    return None if value > 0 else "must be more than 0"
 
 
 def _priority_classes_problem(text: str) -> str | None:
@@ -112,6 +149,44 @@ RESTART_BACKOFF = Setting(
     check=_backoff_problem,
 )
 
+# How replicas are restarted together (lifecycle/gang.py) and when a silent job is restarted
+# (lifecycle/no_progress.py).
+RESTARTS: tuple[Setting, ...] = (
+    Setting(
+        "--replica-restarts-before-gang",
+        f"{PREFIX}REPLICA_RESTARTS_BEFORE_GANG",
+        REPLICA_RESTARTS_BEFORE_GANG,
+        "in a job of the Replica restart scope, the restarts in a row of one replica after which "
+        "its next restart restarts every replica together",
+        check=_not_negative,
+    ),
+    Setting(
+        "--gang-restart-limit",
+        f"{PREFIX}GANG_RESTART_LIMIT",
+        GANG_RESTART_LIMIT,
+        "the most gang restarts (every replica restarted together, counted against "
+        "backoffLimit) a job makes within --gang-restart-window; the next fails it with "
+        "GangRestartLimitExceeded (0: no limit; at most 64, the times status keeps)",
+        check=_gang_limit_problem,
+    ),
+    Setting(
+        "--gang-restart-window",
+        f"{PREFIX}GANG_RESTART_WINDOW",
+        GANG_RESTART_WINDOW,
+        "seconds within which --gang-restart-limit counts a job's gang restarts",
+        check=_positive,
+    ),
+    Setting(
+        "--progress-deadline",
+        f"{PREFIX}PROGRESS_DEADLINE",
+        PROGRESS_DEADLINE,
+        "seconds a job that reports progress may go without a report while its pods run before "
+        "every replica is restarted (or the job fails with NoProgress), unless the job's "
+        f"{constants.ANNOTATION_PROGRESS_DEADLINE} annotation says otherwise (0: no deadline)",
+        check=_not_negative,
+    ),
+)
+
 START_DEADLINE = Setting(
     "--start-deadline",
     f"{PREFIX}START_DEADLINE",
@@ -119,7 +194,17 @@ START_DEADLINE = Setting(
     "seconds a replica's pod may be unable to start (an image that cannot be pulled, a missing "
     "Secret, no node that fits) before its job fails, unless the job's "
     f"{constants.ANNOTATION_START_DEADLINE} annotation says otherwise (0: never)",
-    check=_start_deadline_problem,
+    check=_not_negative,
+)
+
+
+NODE_LOST_GRACE = Setting(
+    "--node-lost-grace",
+    f"{PREFIX}NODE_LOST_GRACE",
+    DEFAULT_NODE_LOST_GRACE,
+    "seconds a node may be NotReady or unreachable before its pods are deleted and created "
+    "again elsewhere, not counted as restarts (forcibly once the node is gone or unreachable)",
+    check=_not_negative,
 )
 
 
@@ -128,7 +213,9 @@ def declared() -> tuple[Setting, ...]:
         *leader_settings("reconciler", DEFAULT_WORKERS),
         *SCHEDULING,
         RESTART_BACKOFF,
+        *RESTARTS,
         START_DEADLINE,
+        NODE_LOST_GRACE,
     )
 
 

@@ -77,6 +77,25 @@ def _variable(name: str, value: str) -> EnvVar:
 
 _UNBUFFERED = _variable("PYTHONUNBUFFERED", "1")
 
+# What turns a collective that hangs into an exit of the training process, which the reconciler
+# then restarts (lifecycle/gang.py); the user's own value of a variable wins. What torch (2.15)
+# does by itself, from torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp:
+# - TORCH_NCCL_ASYNC_ERROR_HANDLING: 3 (SkipCleanUp) unless set: when the watchdog finds a
+#   collective past the process group's timeout (10 minutes, kProcessGroupNCCLDefaultTimeout) or
+#   an NCCL error, it tears the process down without aborting the communicators, which can hang
+#   themselves. But torchrun's agent gives its workers 1 (TearDown: abort the communicators,
+#   then exit) when the variable is unset (torch/distributed/elastic/agent/server/
+#   local_elastic_agent.py), and an abort that hangs keeps the process alive: under torchrun
+#   torchjob sets 3, torch's own default, which the agent then passes on.
+# - TORCH_NCCL_ENABLE_MONITORING: on; the heartbeat monitor aborts the process when the
+#   watchdog thread itself stops (a CUDA or NCCL call that hangs).
+# - TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC: 480, well inside the progress deadline's default (1800s).
+# Both are what torchjob wants, so neither is set; a plain job (no torchrun) gets torch's
+# defaults, which are already what torchjob wants. gloo has no watchdog: its collectives raise
+# after the process group's timeout (30 minutes by default), and the progress deadline covers
+# what they do not.
+HANG_EXITS: tuple[EnvVar, ...] = (_variable("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"),)
+
 
 def job_environment(
     spec: PyTorchTrainingJobSpec,
@@ -105,6 +124,7 @@ def job_environment(
         _variable("PET_RDZV_ENDPOINT", f"{master_addr}:{master_port}"),
         _variable("PET_RDZV_ID", job_uid),
         _variable("PET_MAX_RESTARTS", str(config.max_restarts or 0)),
+        *HANG_EXITS,
     )
     return JobEnvironment(
         plain, nnodes(spec, world), procs if procs == "gpu" else str(int(procs)), torchrun
