@@ -19,6 +19,7 @@ from torchjob.kube.controller import run_workers
 from torchjob.kube.errors import Conflict
 from torchjob.kube.reconcile import Result, TerminalError
 from torchjob.kube.workqueue import WorkQueue
+from torchjob.reconciler.controller import job_update_matters
 
 BACKOFF = 0.02
 
@@ -209,3 +210,20 @@ async def test_an_apiserver_refusal_is_logged_by_its_message_and_a_fault_by_its_
     assert refused["exc_info"] is False
     assert fault["error"] == "KeyError: 'spec'"
     assert fault["exc_info"] is True
+
+
+def test_a_job_update_is_looked_at_for_what_the_planner_reads() -> None:
+    """A status write is no news, except a job's first progress report, from which its progress
+    deadline runs; a change of spec or annotations, and a deletion, are."""
+    job = {"metadata": {"name": "j"}, "spec": {"a": 1}, "status": {"phase": "Running"}}
+    written = {**job, "status": {"phase": "Running", "backoffCount": 1}}
+    reported = {**job, "status": {"phase": "Running", "trainerStatus": {"progressPercentage": 5}}}
+    later = {**job, "status": {"phase": "Running", "trainerStatus": {"progressPercentage": 9}}}
+    annotated = {**job, "metadata": {"name": "j", "annotations": {"x": "1"}}}
+    deleting = {**job, "metadata": {"name": "j", "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    assert not job_update_matters(job, written)
+    assert job_update_matters(written, reported)
+    assert not job_update_matters(reported, later)
+    assert job_update_matters(job, {**job, "spec": {"a": 2}})
+    assert job_update_matters(job, annotated)
+    assert job_update_matters(job, deleting)

@@ -140,7 +140,19 @@ def rendered_services() -> list[dict[str, Any]]:
 
 TEXT = st.text(max_size=12)
 STATE: st.SearchStrategy[dict[str, Any]] = st.one_of(
-    st.fixed_dictionaries({"waiting": st.fixed_dictionaries({}, optional={"reason": TEXT})}),
+    st.fixed_dictionaries(
+        {
+            "waiting": st.fixed_dictionaries(
+                {},
+                optional={
+                    "reason": st.one_of(
+                        TEXT, st.sampled_from(["ImagePullBackOff", "CreateContainerConfigError"])
+                    ),
+                    "message": TEXT,
+                },
+            )
+        }
+    ),
     st.fixed_dictionaries(
         {"running": st.fixed_dictionaries({"startedAt": st.just("2026-01-01T12:00:00Z")})}
     ),
@@ -171,6 +183,7 @@ POD_STATUS = st.fixed_dictionaries(
         "message": TEXT,
         "startTime": st.just("2026-01-01T12:00:30Z"),
         "containerStatuses": st.lists(CONTAINER_STATUS, max_size=3),
+        "initContainerStatuses": st.lists(CONTAINER_STATUS, max_size=2),
         "podIP": st.just("10.0.0.1"),
     },
 )
@@ -260,3 +273,20 @@ def test_a_slim_pod_keeps_what_gang_scheduling_reads(
         else:
             pod["spec"][field] = value
     assert view_pod(slim_pod(pod)) == view_pod(pod)
+
+
+def test_a_slim_pod_keeps_an_init_container_the_kubelet_cannot_start() -> None:
+    pod = copy.deepcopy(EVENTS[0]["object"])
+    waiting = {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "nope:1"'}
+    pod["status"] = {
+        "phase": "Pending",
+        "initContainerStatuses": [
+            {"name": "done", "state": {"terminated": {"exitCode": 0}}},
+            {"name": "wait", "image": "nope:1", "state": {"waiting": waiting}},
+        ],
+    }
+    slim = slim_pod(pod)
+    assert view_pod(slim) == view_pod(pod)
+    seen = view_pod(slim)
+    assert seen is not None and seen.cannot_start is not None
+    assert [s["name"] for s in slim["status"]["initContainerStatuses"]] == ["wait"]

@@ -148,11 +148,23 @@ def _slim_status(status: KubeObject) -> KubeObject:
         slim["conditions"] = kept
     statuses = status.get("containerStatuses")
     if isinstance(statuses, list):
-        slim["containerStatuses"] = [
-            {key: s[key] for key in KEPT_CONTAINER_STATUS if key in s} if isinstance(s, dict) else s
-            for s in statuses
-        ]
+        slim["containerStatuses"] = [_container_status(s) for s in statuses]
+    # An init container that waits may be one the kubelet cannot start (an image it cannot pull:
+    # lifecycle/observe.py); those that ran say nothing the reconciler reads.
+    waiting = [
+        _container_status(s)
+        for s in status.get("initContainerStatuses") or ()
+        if isinstance(s, dict) and "waiting" in (s.get("state") or {})
+    ]
+    if waiting:
+        slim["initContainerStatuses"] = waiting
     return slim
+
+
+def _container_status(status: Any) -> Any:
+    if not isinstance(status, dict):
+        return status
+    return {key: status[key] for key in KEPT_CONTAINER_STATUS if key in status}
 
 
 def slim_node(node: KubeObject) -> KubeObject:

@@ -199,11 +199,7 @@ class Reconciler:
         self.queue.add(JobKey.of(job))
 
     def _job_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
-        # Our own status writes come back as updates; only a spec or deletion change matters.
-        # (metadata.generation moves only with the spec, so comparing specs is enough.)
-        if old.get("spec") != new.get("spec") or (new.get("metadata") or {}).get(
-            "deletionTimestamp"
-        ):
+        if job_update_matters(old, new):
             self.queue.add(JobKey.of(new))
 
     def _pod_added(self, pod: dict[str, Any]) -> None:
@@ -355,3 +351,19 @@ class Reconciler:
             if group["metadata"]["name"] == gang.name:
                 return view_group(group)
         return None
+
+
+def job_update_matters(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Our own status writes come back as updates, and so do the progress endpoint's reports
+    (every few seconds a job): what matters is a change of spec (metadata.generation moves only
+    with it), of annotations (the job's restart scope and deadlines), a deletion, and a job's
+    first report, from which its progress deadline runs (lifecycle/no_progress.py; the planner
+    then asks to look again at the deadline and reads the later reports then)."""
+    old_meta, new_meta = old.get("metadata") or {}, new.get("metadata") or {}
+    if old.get("spec") != new.get("spec") or new_meta.get("deletionTimestamp"):
+        return True
+    if old_meta.get("annotations") != new_meta.get("annotations"):
+        return True
+    return bool((old.get("status") or {}).get("trainerStatus")) != bool(
+        (new.get("status") or {}).get("trainerStatus")
+    )
