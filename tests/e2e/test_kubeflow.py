@@ -260,7 +260,13 @@ async def test_the_seed_example_runs_as_kubeflow_runs_it(
 async def test_a_failed_worker_restarts_and_the_job_runs_again(
     kube_client: client.ApiClient, admitted_namespace: str, operator: Any, shown: Shown
 ) -> None:
-    job = await running_job(kube_client, admitted_namespace, pytorchjob("restarts"), 1, 1)
+    """In the Replica restart scope (the annotation; the default of an elastic job) the failed
+    Worker alone is restarted, as Kubeflow restarts it."""
+    manifest = pytorchjob("restarts")
+    scope = {constants.ANNOTATION_RESTART_SCOPE: constants.RESTART_SCOPE_REPLICA}
+    manifest["metadata"]["annotations"] = scope
+    job = await running_job(kube_client, admitted_namespace, manifest, 1, 1)
+    master = (await job.pods())[f"{job.name}-master-0"]
     worker = f"{job.name}-worker-0"
     old = (await job.pods())[worker]
     await job.kubelet.finish(worker, 1)
@@ -289,6 +295,48 @@ async def test_a_failed_worker_restarts_and_the_job_runs_again(
         )
 
     await job.wait("Running True and Restarting gone", running_again)
+    assert (await job.pods())[f"{job.name}-master-0"].metadata.uid == master.metadata.uid
+
+
+async def test_a_failed_worker_restarts_the_gang_once(
+    kube_client: client.ApiClient, admitted_namespace: str, operator: Any, shown: Shown
+) -> None:
+    """A PyTorchJob without an elasticPolicy restarts as a gang: every pod stopped and created
+    again together, counted once in its record (`status.torchjob`), Restarting meanwhile; each
+    container has torchjob's NCCL setting."""
+    manifest = pytorchjob("gang", workers=2, run_policy={"backoffLimit": 4})
+    job = await running_job(kube_client, admitted_namespace, manifest, 1, 2)
+    every = pod_names(job.name, 1, 2)
+    first = await job.pods()
+    for pod in first.values():
+        assert env_of(pod.spec.containers[0])["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3"
+    await job.kubelet.finish(f"{job.name}-worker-1", 1)
+    restarting = await shown.condition(job, "Restarting")
+    assert restarting["reason"] == "PyTorchJobRestarting"
+
+    async def all_replaced() -> bool:
+        pods = await job.pods()
+        return set(pods) == every and all(
+            pods[n].metadata.uid != first[n].metadata.uid for n in every
+        )
+
+    await job.wait("every pod created again", all_replaced)
+    for pod in (await job.pods()).values():
+        assert pod.metadata.annotations[constants.ANNOTATION_GANG_RESTARTS] == "1"
+    record = (await job.status())["torchjob"]
+    assert (record["backoffCount"], record["gangRestarts"]) == (1, 1)
+    assert len(record["gangRestartTimes"]) == 1
+    await job.run_all()
+
+    async def running_again() -> bool:
+        status = await job.status()
+        found = condition_of(status, "Running")
+        return found is not None and found["status"] == "True"
+
+    await job.wait("Running True again", running_again)
+    status = await job.status()
+    assert condition_of(status, "Restarting") is None
+    assert (status["torchjob"]["backoffCount"], status["torchjob"]["gangRestarts"]) == (1, 1)
 
 
 # -- 3. the run policy ------------------------------------------------------------------------

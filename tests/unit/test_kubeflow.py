@@ -217,6 +217,7 @@ def test_the_environment_with_a_master_in_kubeflows_order() -> None:
         "PET_NPROC_PER_NODE",
         "PET_NODE_RANK",
         "PET_NNODES",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
     ]
     env = env_of(spec, Replica("worker", 1, 2))
     assert env["MASTER_ADDR"] == env["PET_MASTER_ADDR"] == "simple-master-0"
@@ -243,7 +244,11 @@ def test_a_named_master_port_is_the_master_port() -> None:
 
 def test_worker_only_jobs_get_what_kubeflow_gives_them() -> None:
     spec = {"pytorchReplicaSpecs": {"Worker": replica(2)}}
-    assert env_of(spec, Replica("worker", 1, 1)) == {"PYTHONUNBUFFERED": "0", "PET_NNODES": "2"}
+    assert env_of(spec, Replica("worker", 1, 1)) == {
+        "PYTHONUNBUFFERED": "0",
+        "PET_NNODES": "2",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
+    }
 
 
 def test_elastic_rendezvous() -> None:
@@ -386,7 +391,9 @@ def test_our_own_failures_keep_our_message() -> None:
         ],
     )
     status = kubeflow_status("simple", {}, failed, NOW, SPEC)
-    assert status["conditions"][-1]["message"] == "PyTorchJob simple has failed: no API"
+    assert status["conditions"][-1]["message"] == (
+        "PyTorchJob simple has failed (GangSchedulingUnavailable): no API"
+    )
 
 
 def test_suspend_and_resume() -> None:

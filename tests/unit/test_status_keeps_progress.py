@@ -207,10 +207,13 @@ async def test_a_report_alone_calls_for_no_status_write() -> None:
         assert await write(job, decision) is None, job["kind"]
 
 
-def test_the_kubeflow_job_runs_on_its_record_not_on_the_progress() -> None:
+def test_the_kubeflow_job_runs_on_its_record_and_its_progress() -> None:
+    """The lifecycle reads a PyTorchJob's last report (the progress deadline) where it reads a
+    PyTorchTrainingJob's, beside the record; its status writes never carry it (above)."""
     job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": dict(META)}
     job["status"] = {STATUS_RECORD: {"phase": "Running"}, "trainerStatus": PROGRESS}
     run = as_run(job)
     assert run is not None
-    assert run["status"] == {"phase": "Running"}
+    assert run["status"] == {"phase": "Running", "trainerStatus": PROGRESS}
+    assert ours(run["status"]) == {"phase": "Running"}
     assert run[KUBEFLOW_STATUS]["trainerStatus"] == PROGRESS

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from torchjob.api import constants
 from torchjob.api.job_api import KUBEFLOW_JOB
 
 MASTER: Final = "Master"
@@ -36,6 +37,9 @@ KUBEFLOW_MANAGER: Final = "kubeflow.org/training-operator"
 UNLIMITED_BACKOFF: Final = 2**31 - 1
 # Kubeflow's cleanPodPolicy values and the clean-up policy each one is.
 CLEAN_POD_POLICIES: Final = {"All": "All", "Running": "Unfinished", "None": "None"}
+# The training process's last progress report: the progress endpoint writes it at the top of a
+# PyTorchJob's status, beside Kubeflow's fields, where the progress deadline must read it.
+TRAINER_STATUS: Final = "trainerStatus"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,18 +86,38 @@ def ordered_replica_specs(specs: Mapping[str, Any]) -> list[tuple[str, Any]]:
 def as_training_job(job: Mapping[str, Any]) -> dict[str, Any]:
     """The PyTorchTrainingJob that runs a (defaulted) PyTorchJob. It keeps the PyTorchJob's
     apiVersion, kind and metadata, so what is made for it is owned by the PyTorchJob; its status
-    is the lifecycle's record kept in the PyTorchJob's status."""
+    is the lifecycle's record kept in the PyTorchJob's status, with the progress the training
+    process last reported (which the lifecycle never writes: lifecycle/status.py NOT_OURS)."""
     spec = job.get("spec") or {}
     status = job.get("status") or {}
+    record = dict(status.get(STATUS_RECORD) or {})
+    if status.get(TRAINER_STATUS) is not None:
+        record[TRAINER_STATUS] = status[TRAINER_STATUS]
     return {
         "apiVersion": KUBEFLOW_JOB.api_version,
         "kind": KUBEFLOW_JOB.kind,
-        "metadata": job.get("metadata") or {},
+        "metadata": training_metadata(job.get("metadata") or {}, spec),
         "spec": training_spec(spec),
-        "status": dict(status.get(STATUS_RECORD) or {}),
+        "status": record,
         KUBEFLOW_STATUS: status,
         KUBEFLOW_SPEC: spec,
     }
+
+
+def training_metadata(metadata: Mapping[str, Any], spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The PyTorchJob's metadata, with the restart scope of an elastic job when it names none:
+    `Replica`, as for a PyTorchTrainingJob run by torchrun. An elasticPolicy is Kubeflow's
+    torchrun job: its c10d rendezvous lets a restarted Worker rejoin the others. Any other
+    PyTorchJob keeps the default for a plain process group (api/queries.restart_scope), `Gang`:
+    without a rendezvous (torchrun's static one included) a restarted replica cannot rejoin."""
+    annotations = metadata.get("annotations")
+    annotations = annotations if isinstance(annotations, Mapping) else {}
+    if not isinstance(spec.get("elasticPolicy"), Mapping):
+        return metadata
+    if constants.ANNOTATION_RESTART_SCOPE in annotations:
+        return metadata
+    scope = {constants.ANNOTATION_RESTART_SCOPE: constants.RESTART_SCOPE_REPLICA}
+    return {**metadata, "annotations": {**annotations, **scope}}
 
 
 def as_run(job: dict[str, Any]) -> dict[str, Any] | None:

@@ -1,7 +1,13 @@
 """What a Kubeflow PyTorchJob's users see of it, as Kubeflow's training-operator shows it: the
 labels of its pods and Services, and its status (conditions Created, Running, Restarting,
 Suspended, Succeeded, Failed and `replicaStatuses`), rendered from the lifecycle's own record of
-the job (api/kubeflow.py). Pure."""
+the job (api/kubeflow.py). Pure.
+
+Kubeflow has no condition for what only torchjob does: a replica that cannot start (our
+StartFailure), a refused creation. Each is a Warning Event on the job and a condition of the
+record (`status.torchjob.conditions`), and no Kubeflow condition: the last of those is the job's
+state (`kubectl get`'s STATE column, the Kubeflow SDK), which must stay one of Kubeflow's. When
+such a failure ends the job, Failed (`PyTorchJobFailed`) names our reason in its message."""
 
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ import orjson
 
 from torchjob.api import constants, queries
 from torchjob.api.kubeflow import DEFAULT_CONTAINER, MASTER, STATUS_RECORD, WORKER, kubeflow_type_of
+from torchjob.render.environment import HANG_EXITS
 from torchjob.render.topology import DEFAULT_MASTER_PORT, MASTER_PORT_NAME, Replica
 
 LABEL_PREFIX: Final = "training.kubeflow.org"
@@ -123,6 +130,8 @@ def wanted_conditions(
         wanted.append(SUCCEEDED.holds(f"{job} is successfully completed."))
     elif phase == "Failed":
         wanted.append(FAILED.holds(_failed(job_name, record)))
+    elif gang := _gang_restarting(failure):
+        wanted.append(RESTARTING.holds(f"{job} is {gang}"))
     elif restarting := _restarting(record, failure, spec):
         message = f"{job} is restarting because {restarting} replica(s) failed."
         wanted.append(RESTARTING.holds(message))
@@ -142,7 +151,25 @@ def _failed(job_name: str, record: Mapping[str, Any]) -> str:
     if reason in (constants.REASON_MASTER_FAILED, constants.REASON_REPLICA_FAILED):
         count = _failed_replicas(record) or "1"
         return f"PyTorchJob {job_name} is failed because {count} replica(s) failed."
-    return f"PyTorchJob {job_name} has failed: {failed.get('message', '')}"
+    return f"PyTorchJob {job_name} has failed ({reason}): {failed.get('message', '')}"
+
+
+# The record's ReplicaFailure reasons of a restart of every replica together (lifecycle/gang.py):
+# a replica's failure in the Gang restart scope, or the progress deadline passed.
+GANG_RESTART_REASONS: Final = frozenset(
+    {constants.REASON_GANG_RESTARTING, constants.REASON_NO_PROGRESS}
+)
+GANG_RESTART: Final = "restarting every replica together"
+
+
+def _gang_restarting(failure: Mapping[str, Any]) -> str:
+    """`restarting every replica together: <why>`: what the record says of the gang restart
+    under way; "" when none is. The restart counts once, whatever the replicas' phases show
+    while the gang stops."""
+    if failure.get("status") != "True" or failure.get("reason") not in GANG_RESTART_REASONS:
+        return ""
+    said = str(failure.get("message") or "")
+    return said if said.startswith(GANG_RESTART) else f"{GANG_RESTART}: {said}"
 
 
 def _restarting(
@@ -261,7 +288,8 @@ def _condition_of(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
 def kubeflow_env(spec: Mapping[str, Any], job_name: str, replica: Replica) -> list[EnvVar]:
     """The variables Kubeflow's training-operator gives every container of a replica, in its
     order: with a Master, the master's address and port, WORLD_SIZE, RANK and torchrun's node
-    rank; `PET_NNODES`, or with an elasticPolicy the rendezvous settings."""
+    rank; `PET_NNODES`, or with an elasticPolicy the rendezvous settings; then torchjob's NCCL
+    setting (`HANG_EXITS`)."""
     replica_specs = spec.get("pytorchReplicaSpecs") or {}
     total = sum(_replicas(s) for s in replica_specs.values())
     nproc = str(spec.get("nprocPerNode") or "auto")
@@ -285,7 +313,10 @@ def kubeflow_env(spec: Mapping[str, Any], job_name: str, replica: Replica) -> li
         values += _elastic_env(elastic, replica_specs, job_name)
     else:
         values.append(("PET_NNODES", str(total)))
-    return [{"name": name, "value": value} for name, value in values]
+    # What turns a collective that hangs into an exit, as in a PyTorchTrainingJob run by
+    # torchrun (render/environment.py says why): every PyTorchJob gets torchrun's PET_*
+    # variables, so any may run torchrun, and a plain process gets torch's own default.
+    return [{"name": name, "value": value} for name, value in values] + list(HANG_EXITS)
 
 
 def _elastic_env(
