@@ -218,10 +218,6 @@ def test_a_failed_worker_restarts_every_replica_once_and_kubeflow_shows_restarti
 def test_an_elastic_pytorchjob_restarts_the_failed_worker_alone() -> None:
     """Its c10d rendezvous lets a restarted Worker rejoin: Replica scope by default."""
     elastic = {"minReplicas": 1, "maxReplicas": 2}
-    run = as_training_job(pytorchjob(elasticPolicy=elastic))
-    assert run["metadata"]["annotations"] == {
-        constants.ANNOTATION_RESTART_SCOPE: constants.RESTART_SCOPE_REPLICA
-    }
     job = running_job(elasticPolicy=elastic)
     result = reconcile(job, gang(**FAILED_WORKER))
     assert result.delete_pods == [("j-worker-0", "uid-worker-0")]

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from torchjob.api import constants
 from torchjob.api.job_api import KUBEFLOW_JOB
 
 MASTER: Final = "Master"
@@ -96,28 +95,12 @@ def as_training_job(job: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": KUBEFLOW_JOB.api_version,
         "kind": KUBEFLOW_JOB.kind,
-        "metadata": training_metadata(job.get("metadata") or {}, spec),
+        "metadata": job.get("metadata") or {},
         "spec": training_spec(spec),
         "status": record,
         KUBEFLOW_STATUS: status,
         KUBEFLOW_SPEC: spec,
     }
-
-
-def training_metadata(metadata: Mapping[str, Any], spec: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The PyTorchJob's metadata, with the restart scope of an elastic job when it names none:
-    `Replica`, as for a PyTorchTrainingJob run by torchrun. An elasticPolicy is Kubeflow's
-    torchrun job: its c10d rendezvous lets a restarted Worker rejoin the others. Any other
-    PyTorchJob keeps the default for a plain process group (api/queries.restart_scope), `Gang`:
-    without a rendezvous (torchrun's static one included) a restarted replica cannot rejoin."""
-    annotations = metadata.get("annotations")
-    annotations = annotations if isinstance(annotations, Mapping) else {}
-    if not isinstance(spec.get("elasticPolicy"), Mapping):
-        return metadata
-    if constants.ANNOTATION_RESTART_SCOPE in annotations:
-        return metadata
-    scope = {constants.ANNOTATION_RESTART_SCOPE: constants.RESTART_SCOPE_REPLICA}
-    return {**metadata, "annotations": {**annotations, **scope}}
 
 
 def as_run(job: dict[str, Any]) -> dict[str, Any] | None:

@@ -91,7 +91,8 @@ def restart_scope(meta: Mapping[str, Any], spec: PyTorchTrainingJobSpec) -> str:
     chosen = _annotations(meta).get(ANNOTATION_RESTART_SCOPE)
     if chosen in (RESTART_SCOPE_REPLICA, RESTART_SCOPE_GANG):
         return str(chosen)
-    return RESTART_SCOPE_REPLICA if torchrun_enabled(spec) else RESTART_SCOPE_GANG
+    elastic = bool(spec.elastic and spec.elastic.enabled)  # a Kubeflow elasticPolicy too
+    return RESTART_SCOPE_REPLICA if torchrun_enabled(spec) or elastic else RESTART_SCOPE_GANG
 
 
 def progress_deadline(meta: Mapping[str, Any], default: int) -> int:
