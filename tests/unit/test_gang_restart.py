@@ -56,6 +56,10 @@ def test_a_failed_worker_restarts_every_replica_counted_once() -> None:
     recorded = [r for t in status["tasks"] for r in t["replicas"]]
     assert all("uid" not in r for r in recorded), "recreations must not count again"
     assert conditions(status)["ReplicaFailure"] == ("True", constants.REASON_GANG_RESTARTING)
+    [failure] = [c for c in status["conditions"] if c["type"] == "ReplicaFailure"]
+    assert failure["message"] == (
+        "restarting every replica together: j-worker-0 failed with exit code 1"
+    ), "the failure is named once"
     assert not result.status_can_wait
     [event] = result.status_events
     assert (event.type, event.reason) == ("Warning", constants.REASON_GANG_RESTARTING)

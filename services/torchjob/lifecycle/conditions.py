@@ -105,7 +105,8 @@ def _replica_failure(state: Round, phase: JobPhase) -> Wanted | None:
     if not (state.failures or state.waiting or state.refused or state.gang_restarting):
         return None
     told = [*state.failures, *map(_waiting, state.waiting), *(r.message for r in state.refused)]
-    told = [state.gang_restarting, *told] if state.gang_restarting else told
+    if state.gang_restarting:  # it names the failure that restarts the gang: said once
+        told = [state.gang_restarting, *(t for t in told if t not in state.gang_restarting)]
     return ("True", _failure_reason(state), "; ".join(told))
 
 
