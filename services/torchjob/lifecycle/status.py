@@ -64,7 +64,8 @@ def build_status(state: Round, *, starting: bool) -> dict[str, Any]:
     }
     if start:
         status["startTime"] = start
-    completion = old.get("completionTime") or (now if outcome is not None else None)
+    ended = outcome is not None and not state.stopping
+    completion = old.get("completionTime") or (now if ended else None)
     if completion:
         status["completionTime"] = completion
     return status
@@ -78,6 +79,8 @@ def _phase(state: Round, outcome: Outcome | None) -> JobPhase:
     was: JobPhase | None = old.get("phase")
     if is_terminal(old):
         return cast(JobPhase, str(old.get("phase")))
+    if outcome is not None and state.stopping:
+        return was or "Pending"  # it says it ended once its pods are gone (lifecycle/finishing.py)
     if outcome is not None:
         return "Succeeded" if outcome.succeeded else "Failed"
     pause = state.observed.spec.run_mode.pause if state.observed.spec.run_mode else None
