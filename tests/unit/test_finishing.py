@@ -7,10 +7,20 @@ waits for the job to say it ended."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from support.planning import NOW, conditions, gone, observe, settle, spec, stopped
+from support.planning import (
+    META,
+    NOW,
+    conditions,
+    gone,
+    observe,
+    services,
+    settle,
+    spec,
+    stopped,
+)
 
 from torchjob.api import constants
 from torchjob.api.objects import PodPhase
@@ -23,8 +33,10 @@ from torchjob.lifecycle.housekeeping import (
     TensorBoardObserved,
 )
 from torchjob.lifecycle.housekeeping import plan_housekeeping as housekeeping
+from torchjob.lifecycle.nodes import NodesSeen, NodeView
 from torchjob.lifecycle.observe import ContainerView, PodView
-from torchjob.lifecycle.plan import Plan
+from torchjob.lifecycle.plan import Plan, plan
+from torchjob.lifecycle.round import Observed
 
 LATER = NOW + timedelta(seconds=30)
 WORKERS = [("j-worker-0", "uid-worker-0"), ("j-worker-1", "uid-worker-1")]
@@ -200,3 +212,46 @@ def test_the_housekeepers_clean_up_waits_for_the_job_to_say_it_ended() -> None:
     first = stopping_round(brief, pods)
     assert not housekeeping_of(brief, first.status, pods).delete_job
     assert housekeeping_of(brief, stopped(brief, first, pods, LATER).status, left).delete_job
+
+
+def on_node(view: PodView, node: str) -> PodView:
+    return replace(view, bound=True, node=node)
+
+
+def round_with_nodes(
+    job: PyTorchTrainingJobSpec,
+    pods: list[PodView],
+    status: dict[str, Any],
+    nodes: list[NodeView],
+    now: datetime = LATER,
+) -> Plan:
+    seen = NodesSeen({n.name: n for n in nodes}, 60.0)
+    return plan(Observed.of_json(META, job, status, pods, services(job), now, nodes=seen))
+
+
+def test_a_pod_stuck_terminating_on_a_lost_node_is_force_deleted_and_does_not_hold_the_job() -> (
+    None
+):
+    job = spec()
+    pods = [on_node(p, "a") for p in master_ended(job)]
+    pods[2] = on_node(pods[2], "b")
+    first = stopping_round(job, pods)
+    terminating = [pods[0], replace(pods[2], deleting=True)]
+    # Node b stopped reporting 30s ago: its grace has 30s to run, and the job looks again then.
+    unknown = NodeView("b", "Unknown", LATER - timedelta(seconds=30))
+    ready = NodeView("a", "True", NOW - timedelta(hours=1))
+    waiting = round_with_nodes(job, terminating, first.status, [ready, unknown])
+    assert waiting.force_delete_pods == [] and waiting.delete_pods == []
+    assert waiting.requeue_after == 30
+    assert "Completed" not in conditions(waiting.status)
+    # Past its grace, no kubelet will confirm the deletion: the pod is force-deleted.
+    later = LATER + timedelta(seconds=30)
+    lost = round_with_nodes(job, terminating, first.status, [ready, unknown], later)
+    assert lost.force_delete_pods == [("j-worker-1", "uid-worker-1")]
+    assert lost.requeue_after is None
+    # A node that is gone: at once.
+    gone_node = round_with_nodes(job, terminating, first.status, [ready])
+    assert gone_node.force_delete_pods == [("j-worker-1", "uid-worker-1")]
+    # The job is marked once the pod is gone.
+    done = round_with_nodes(job, [pods[0]], lost.status, [ready], later)
+    assert done.status["phase"] == "Succeeded"

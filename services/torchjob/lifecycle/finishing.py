@@ -10,7 +10,8 @@ it succeeded.
 
 In between, the Running condition is False and carries how the job ended: that is how the
 rounds in between know it. They stop the pods again if need be, create none, and decide nothing
-else.
+else. A pod stuck being deleted on a node that will never confirm it is force-deleted
+(lifecycle/nodes.py), so the job does not wait on it forever.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from torchjob.api import constants
 from torchjob.lifecycle.conditions import COMPLETED_REASONS, FAILED_REASONS, Event
+from torchjob.lifecycle.nodes import judge_nodes
 from torchjob.lifecycle.observe import PodView
 from torchjob.lifecycle.round import Outcome, Round
 
@@ -41,15 +43,25 @@ def unfinished(pods: Iterable[PodView]) -> list[PodView]:
     return [pod for pod in pods if not pod.finished]
 
 
-def stop(state: Round, delete_pods: list[tuple[str, str]]) -> None:
+def stop(
+    state: Round, delete_pods: list[tuple[str, str]], force_delete_pods: list[tuple[str, str]]
+) -> float | None:
     """The job has ended: its pods that have not finished are added to `delete_pods` (name,
-    uid) unless they are being deleted already, and the round notes them as stopping."""
+    uid) unless they are being deleted already, those stuck being deleted on a lost node that
+    will never confirm it to `force_delete_pods`, and the round notes them as stopping. Returns
+    the seconds after which to look again at a pod being deleted on a node not Ready, whose
+    grace has not run out yet; None when there is none."""
     deleting = {name for name, _ in delete_pods}
     running = unfinished(state.observed.pods)
     for pod in running:
         if not pod.deleting and pod.name not in deleting:
             delete_pods.append((pod.name, pod.uid))
     state.stopping = [pod.name for pod in running]
+    observed = state.observed
+    terminating = [pod for pod in running if pod.deleting]
+    stuck = judge_nodes(terminating, (), observed.nodes, observed.now, lambda _: None)
+    force_delete_pods += [pod for pod in stuck.force_delete if pod not in force_delete_pods]
+    return stuck.recheck
 
 
 def stopping_events(state: Round) -> list[Event]:

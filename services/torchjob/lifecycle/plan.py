@@ -464,14 +464,15 @@ def _elastic_survives(state: _Planning) -> bool:
 
 
 def _finish(state: _Planning) -> Plan:
+    recheck = None
     if state.outcome is not None:
-        finishing.stop(state, state.plan.delete_pods)
+        recheck = finishing.stop(state, state.plan.delete_pods, state.plan.force_delete_pods)
     state.plan.status = build_status(state, starting=bool(state.plan.create_pods))
     state.plan.status |= gang.status_fields(state)
     if state.outcome is not None:
         state.plan.create_pods.clear()
         state.plan.create_group = state.plan.resize_group = False
-        state.plan.requeue_after = None
+        state.plan.requeue_after = recheck
     state.plan.status_can_wait = _status_can_wait(state)
     state.plan.status_events = [
         *([] if state.outcome else state.announced),
