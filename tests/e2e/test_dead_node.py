@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 from support import ControlPlane
-from support.cluster import Cluster, Job
+from support.cluster import Cluster, Job, condition
 from support.eventually import eventually
 from support.jobs import JobBuilder, names
 from support.operator import reconciler_kubeconfig, start_reconciler
@@ -125,6 +125,20 @@ async def test_pods_stuck_terminating_on_a_dead_node_are_replaced_uncharged(
         await bind(core, ns, name, node_b)
     await job.run_all()
     await job.kubelet.finish(f"{job.name}-worker-0", 0)
+    # The job has ended: its other worker is stopped before it says so. Node B is alive, so its
+    # kubelet (the test) confirms the deletion.
+    other = f"{job.name}-worker-1"
+
+    async def terminating() -> bool:
+        pod = await core.read_namespaced_pod(other, ns)
+        return pod.metadata.deletion_timestamp is not None
+
+    await job.wait(f"{other} being deleted", terminating)
+    stopping = await job.status()
+    assert stopping["phase"] == "Running"
+    assert condition(stopping, "Running")["reason"] == constants.REASON_MASTER_SUCCEEDED
+    assert not [c for c in stopping["conditions"] if c["type"] == "Completed"]
+    await job.kubelet.confirm_deletion(other)
     status = await job.wait_phase("Succeeded")
     assert status["backoffCount"] == 0
     assert all(t["restartCount"] == 0 for t in status["tasks"])
@@ -136,3 +150,9 @@ async def test_pods_stuck_terminating_on_a_dead_node_are_replaced_uncharged(
     messages = " ".join(e.message for e in events)
     assert all(name in messages for name in expected) and node_a in messages
     assert all(e.type == "Warning" for e in events)
+
+    async def stopping_told() -> list[Any]:
+        return await Cluster(kube_client, ns).events(job.name, constants.REASON_STOPPING)
+
+    [stopped] = await eventually(stopping_told, "a StoppingReplicas Event on the job")
+    assert stopped.type == "Normal" and other in stopped.message

@@ -121,3 +121,8 @@ class TestKubelet:
             for n in _container_names(pod)
         ]
         await self._patch(name, {"phase": "Pending", "containerStatuses": waiting})
+
+    async def confirm_deletion(self, name: str) -> None:
+        """A pod bound to a node and being deleted is gone: its kubelet has stopped its
+        containers and removes it (a deletion with no grace period, as the kubelet's own)."""
+        await self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)

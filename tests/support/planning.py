@@ -71,3 +71,23 @@ def settle(
 def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
     """Each condition's status and reason, by type."""
     return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def gone(result: Plan, pods: list[PodView]) -> list[PodView]:
+    """`pods` once those `result` deletes, and those being deleted already, are gone: nothing
+    holds a deleted pod back in these tests."""
+    deleted = {uid for _, uid in [*result.delete_pods, *result.force_delete_pods]}
+    return [p for p in pods if p.uid not in deleted and not p.deleting]
+
+
+def stopped(
+    job: PyTorchTrainingJobSpec,
+    result: Plan,
+    pods: list[PodView],
+    now: datetime = NOW,
+    meta: dict[str, Any] = META,
+    rules: RestartRules = DEFAULT_RULES,
+) -> Plan:
+    """The round after `result`, which observed `pods`: the pods it deleted are gone, and the
+    status it wrote is read back (a job that ended says so once its pods have stopped)."""
+    return observe(job, gone(result, pods), result.status, now, meta=meta, rules=rules)

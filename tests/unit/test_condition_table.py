@@ -13,15 +13,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
-from support.planning import META, NOW, services, spec
+from support.planning import META, NOW, gone, services, spec
 
 from torchjob.api import constants
 from torchjob.api.objects import PodPhase
 from torchjob.api.types import CONDITION_TYPE_VALUES, PyTorchTrainingJobSpec
 from torchjob.lifecycle.conditions import CONDITIONS, ConditionRow
+from torchjob.lifecycle.finishing import recorded_outcome
 from torchjob.lifecycle.observe import CannotStart, ContainerView, GroupView, PodView, Refusal
 from torchjob.lifecycle.plan import plan
 from torchjob.lifecycle.round import Observed
+from torchjob.lifecycle.status import is_terminal
 from torchjob.lifecycle.times import format_time
 from torchjob.render import kubeflow
 from torchjob.render.scheduling import KUEUE_GATE, Gang, GangUnavailable
@@ -191,9 +193,25 @@ def gang_rounds(plain: PyTorchTrainingJobSpec, never: PyTorchTrainingJobSpec) ->
 POD_KEYS = (("master", 0), ("worker", 0), ("worker", 1))
 
 
+def played(
+    job_spec: PyTorchTrainingJobSpec,
+    status: dict[str, Any],
+    seen: list[PodView],
+    svcs: frozenset[str],
+    other: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """The status of the round that observes `seen`, and where it decided how the job ended
+    and stops pods, the status of the round that sees them gone (the job says it ended)."""
+    result = plan(Observed.of_json(META, job_spec, status, seen, svcs, NOW, **other))
+    if recorded_outcome(result.status) is None or is_terminal(result.status):
+        return [result.status]
+    after = Observed.of_json(META, job_spec, result.status, gone(result, seen), svcs, NOW, **other)
+    return [result.status, plan(after).status]
+
+
 def statuses() -> Iterator[dict[str, Any]]:
-    """The statuses of those rounds, and of the rounds after them: a job resumed, its debug
-    mode switched off, its failure over, its deadline passed."""
+    """The statuses of those rounds, and of the rounds after them: the pods of a job that ended
+    gone, a job resumed, its debug mode switched off, its failure over, its deadline passed."""
     plain = spec(workers=2)
     later = spec(workers=2, runPolicy={"activeDeadlineSeconds": 1, "backoffLimit": 3})
     for job_spec, seen, other in rounds():
@@ -205,13 +223,11 @@ def statuses() -> Iterator[dict[str, Any]]:
             (later, pods(), svcs),
         )
         for step_spec, step_pods, step_services in steps:
-            observed = Observed.of_json(
-                META, step_spec, status, step_pods, step_services, NOW, **other
-            )
-            status = plan(observed).status
-            yield status
+            seen_here = played(step_spec, status, step_pods, step_services, other)
+            yield from seen_here
+            status = seen_here[-1]
     started = {"startTime": "2025-01-01T00:00:00Z"}
-    yield plan(Observed.of_json(META, later, started, pods(), frozenset(), NOW)).status
+    yield from played(later, started, pods(), frozenset(), {})
 
 
 def test_the_rules_give_only_the_reasons_of_their_row() -> None:
@@ -223,3 +239,21 @@ def test_the_rules_give_only_the_reasons_of_their_row() -> None:
         assert reasons <= ROWS[kind].reasons, kind
     # The sweep reaches every reason of every row.
     assert seen == {row.type: set(row.reasons) for row in CONDITIONS}
+
+
+def test_the_sweep_sees_every_ending_written_once_the_stopped_pods_are_gone() -> None:
+    """Completed and Failed are written in the round that sees a job's stopped pods gone: the
+    sweep reaches each of their reasons in such a round, right after the round that stopped
+    them and showed the ending on Running alone."""
+    swept = list(statuses())
+    written: set[str] = set()
+    for before, after in itertools.pairwise(swept):
+        ending = recorded_outcome(before)
+        if ending is None or is_terminal(before):
+            continue
+        assert before["phase"] not in ("Succeeded", "Failed")
+        assert "completionTime" not in before
+        ended = [c for c in after["conditions"] if c["type"] in ("Completed", "Failed")]
+        assert [(c["status"], c["reason"]) for c in ended] == [("True", ending.reason)]
+        written.add(ending.reason)
+    assert written == ROWS["Completed"].reasons | ROWS["Failed"].reasons

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from support.jobs import JobBuilder
-from support.planning import META, NOW, REPLICA_SCOPE, conditions, observe, settle, spec
+from support.planning import META, NOW, REPLICA_SCOPE, conditions, observe, settle, spec, stopped
 
 from torchjob.api import constants
 from torchjob.api.validation import validate
@@ -169,11 +169,14 @@ def test_the_gang_restart_limit_within_its_window_fails_the_job() -> None:
     recent = [format_time(NOW - timedelta(minutes=m)) for m in (50, 40, 30, 20, 10)]
     status = {**settle(job, gang()), "gangRestarts": 5, "gangRestartTimes": recent}
     result = observe(job, gang(5, failed=True), status)
-    assert result.delete_pods == []
-    assert conditions(result.status)["Failed"] == (
-        "True",
-        constants.REASON_GANG_RESTART_LIMIT_EXCEEDED,
-    )
+    # No restart: the replicas that still run are stopped, and the job fails once they are gone.
+    assert sorted(result.delete_pods) == [ALL[0], ALL[2]]
+    assert result.status["gangRestarts"] == 5
+    reason = constants.REASON_GANG_RESTART_LIMIT_EXCEEDED
+    assert conditions(result.status)["Running"] == ("False", reason)
+    done = stopped(job, result, gang(5, failed=True))
+    assert conditions(done.status)["Failed"] == ("True", reason)
+    assert done.status["gangRestarts"] == 5
     # An hour later the oldest is out of the window: the restart is made, the oldest forgotten.
     later = observe(job, gang(5, failed=True), status, NOW + timedelta(minutes=11))
     assert len(later.delete_pods) == 3
@@ -187,8 +190,10 @@ def test_backoff_limit_still_bounds_gang_restarts() -> None:
     job = spec()
     status = {**settle(job, gang()), "backoffCount": 3}
     result = observe(job, gang(failed=True), status)
-    assert result.delete_pods == []
-    assert conditions(result.status)["Failed"] == ("True", constants.REASON_BACKOFF_LIMIT_EXCEEDED)
+    assert sorted(result.delete_pods) == [ALL[0], ALL[2]], "only the replicas that still run"
+    assert "gangRestarts" not in result.status and result.status["backoffCount"] == 3
+    done = stopped(job, result, gang(failed=True))
+    assert conditions(done.status)["Failed"] == ("True", constants.REASON_BACKOFF_LIMIT_EXCEEDED)
 
 
 def test_the_annotations_are_checked() -> None:

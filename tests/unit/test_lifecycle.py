@@ -9,7 +9,16 @@ from datetime import timedelta
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.planning import NOW, REPLICA_SCOPE, conditions, observe, services, settle, spec
+from support.planning import (
+    NOW,
+    REPLICA_SCOPE,
+    conditions,
+    observe,
+    services,
+    settle,
+    spec,
+    stopped,
+)
 
 from torchjob.api import constants
 from torchjob.api.objects import PodPhase
@@ -168,12 +177,21 @@ def test_failed_replica(policy: str, code: int | None, role: str) -> None:
         assert alone.delete_pods == [(f"j-{role}-0", f"uid-{role}-0")]
         assert conditions(alone.status)["ReplicaFailure"][0] == "True"
     else:
-        assert result.delete_pods == []
-        assert result.status["phase"] == "Failed"
+        # Not restarted: the failed pod is kept, the others that still run are stopped, and the
+        # job says it failed once they are gone.
         reason = "MasterFailed" if role == "master" else "ReplicaFailed"
-        assert conditions(result.status)["Failed"] == ("True", reason)
-        assert any(e.type == "Warning" and e.reason == reason for e in result.status_events)
-        assert not result.status_can_wait
+        assert sorted(result.delete_pods) == sorted(
+            (p.name, p.uid) for p in pods if p.phase == "Running"
+        )
+        assert result.status["phase"] == "Running"
+        assert conditions(result.status)["Running"] == ("False", reason)
+        assert "Failed" not in conditions(result.status)
+        done = stopped(job, result, pods)
+        assert done.delete_pods == [] and done.create_pods == []
+        assert done.status["phase"] == "Failed"
+        assert conditions(done.status)["Failed"] == ("True", reason)
+        assert any(e.type == "Warning" and e.reason == reason for e in done.status_events)
+        assert not result.status_can_wait and not done.status_can_wait
 
 
 def test_restart_is_counted_when_the_pod_is_recreated() -> None:
@@ -222,26 +240,36 @@ def test_backoff_exhaustion_fails_the_job() -> None:
     job = spec("OnFailure")
     status = settle(job, all_pods(job))
     status["backoffCount"] = 3
-    result = observe(
-        job, [pod("master", 0), pod("worker", 0, "Failed", 1), pod("worker", 1)], status
-    )
-    assert result.delete_pods == []
-    assert result.status["phase"] == "Failed"
-    assert conditions(result.status)["Failed"] == ("True", "BackoffLimitExceeded")
+    pods = [pod("master", 0), pod("worker", 0, "Failed", 1), pod("worker", 1)]
+    result = observe(job, pods, status)
+    assert ("j-worker-0", "uid-worker-0") not in result.delete_pods, "not restarted"
+    done = stopped(job, result, pods)
+    assert done.status["phase"] == "Failed"
+    assert conditions(done.status)["Failed"] == ("True", "BackoffLimitExceeded")
 
 
 def master_succeeded(job: PyTorchTrainingJobSpec) -> Plan:
-    """The plan once the master of a settled job has succeeded, its workers still running."""
+    """The plan once the master of a settled job has succeeded, its workers still running and
+    then stopped."""
     status = settle(job, all_pods(job))
-    return observe(job, [pod("master", 0, "Succeeded"), pod("worker", 0), pod("worker", 1)], status)
+    pods = [pod("master", 0, "Succeeded"), pod("worker", 0), pod("worker", 1)]
+    return stopped(job, observe(job, pods, status), pods, NOW + timedelta(seconds=5))
 
 
 def test_master_success_completes_the_job() -> None:
     job = spec()
+    status = settle(job, all_pods(job))
+    pods = [pod("master", 0, "Succeeded"), pod("worker", 0), pod("worker", 1)]
+    stopping = observe(job, pods, status)
+    assert sorted(stopping.delete_pods) == [
+        ("j-worker-0", "uid-worker-0"),
+        ("j-worker-1", "uid-worker-1"),
+    ]
+    assert "Completed" not in conditions(stopping.status)
     result = master_succeeded(job)
     assert result.status["phase"] == "Succeeded"
     assert conditions(result.status)["Completed"] == ("True", "MasterSucceeded")
-    assert result.status["completionTime"] == "2026-01-01T12:00:00Z"
+    assert result.status["completionTime"] == "2026-01-01T12:00:05Z"
     assert result.create_pods == []
     assert result.delete_pods == []
 
@@ -261,8 +289,11 @@ def test_always_restarts_a_finished_worker() -> None:
 def test_without_master_type_the_first_replica_decides() -> None:
     job = spec(master=False)
     status = settle(job, all_pods(job))
-    result = observe(job, [pod("worker", 0, "Succeeded"), pod("worker", 1)], status)
-    assert result.status["phase"] == "Succeeded"
+    pods = [pod("worker", 0, "Succeeded"), pod("worker", 1)]
+    result = observe(job, pods, status)
+    assert result.delete_pods == [("j-worker-1", "uid-worker-1")]
+    assert conditions(result.status)["Running"] == ("False", "MasterSucceeded")
+    assert stopped(job, result, pods).status["phase"] == "Succeeded"
 
 
 def test_terminal_job_is_never_acted_on() -> None:
@@ -293,18 +324,17 @@ def test_deadline_requeues_then_fails_and_stops_pods() -> None:
     status = settle(job, all_pods(job))
     before = observe(job, all_pods(job), status, now=NOW + timedelta(seconds=20))
     assert before.requeue_after == pytest.approx(40)
-    after = observe(
-        job,
-        [pod("master", 0), pod("worker", 0, "Succeeded"), pod("worker", 1)],
-        status,
-        now=NOW + timedelta(seconds=61),
-    )
-    assert after.status["phase"] == "Failed"
-    assert conditions(after.status)["Failed"] == ("True", "DeadlineExceeded")
+    pods = [pod("master", 0), pod("worker", 0, "Succeeded"), pod("worker", 1)]
+    after = observe(job, pods, status, now=NOW + timedelta(seconds=61))
     assert sorted(after.delete_pods) == [
         ("j-master-0", "uid-master-0"),
         ("j-worker-1", "uid-worker-1"),
     ]
+    assert conditions(after.status)["Running"] == ("False", "DeadlineExceeded")
+    assert after.requeue_after is None
+    done = stopped(job, after, pods, NOW + timedelta(seconds=62))
+    assert done.status["phase"] == "Failed"
+    assert conditions(done.status)["Failed"] == ("True", "DeadlineExceeded")
 
 
 # --- debug, pause, elastic ----------------------------------------------------------------------
@@ -420,12 +450,10 @@ def test_elastic_job_survives_a_permanent_worker_failure_above_min() -> None:
         job, [pod("worker", 0), pod("worker", 1), pod("worker", 2, "Failed", 1)], status
     )
     assert result.status["phase"] == "Running"
-    result = observe(
-        job,
-        [pod("worker", 0), pod("worker", 1, "Failed", 1), pod("worker", 2, "Failed", 1)],
-        status,
-    )
-    assert result.status["phase"] == "Failed"
+    below = [pod("worker", 0), pod("worker", 1, "Failed", 1), pod("worker", 2, "Failed", 1)]
+    result = observe(job, below, status)
+    assert result.delete_pods == [("j-worker-0", "uid-worker-0")]
+    assert stopped(job, result, below).status["phase"] == "Failed"
 
 
 # --- status is a function of observations -------------------------------------------------------

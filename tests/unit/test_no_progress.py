@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from support.planning import META, NOW, conditions, observe, settle, spec
+from support.planning import META, NOW, conditions, observe, settle, spec, stopped
 
 from torchjob.api import constants
 from torchjob.lifecycle.backoff import RestartRules
@@ -93,7 +93,11 @@ def test_no_report_no_deadline_and_zero_turns_it_off() -> None:
 def test_a_job_that_may_not_restart_fails_with_no_progress() -> None:
     never = spec("Never")
     status = reported(settle(never, running()), timedelta(hours=1))
-    failed = observe(never, running(), status)
+    stopping = observe(never, running(), status)
+    # The silent replicas are stopped, not restarted; the job fails once they are gone.
+    assert len(stopping.delete_pods) == 3
+    assert "gangRestarts" not in stopping.status
+    failed = stopped(never, stopping, running())
     assert conditions(failed.status)["Failed"] == ("True", constants.REASON_NO_PROGRESS)
     assert "restartPolicy Never" in next(
         c["message"] for c in failed.status["conditions"] if c["type"] == "Failed"
@@ -101,5 +105,7 @@ def test_a_job_that_may_not_restart_fails_with_no_progress() -> None:
     job = spec()
     spent = {**reported(settle(job, running()), timedelta(hours=1)), "backoffCount": 3}
     result = observe(job, running(), spent)
-    assert result.delete_pods == []
-    assert conditions(result.status)["Failed"] == ("True", constants.REASON_NO_PROGRESS)
+    assert len(result.delete_pods) == 3
+    assert result.status["backoffCount"] == 3, "no restart is charged"
+    done = stopped(job, result, running())
+    assert conditions(done.status)["Failed"] == ("True", constants.REASON_NO_PROGRESS)

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from support.planning import NOW, REPLICA_SCOPE, conditions, services, settle, spec
+from support.planning import NOW, REPLICA_SCOPE, conditions, gone, services, settle, spec
 
 from torchjob.api import constants
 from torchjob.api.objects import PodPhase
@@ -278,10 +278,13 @@ def test_the_deadline_is_looked_at_first_and_still_ends_the_job() -> None:
     waiting = decide(job, failed, status)
     assert waiting.requeue_after == pytest.approx(5), "the deadline comes before the restart"
     late = decide(job, failed, waiting.status, NOW + timedelta(seconds=5))
-    assert late.status["phase"] == "Failed"
-    assert conditions(late.status)["Failed"] == ("True", "DeadlineExceeded")
+    assert conditions(late.status)["Running"] == ("False", "DeadlineExceeded")
     assert late.create_pods == [] and late.requeue_after is None
     assert ("j-worker-0", "uid-worker-0") not in late.delete_pods
+    done = decide(job, gone(late, failed), late.status, NOW + timedelta(seconds=6))
+    assert done.status["phase"] == "Failed"
+    assert conditions(done.status)["Failed"] == ("True", "DeadlineExceeded")
+    assert done.create_pods == [] and done.delete_pods == [] and done.requeue_after is None
 
 
 def test_pause_while_waiting_deletes_every_pod_and_resume_starts_the_row_again() -> None:
@@ -307,20 +310,28 @@ def test_the_master_succeeding_while_a_worker_waits_completes_the_job() -> None:
     job = spec("OnFailure")
     pods = [ended("master", 0, 0), ended("worker", 0), running("worker", 1)]
     result = decide(job, pods, settled(job))
-    assert result.status["phase"] == "Succeeded"
     assert result.requeue_after is None
-    assert result.delete_pods == [] and result.create_pods == []
+    # The worker still running is stopped; the one that failed is not restarted.
+    assert result.delete_pods == [("j-worker-1", "uid-worker-1")] and result.create_pods == []
     assert all(e.reason != "RestartBackoff" for e in result.status_events)
+    done = decide(job, gone(result, pods), result.status)
+    assert done.status["phase"] == "Succeeded"
+    assert done.requeue_after is None
+    assert done.delete_pods == [] and done.create_pods == []
+    assert all(e.reason != "RestartBackoff" for e in done.status_events)
 
 
 def test_the_backoff_limit_fails_the_job_at_once_naming_the_last_failure() -> None:
     job = spec("ExitCode")
     status = settled(job)
     status["backoffCount"] = 3
-    result = decide(job, three(ended("worker", 0, 137, reason="OOMKilled")), status)
-    assert result.status["phase"] == "Failed"
-    assert result.requeue_after is None
-    failed = next(c for c in result.status["conditions"] if c["type"] == "Failed")
+    pods = three(ended("worker", 0, 137, reason="OOMKilled"))
+    result = decide(job, pods, status)
+    assert result.requeue_after is None, "no wait for a restart that will not be made"
+    assert ("j-worker-0", "uid-worker-0") not in result.delete_pods
+    done = decide(job, gone(result, pods), result.status)
+    assert done.status["phase"] == "Failed"
+    failed = next(c for c in done.status["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "BackoffLimitExceeded"
     assert failed["message"] == (
         "replica restarts reached backoffLimit (3); the last: "
@@ -352,13 +363,19 @@ def test_an_oom_killed_master_that_is_not_restarted_fails_the_job_naming_it() ->
     job = spec("Never")
     pods = [ended("master", 0, 137, reason="OOMKilled"), running("worker", 0), running("worker", 1)]
     result = decide(job, pods, settled(job))
-    failed = next(c for c in result.status["conditions"] if c["type"] == "Failed")
-    assert (failed["reason"], failed["message"]) == (
-        "MasterFailed",
-        "replica j-master-0 container python was OOMKilled (exit code 137) and is not restarted",
-    )
+    said = "replica j-master-0 container python was OOMKilled (exit code 137) and is not restarted"
     assert [(e.type, e.reason, e.message) for e in result.status_events] == [
-        ("Warning", "MasterFailed", failed["message"])
+        (
+            "Normal",
+            "StoppingReplicas",
+            f"{said}: stopping j-worker-0, j-worker-1 before the job is marked Failed",
+        )
+    ]
+    done = decide(job, gone(result, pods), result.status)
+    failed = next(c for c in done.status["conditions"] if c["type"] == "Failed")
+    assert (failed["reason"], failed["message"]) == ("MasterFailed", said)
+    assert [(e.type, e.reason, e.message) for e in done.status_events] == [
+        ("Warning", "MasterFailed", said)
     ]
 
 

@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 from support.jobs import JobBuilder
-from support.planning import META, NOW, conditions, services, spec
+from support.planning import META, NOW, conditions, gone, services, spec
 
 from torchjob.api import constants
 from torchjob.api.validation import validate
 from torchjob.cli.views import description, tables
 from torchjob.lifecycle.backoff import RestartRules
+from torchjob.lifecycle.finishing import recorded_outcome
 from torchjob.lifecycle.observe import CannotStart, GroupView, PodView, view_pod
 from torchjob.lifecycle.plan import Plan, plan
 from torchjob.lifecycle.round import Observed
@@ -214,29 +215,38 @@ def test_at_its_start_deadline_the_job_fails_and_its_unfinished_pods_are_deleted
     assert before.requeue_after == pytest.approx(1)
     assert not before.delete_pods
     decision = decide(pods, failing_since(600))
-    assert decision.status["phase"] == "Failed"
-    failed = next(c for c in decision.status["conditions"] if c["type"] == "Failed")
+    assert sorted(decision.delete_pods) == sorted((p.name, p.uid) for p in pods)
+    assert not decision.create_pods and decision.requeue_after is None
+    assert conditions(decision.status)["Running"] == ("False", "ImagePullFailed")
+    # The job says it failed once those pods are gone.
+    done = decide(gone(decision, pods), decision.status, now=NOW + timedelta(seconds=1))
+    assert done.status["phase"] == "Failed"
+    failed = next(c for c in done.status["conditions"] if c["type"] == "Failed")
     assert (failed["status"], failed["reason"]) == ("True", "ImagePullFailed")
     assert failed["message"] == (
         f"the start deadline (10m) passed: replica j-worker-1 cannot start: {IMAGE}"
     )
-    assert sorted(decision.delete_pods) == sorted((p.name, p.uid) for p in pods)
-    assert not decision.create_pods and decision.requeue_after is None
-    assert ("Warning", "ImagePullFailed") in [(e.type, e.reason) for e in decision.status_events]
+    assert not done.create_pods and not done.delete_pods and done.requeue_after is None
+    assert ("Warning", "ImagePullFailed") in [(e.type, e.reason) for e in done.status_events]
+    assert conditions(done.status)["StartFailure"] == ("True", "ImagePullFailed")
 
 
 def test_the_jobs_annotation_overrides_the_setting_and_zero_turns_it_off() -> None:
     pods = three(cannot_start=SECRET)
     annotation = constants.ANNOTATION_START_DEADLINE
+    # The job fails: its status shows how while its pods stop.
     short = decide(pods, failing_since(5), annotations={annotation: "5"})
-    assert conditions(short.status)["Failed"] == ("True", "ContainerConfigInvalid")
+    assert conditions(short.status)["Running"] == ("False", "ContainerConfigInvalid")
+    assert recorded_outcome(short.status) is not None
     assert decide(
         pods, failing_since(5), annotations={annotation: "6"}
     ).requeue_after == pytest.approx(1)
     off = decide(pods, failing_since(10_000), annotations={annotation: "0"})
-    assert "Failed" not in conditions(off.status) and off.requeue_after is None
-    assert "Failed" not in conditions(decide(pods, failing_since(10_000), setting=0).status)
-    assert conditions(decide(pods, failing_since(30), setting=30).status)["Failed"][0] == "True"
+    assert recorded_outcome(off.status) is None and off.requeue_after is None
+    assert not off.delete_pods
+    unset = decide(pods, failing_since(10_000), setting=0)
+    assert recorded_outcome(unset.status) is None and not unset.delete_pods
+    assert recorded_outcome(decide(pods, failing_since(30), setting=30).status) is not None
 
 
 def test_waiting_for_a_turn_is_no_start_failure() -> None:

@@ -125,6 +125,8 @@ REASON_AUTOSCALER_FAILED: Final = "HorizontalPodAutoscalerFailed"
 # Event reason: an elastic job's replica count changed.
 REASON_SCALED: Final = "ReplicasScaled"
 REASON_NO_FAILURE: Final = "NoReplicaFailure"
+# Event: the job has ended and its pods that still run are stopped before it says so.
+REASON_STOPPING: Final = "StoppingReplicas"
 
 # Event reasons of the housekeeper.
 REASON_TENSORBOARD_CREATED: Final = "TensorBoardCreated"

@@ -218,14 +218,14 @@ def _start_failure(state: Round, phase: JobPhase) -> Wanted | None:
 
 def _completed(state: Round, phase: JobPhase) -> Wanted | None:
     outcome = state.outcome
-    if outcome is None or not outcome.succeeded:
+    if outcome is None or not outcome.succeeded or state.stopping:
         return None
     return ("True", outcome.reason, outcome.message)
 
 
 def _failed(state: Round, phase: JobPhase) -> Wanted | None:
     outcome = state.outcome
-    if outcome is None or outcome.succeeded:
+    if outcome is None or outcome.succeeded or state.stopping:
         return None
     return ("True", outcome.reason, outcome.message)
 

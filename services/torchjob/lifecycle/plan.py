@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from torchjob.api import constants, queries
 from torchjob.api.types import PyTorchTrainingJobSpec
-from torchjob.lifecycle import gang, no_progress, start_failure
+from torchjob.lifecycle import finishing, gang, no_progress, start_failure
 from torchjob.lifecycle.backoff import (
     DEFAULT_BACKOFF,
     DEFAULT_RULES,
@@ -103,6 +103,9 @@ def plan(observed: Observed, rules: RestartRules = DEFAULT_RULES) -> Plan:
     if is_terminal(observed.status):
         state.plan.status = build_status(state, starting=False) | gang.status_fields(state)
         return state.plan
+    if (ended := finishing.recorded_outcome(observed.status)) is not None:
+        state.outcome = ended  # the job's pods are stopping: nothing else is decided
+        return _finish(state)
     if _deadline_passed(state) or _start_deadline_passed(state):
         return _finish(state)
     if _paused(spec):
@@ -461,15 +464,19 @@ def _elastic_survives(state: _Planning) -> bool:
 
 
 def _finish(state: _Planning) -> Plan:
+    recheck = None
+    if state.outcome is not None:
+        recheck = finishing.stop(state, state.plan.delete_pods, state.plan.force_delete_pods)
     state.plan.status = build_status(state, starting=bool(state.plan.create_pods))
     state.plan.status |= gang.status_fields(state)
     if state.outcome is not None:
         state.plan.create_pods.clear()
         state.plan.create_group = state.plan.resize_group = False
-        state.plan.requeue_after = None
+        state.plan.requeue_after = recheck
     state.plan.status_can_wait = _status_can_wait(state)
     state.plan.status_events = [
         *([] if state.outcome else state.announced),
+        *finishing.stopping_events(state),
         *transition_events(state.observed.status, state.plan.status),
     ]
     return state.plan

@@ -146,6 +146,9 @@ class Round:
     gang_causes: list[GangCause] = field(default_factory=list)
     # What the ReplicaFailure condition says while every replica is restarted; None otherwise.
     gang_restarting: str | None = None
+    # The job has ended but these pods (by name) have not finished: they are stopped, and the
+    # job says it ended once they are gone (lifecycle/finishing.py).
+    stopping: list[str] = field(default_factory=list)
 
     def current(self, pod: PodView) -> bool:
         """The pod is one of the job's pods as the spec stands: not being deleted, of the job's

@@ -16,7 +16,8 @@ from torchjob.api.types import (
     ReplicaStatusDict,
     TaskStatusDict,
 )
-from torchjob.lifecycle.conditions import wanted_conditions
+from torchjob.lifecycle import finishing
+from torchjob.lifecycle.conditions import CONDITIONS, Wanted, wanted_conditions
 from torchjob.lifecycle.observe import ContainerView
 from torchjob.lifecycle.round import Outcome, Round
 from torchjob.lifecycle.times import format_time
@@ -64,7 +65,8 @@ def build_status(state: Round, *, starting: bool) -> dict[str, Any]:
     }
     if start:
         status["startTime"] = start
-    completion = old.get("completionTime") or (now if outcome is not None else None)
+    ended = outcome is not None and not state.stopping
+    completion = old.get("completionTime") or (now if ended else None)
     if completion:
         status["completionTime"] = completion
     return status
@@ -78,6 +80,8 @@ def _phase(state: Round, outcome: Outcome | None) -> JobPhase:
     was: JobPhase | None = old.get("phase")
     if is_terminal(old):
         return cast(JobPhase, str(old.get("phase")))
+    if outcome is not None and state.stopping:
+        return was or "Pending"  # it says it ended once its pods are gone (lifecycle/finishing.py)
     if outcome is not None:
         return "Succeeded" if outcome.succeeded else "Failed"
     pause = state.observed.spec.run_mode.pause if state.observed.spec.run_mode else None
@@ -136,10 +140,28 @@ def _conditions(state: Round, phase: JobPhase, now: str) -> list[ConditionDict]:
             )
             for c in {c["type"]: c for c in old if "type" in c}.values()
         ]
+    wanted = wanted_conditions(state, phase, previous)
+    if finishing.recorded_outcome(state.observed.status) is not None:
+        wanted = _as_decided(wanted, previous)
     return [
         condition(kind, status, reason, message, generation, now, previous.get(kind))
-        for kind, (status, reason, message) in wanted_conditions(state, phase, previous)
+        for kind, (status, reason, message) in wanted
     ]
+
+
+def _as_decided(
+    wanted: list[tuple[ConditionType, Wanted]], previous: Mapping[Any, Mapping[str, Any]]
+) -> list[tuple[ConditionType, Wanted]]:
+    """The conditions of a round after the one that decided how the job ended, while its pods
+    stop (lifecycle/finishing.py): those it wrote stay as they were, whatever the pods' going
+    away would say now (replicas being created, no failure); Completed or Failed joins them."""
+    kept: dict[ConditionType, Wanted] = dict(wanted)
+    for row in CONDITIONS:
+        before = previous.get(row.type)
+        if before is not None and row.type not in TERMINAL_CONDITIONS:
+            status = cast(ConditionStatus, str(before.get("status")))
+            kept[row.type] = (status, str(before.get("reason", "")), str(before.get("message", "")))
+    return [(row.type, kept[row.type]) for row in CONDITIONS if row.type in kept]
 
 
 def condition(
@@ -226,8 +248,9 @@ def _aggregate(state: Round) -> dict[str, int]:
     counts = dict.fromkeys(
         ("creating", "pending", "running", "succeeded", "failed", "unknown", "deleted"), 0
     )
-    # A finished job's missing pods were cleaned up, not about to be created.
-    missing = "deleted" if is_terminal(state.observed.status) else "creating"
+    # A job that ended creates no pod: its missing pods were stopped or cleaned up.
+    ended = state.outcome is not None or is_terminal(state.observed.status)
+    missing = "deleted" if ended else "creating"
     for replica in state.desired:
         pod = state.pods.get((replica.type, replica.index))
         if pod is None:

@@ -1,0 +1,76 @@
+"""When a job that has ended may say so. Pure.
+
+The rule: a job is Succeeded or Failed only once none of its pods runs. When the planner decides
+how the job ended (lifecycle/plan.py), every pod of the job that has not finished is stopped,
+whatever cleanUpPolicy says (cleanUpPolicy decides which finished pods and Services are kept,
+lifecycle/housekeeping.py); the Completed or Failed condition, the phase and completionTime are
+written once every such pod is gone. A queue that frees the job's quota when it reads that
+condition (Kueue) frees it after the resources are, and no worker runs on under a job that says
+it succeeded.
+
+In between, the Running condition is False and carries how the job ended: that is how the
+rounds in between know it. They stop the pods again if need be, create none, and decide nothing
+else. A pod stuck being deleted on a node that will never confirm it is force-deleted
+(lifecycle/nodes.py), so the job does not wait on it forever.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from torchjob.api import constants
+from torchjob.lifecycle.conditions import COMPLETED_REASONS, FAILED_REASONS, Event
+from torchjob.lifecycle.nodes import judge_nodes
+from torchjob.lifecycle.observe import PodView
+from torchjob.lifecycle.round import Outcome, Round
+
+
+def recorded_outcome(status: Mapping[str, Any]) -> Outcome | None:
+    """How the job ended, as a round before decided it and the status shows while the job's
+    pods stop; None when the status shows no ending."""
+    for condition in status.get("conditions") or ():
+        if condition.get("type") != "Running" or condition.get("status") != "False":
+            continue
+        reason = str(condition.get("reason") or "")
+        if reason in COMPLETED_REASONS or reason in FAILED_REASONS:
+            return Outcome(reason in COMPLETED_REASONS, reason, str(condition.get("message", "")))
+    return None
+
+
+def unfinished(pods: Iterable[PodView]) -> list[PodView]:
+    """The pods that still hold their node's resources: not finished, being deleted or not."""
+    return [pod for pod in pods if not pod.finished]
+
+
+def stop(
+    state: Round, delete_pods: list[tuple[str, str]], force_delete_pods: list[tuple[str, str]]
+) -> float | None:
+    """The job has ended: its pods that have not finished are added to `delete_pods` (name,
+    uid) unless they are being deleted already, those stuck being deleted on a lost node that
+    will never confirm it to `force_delete_pods`, and the round notes them as stopping. Returns
+    the seconds after which to look again at a pod being deleted on a node not Ready, whose
+    grace has not run out yet; None when there is none."""
+    deleting = {name for name, _ in delete_pods}
+    running = unfinished(state.observed.pods)
+    for pod in running:
+        if not pod.deleting and pod.name not in deleting:
+            delete_pods.append((pod.name, pod.uid))
+    state.stopping = [pod.name for pod in running]
+    observed = state.observed
+    terminating = [pod for pod in running if pod.deleting]
+    stuck = judge_nodes(terminating, (), observed.nodes, observed.now, lambda _: None)
+    force_delete_pods += [pod for pod in stuck.force_delete if pod not in force_delete_pods]
+    return stuck.recheck
+
+
+def stopping_events(state: Round) -> list[Event]:
+    """An Event when the ending is decided and pods must stop first; the rounds after it, whose
+    status shows the ending, say nothing more until the job says it ended."""
+    outcome = state.outcome
+    if outcome is None or not state.stopping or recorded_outcome(state.observed.status):
+        return []
+    phase = "Succeeded" if outcome.succeeded else "Failed"
+    names = ", ".join(sorted(state.stopping))
+    message = f"{outcome.message}: stopping {names} before the job is marked {phase}"
+    return [Event("Normal", constants.REASON_STOPPING, message)]
