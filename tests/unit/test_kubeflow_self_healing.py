@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support.planning import NOW, services
+from support.planning import NOW, gone, services
 
 from torchjob.api import constants
 from torchjob.api.job_api import KUBEFLOW_JOB
@@ -166,7 +166,10 @@ def test_a_silent_pytorchjob_is_restarted_as_a_gang_with_no_progress() -> None:
 def test_a_silent_pytorchjob_that_may_not_restart_fails_with_no_progress() -> None:
     job = running_job(policy="Never")
     report(job, timedelta(minutes=31))
-    reconcile(job, gang())
+    stopping = reconcile(job, gang())
+    assert sorted(stopping.delete_pods) == ALL
+    assert last(job)["type"] == "Running", "it says it failed once its pods have stopped"
+    reconcile(job, gone(stopping, gang()))
     failed = last(job)
     assert (failed["type"], failed["status"], failed["reason"]) == (
         "Failed",
@@ -268,8 +271,11 @@ def test_a_start_failure_has_no_kubeflow_condition_and_fails_the_job_at_its_dead
     record = {c["type"]: c for c in job["status"][STATUS_RECORD]["conditions"]}
     assert record["StartFailure"]["reason"] == constants.REASON_IMAGE_PULL_FAILED
     assert kubeflow_conditions(job) == [("Created", "True", "PyTorchJobCreated")]
-    # Past the start deadline (600s) the job fails: Kubeflow's Failed, naming our reason.
-    reconcile(job, pending, NOW)
+    # Past the start deadline (600s) the job fails: Kubeflow's Failed, naming our reason, once
+    # its pods are gone.
+    stopping = reconcile(job, pending, NOW)
+    assert sorted(stopping.delete_pods) == ALL
+    reconcile(job, gone(stopping, pending), NOW)
     failed = last(job)
     assert (failed["type"], failed["reason"]) == ("Failed", "PyTorchJobFailed")
     assert failed["message"].startswith("PyTorchJob j has failed (ImagePullFailed): ")
