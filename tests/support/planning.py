@@ -10,7 +10,7 @@ from support.jobs import JobBuilder
 from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.lifecycle.backoff import DEFAULT_RULES, RestartRules
-from torchjob.lifecycle.observe import PodView
+from torchjob.lifecycle.observe import ContainerView, PodView
 from torchjob.lifecycle.plan import Plan, plan
 from torchjob.lifecycle.round import Observed
 
@@ -91,3 +91,23 @@ def stopped(
     """The round after `result`, which observed `pods`: the pods it deleted are gone, and the
     status it wrote is read back (a job that ended says so once its pods have stopped)."""
     return observe(job, gone(result, pods), result.status, now, meta=meta, rules=rules)
+
+
+def replica_pod(kind: str, index: int, phase: Any = "Running", **fields: Any) -> PodView:
+    """The pod `j-<kind>-<index>` (uid `uid-<kind>-<index>`) in `phase`, with `fields`; a Failed
+    one's training container terminated with its exit_code."""
+    code = fields.pop("exit_code", None)
+    ended = (ContainerView("python", "terminated", code),) if phase == "Failed" else ()
+    return PodView(
+        f"j-{kind}-{index}",
+        f"uid-{kind}-{index}",
+        kind,
+        index,
+        phase,
+        code,
+        fields.pop("deleting", False),
+        fields.pop("backoff_count", 0),
+        False,
+        fields.pop("containers", ended),
+        **fields,
+    )

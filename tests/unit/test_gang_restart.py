@@ -3,17 +3,26 @@ once; escalation from one replica's restarts in a row; the limit within a window
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 from support.jobs import JobBuilder
-from support.planning import META, NOW, REPLICA_SCOPE, conditions, observe, settle, spec, stopped
+from support.planning import (
+    META,
+    NOW,
+    REPLICA_SCOPE,
+    conditions,
+    observe,
+    replica_pod,
+    settle,
+    spec,
+    stopped,
+)
 
 from torchjob.api import constants
 from torchjob.api.validation import validate
 from torchjob.lifecycle.backoff import RestartBackoff, RestartRules
-from torchjob.lifecycle.observe import ContainerView, PodView
+from torchjob.lifecycle.observe import PodView
 from torchjob.lifecycle.times import format_time
 
 KEYS = (("master", 0), ("worker", 0), ("worker", 1))
@@ -27,11 +36,7 @@ ALL = [
 def pod(
     kind: str, index: int, phase: Any = "Running", code: int | None = None, **extra: Any
 ) -> PodView:
-    ended = (ContainerView("python", "terminated", code),) if phase == "Failed" else ()
-    view = PodView(
-        f"j-{kind}-{index}", f"uid-{kind}-{index}", kind, index, phase, code, False, 0, False, ended
-    )
-    return replace(view, **extra)
+    return replica_pod(kind, index, phase, exit_code=code, **extra)
 
 
 def gang(gen: int = 0, *, failed: bool = False, **how: Any) -> list[PodView]:

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from support.planning import META, NOW, REPLICA_SCOPE, observe, services, settle, spec
+from support.planning import META, NOW, REPLICA_SCOPE, observe, replica_pod, services, settle, spec
 
 from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJobSpec
@@ -25,20 +25,7 @@ HEALTHY = NodeView("a", "True", NOW - timedelta(hours=1))
 
 
 def pod(kind: str, index: int, node: str = "a", *, deleting: bool = False) -> PodView:
-    return PodView(
-        f"j-{kind}-{index}",
-        f"uid-{kind}-{index}",
-        kind,
-        index,
-        "Running",
-        None,
-        deleting,
-        0,
-        False,
-        (),
-        bound=bool(node),
-        node=node,
-    )
+    return replica_pod(kind, index, deleting=deleting, bound=bool(node), node=node)
 
 
 def running(node: str = "a", *, deleting: bool = False) -> list[PodView]:
