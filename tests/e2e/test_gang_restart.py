@@ -32,14 +32,7 @@ async def test_a_failed_worker_restarts_the_gang_once_and_the_job_succeeds(
     await job.wait_phase("Running")
     await job.kubelet.finish(f"{job.name}-worker-1", 1)
 
-    async def all_replaced() -> bool:
-        pods = await job.pods()
-        return set(pods) == workers and all(
-            pods[n].metadata.uid != first[n].metadata.uid for n in workers
-        )
-
-    await job.wait("every pod created again", all_replaced)
-    second = await job.pods()
+    second = await job.wait_all_replaced(first, "every pod created again")
     for pod in second.values():
         assert pod.metadata.annotations[constants.ANNOTATION_GANG_RESTARTS] == "1"
         assert pod.metadata.annotations[constants.ANNOTATION_BACKOFF_COUNT] == "1"

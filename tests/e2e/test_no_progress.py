@@ -56,13 +56,7 @@ async def test_a_silent_job_is_restarted_then_failed_with_no_progress(
     await job.wait_phase("Running")
     await report(job, 20)
 
-    async def all_replaced() -> bool:
-        pods = await job.pods()
-        return set(pods) == workers and all(
-            pods[n].metadata.uid != first[n].metadata.uid for n in workers
-        )
-
-    await job.wait("every replica restarted for its silence", all_replaced)
+    await job.wait_all_replaced(first, "every replica restarted for its silence")
     status = await job.status()
     assert (status["backoffCount"], status["gangRestarts"]) == (1, 1)
     cluster = Cluster(kube_client, admitted_namespace)

@@ -99,6 +99,19 @@ class Job:
         await self.wait(f"a new {name}", replaced, timeout)
         return (await self.pods())[name]
 
+    async def wait_all_replaced(self, before: dict[str, Any], what: str) -> dict[str, Any]:
+        """Until every pod of `before` (by name) exists again with a new uid, and no other pod
+        does; the pods then."""
+
+        async def replaced() -> bool:
+            pods = await self.pods()
+            return set(pods) == set(before) and all(
+                pods[n].metadata.uid != before[n].metadata.uid for n in before
+            )
+
+        await self.wait(what, replaced)
+        return await self.pods()
+
     async def wait_services(self, names: set[str], timeout: float = TIMEOUT) -> None:
         async def present() -> bool:
             return await self.services() == names
