@@ -62,7 +62,10 @@ async def _scenario(control_plane: ControlPlane, api: client.ApiClient, namespac
         await job.kubelet.run(tb_pod.metadata.name, ready=True)
         await eventually(lambda: _tensorboard_ready(job), "the TensorBoard ready")
         await job.run_all()
-        await job.kubelet.finish(f"{job.name}-worker-0", 0)
+        # Every replica finishes (the first last: it ends the job), so the clean-up finds all
+        # three pods: a replica still running when the job ends is stopped by the reconciler.
+        for name in sorted(replicas, reverse=True):
+            await job.kubelet.finish(name, 0)
         await job.wait_phase("Succeeded")
         await job.wait_pods(set())
         await eventually(lambda: cluster.events(job.name, "CleanUp"), "the clean-up event")

@@ -26,15 +26,16 @@ from support.processes import ServiceProcess
 
 from torchjob.api import constants
 from torchjob.kube.client import KubeClient
-from torchjob.kube.resources import JOBS, PODS, SERVICES
+from torchjob.kube.resources import JOBS, NODES, PODS, SERVICES
 
 RECOVERY_TIMEOUT = 90.0
-INFORMED = {kind.path(None) for kind in (PODS, SERVICES, JOBS)}
+INFORMED = {kind.path(None) for kind in (PODS, SERVICES, JOBS, NODES)}
 
 
 class Scenario:
-    """A four-replica ExitCode job brought to Running while a watch of the test's own records
-    every pod; then its last worker is killed (exit 137) and must come back exactly once."""
+    """A four-replica ExitCode job (not run by torchrun: it restarts as a gang) brought to
+    Running while a watch of the test's own records every pod; then its last worker is killed
+    (exit 137), and every pod must come back exactly once, the restart counted once."""
 
     def __init__(self, api: client.ApiClient, service_client: KubeClient, namespace: str) -> None:
         self.api = api
@@ -42,14 +43,13 @@ class Scenario:
         self.job = Job(api, namespace, manifest)
         self.history = PodHistory(service_client, namespace)
         self.worker = f"{self.job.name}-worker-3"
-        self.worker_uid = ""
+        self.first: dict[str, Any] = {}
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Scenario]:
         async with self.history.watching():
             await self.job.create()
-            pods = await self.job.wait_pods(names(self.job.name, "worker", 4))
-            self.worker_uid = pods[self.worker].metadata.uid
+            self.first = await self.job.wait_pods(names(self.job.name, "worker", 4))
             await self.job.run_all()
             await self.job.wait_phase("Running")
             yield self
@@ -58,19 +58,18 @@ class Scenario:
         await self.job.kubelet.finish(self.worker, 137)
 
     async def finishes_after_one_restart(self) -> None:
-        """The killed worker comes back counted once; the job then succeeds; no other pod was
-        ever created twice."""
+        """Every pod comes back once, the gang's restart counted once; the job then succeeds;
+        no pod was ever created twice."""
         job = self.job
-        replacement = await job.wait_new_pod(self.worker, self.worker_uid, RECOVERY_TIMEOUT)
-        assert replacement.metadata.annotations[constants.ANNOTATION_BACKOFF_COUNT] == "1"
-        await job.kubelet.run(self.worker)
+        gang = await job.wait_all_replaced(self.first, "the gang created again", RECOVERY_TIMEOUT)
+        for pod in gang.values():
+            assert pod.metadata.annotations[constants.ANNOTATION_BACKOFF_COUNT] == "1"
+        await job.run_all()
         await job.kubelet.finish(f"{job.name}-worker-0", 0)
         status = await job.wait_phase("Succeeded")
         assert condition(status, "Completed")["reason"] == "MasterSucceeded"
-        assert status["backoffCount"] == 1
-        every_pod = sorted(names(job.name, "worker", 4))
-        expected = {name: 2 if name == self.worker else 1 for name in every_pod}
-        assert self.history.created() == expected
+        assert (status["backoffCount"], status["gangRestarts"]) == (1, 1)
+        assert self.history.created() == dict.fromkeys(names(job.name, "worker", 4), 2)
 
 
 @pytest.fixture

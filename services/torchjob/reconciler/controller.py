@@ -192,6 +192,7 @@ class Reconciler:
     # -- event handlers: map every change to its job's key --------------------------------------
 
     def _job_changed(self, job: dict[str, Any]) -> None:
+        self._job_seen(job)
         self.queue.add(JobKey.of(job))
 
     def _job_deleted(self, job: dict[str, Any]) -> None:
@@ -199,8 +200,15 @@ class Reconciler:
         self.queue.add(JobKey.of(job))
 
     def _job_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
-        if job_update_matters(old, new):
+        caught_up = self._job_seen(new)
+        if caught_up or job_update_matters(old, new):
             self.queue.add(JobKey.of(new))
+
+    def _job_seen(self, job: dict[str, Any]) -> bool:
+        """The cache shows this version of the job, which may hold a status write of ours a
+        reconcile waits for; True when it was the last thing the job's reconcile waited for."""
+        version = str((job.get("metadata") or {}).get("resourceVersion") or "")
+        return self.expectations.observed_job(JobKey.of(job), version)
 
     def _pod_added(self, pod: dict[str, Any]) -> None:
         self._created(pod, "pod")
@@ -279,6 +287,7 @@ class Reconciler:
         observed = self._observe(job, spec, () if last is None else (last,))
         decision = plan(observed, self.rules)
         refusal = await self.executor.execute(key, job, spec, decision, observed.gang)
+        self._cache_caught_up(key)
         if key.api.kubeflow and not is_terminal(decision.status):
             await self._autoscaler(key, job)
         if refusal is None:
@@ -289,6 +298,7 @@ class Reconciler:
         # carried out, so only its status is written.
         refused = plan(dataclasses.replace(observed, refusals=(refusal,)), self.rules)
         await self.executor.write_refused_status(key, job, decision, refused)
+        self._cache_caught_up(key)
         if refusal.permanent:
             self.refusals.pop(key, None)
             return Result()
@@ -298,6 +308,14 @@ class Reconciler:
         if decision.requeue_after is not None:
             retry = min(retry, decision.requeue_after)
         return Result(requeue_after=retry)
+
+    def _cache_caught_up(self, key: JobKey) -> None:
+        """The watch may show our status write before its answer came back, and so before it was
+        expected: what the cache shows now counts as seen too."""
+        jobs = self.job_informers.get(key.api)
+        found = jobs.get(key.namespace, key.name) if jobs is not None else None
+        if found is not None:
+            self._job_seen(found)
 
     async def _autoscaler(self, key: JobKey, job: dict[str, Any]) -> None:
         """The HorizontalPodAutoscaler a running Kubeflow job's elasticPolicy.metrics asks for."""

@@ -108,7 +108,7 @@ class ReconcilerExecutor:
         """The plan's status, unless the job already shows it, and its Events."""
         if plan.status == ours(job.get("status") or {}):
             return
-        await self.write_status(job, plan.status, job.get("status") or {})
+        await self.write_status(key, job, plan.status, job.get("status") or {})
         for event in plan.status_events:
             log.info("job event", job=str(key), reason=event.reason, event_message=event.message)
             await self.events.record(job, event.type, event.reason, event.message)
@@ -123,7 +123,7 @@ class ReconcilerExecutor:
         if refused.status == (carried.status if written else stored):
             return
         before = carried.status if written else stored
-        await self.write_status(job, refused.status, before)
+        await self.write_status(key, job, refused.status, before)
         for event in refused.status_events:
             if written and event in carried.status_events:
                 continue
@@ -131,7 +131,7 @@ class ReconcilerExecutor:
             await self.events.record(job, event.type, event.reason, event.message)
 
     async def write_status(
-        self, job: dict[str, Any], status: dict[str, Any], before: dict[str, Any]
+        self, key: JobKey, job: dict[str, Any], status: dict[str, Any], before: dict[str, Any]
     ) -> None:
         """Write `status` over `before` (what the job showed) and count what it records. A
         Kubeflow job's status is Kubeflow's, rendered from `status`, which it keeps too."""
@@ -143,7 +143,9 @@ class ReconcilerExecutor:
         written = kind.shown_status(job, status, format_time(now))
         # A second write in the same round (after a refusal) moves on from this one.
         kind.remember_shown(job, written)
-        await patch_status(self.resources, meta, written, api)
+        version = await patch_status(self.resources, meta, written, api)
+        # The next round must read this status back, not the one before it (the restart ledger).
+        self.expectations.expect_status(key, version)
         self.metrics.written(meta, before, status, now)
 
     async def ensure_autoscaler(
