@@ -192,8 +192,10 @@ def reconciler_kubeconfig(control_plane: ControlPlane) -> Path:
 
 
 # Tests restart replicas after this delay, not the reconciler's default of 10 seconds; a test of
-# the delay itself passes --restart-backoff again (the last one given wins).
-TEST_RESTART_BACKOFF = ("--restart-backoff", "0.2")
+# the delay itself passes --restart-backoff again (the last one given wins). A job that succeeded
+# stops its other replicas at once, not after the default 30 seconds (the test kubelet ends no
+# pod by itself; the grace is shown on the real node and in tests/unit/test_finishing.py).
+TEST_RESTART_BACKOFF = ("--restart-backoff", "0.2", "--success-grace", "0")
 
 
 def start_reconciler(

@@ -25,6 +25,7 @@ from support.planning import (
 from torchjob.api import constants
 from torchjob.api.objects import PodPhase
 from torchjob.api.types import PyTorchTrainingJobSpec
+from torchjob.lifecycle.backoff import RestartRules
 from torchjob.lifecycle.finishing import recorded_outcome
 from torchjob.lifecycle.housekeeping import (
     HousekeepingObserved,
@@ -255,3 +256,19 @@ def test_a_pod_stuck_terminating_on_a_lost_node_is_force_deleted_and_does_not_ho
     # The job is marked once the pod is gone.
     done = round_with_nodes(job, [pods[0]], lost.status, [ready], later)
     assert done.status["phase"] == "Succeeded"
+
+
+def test_with_a_success_grace_the_others_may_finish_on_their_own_first() -> None:
+    """The reconciler's --success-grace: a worker about to exit 0 when the master succeeds is
+    not killed (its log stays with the pods cleanUpPolicy None keeps); past it, it is stopped."""
+    job = spec()
+    rules = RestartRules(success_grace=30)
+    ended = master_ended(job)
+    first = observe(job, ended, settle(job, running()), rules=rules)
+    assert first.delete_pods == [] and first.requeue_after == 30
+    assert first.status["phase"] == "Running"
+    [told] = [e for e in first.status_events if e.reason == constants.REASON_STOPPING]
+    assert "waiting up to 30s" in told.message
+    later = observe(job, ended, first.status, LATER, rules=rules)
+    assert sorted(later.delete_pods) == WORKERS
+    assert later.status["phase"] == "Running", "Succeeded once they are gone"

@@ -64,6 +64,9 @@ class RestartRules:
     gang_restart_window: float = GANG_RESTART_WINDOW
     progress_deadline: int = PROGRESS_DEADLINE
     start_deadline: int = START_DEADLINE
+    # Seconds the other replicas of a job that succeeded may take to finish on their own before
+    # they are stopped (lifecycle/finishing.py); the reconciler's --success-grace.
+    success_grace: float = 0.0
 
 
 DEFAULT_RULES = RestartRules()

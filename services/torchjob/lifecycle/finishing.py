@@ -17,6 +17,7 @@ else. A pod stuck being deleted on a node that will never confirm it is force-de
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from torchjob.api import constants
@@ -24,6 +25,7 @@ from torchjob.lifecycle.conditions import COMPLETED_REASONS, FAILED_REASONS, Eve
 from torchjob.lifecycle.nodes import judge_nodes
 from torchjob.lifecycle.observe import PodView
 from torchjob.lifecycle.round import Outcome, Round
+from torchjob.lifecycle.times import parse_time
 
 
 def recorded_outcome(status: Mapping[str, Any]) -> Outcome | None:
@@ -53,15 +55,37 @@ def stop(
     grace has not run out yet; None when there is none."""
     deleting = {name for name, _ in delete_pods}
     running = unfinished(state.observed.pods)
+    grace = grace_left(state)
     for pod in running:
-        if not pod.deleting and pod.name not in deleting:
+        if not grace and not pod.deleting and pod.name not in deleting:
             delete_pods.append((pod.name, pod.uid))
     state.stopping = [pod.name for pod in running]
     observed = state.observed
     terminating = [pod for pod in running if pod.deleting]
     stuck = judge_nodes(terminating, (), observed.nodes, observed.now, lambda _: None)
     force_delete_pods += [pod for pod in stuck.force_delete if pod not in force_delete_pods]
-    return stuck.recheck
+    waits = [w for w in (stuck.recheck, grace if running and grace else None) if w is not None]
+    return min(waits, default=None)
+
+
+def grace_left(state: Round) -> float:
+    """Seconds the replicas of a job that succeeded still have to finish on their own (the
+    rules' success_grace: they leave the process group a moment after the one whose success
+    ended the job, and a worker about to exit 0 should not be killed, its log lost); 0 for a job
+    that failed, whose replicas are stopped at once."""
+    outcome = state.outcome
+    if outcome is None or not outcome.succeeded:
+        return 0.0
+    since = _ending_recorded_at(state.observed.status) or state.observed.now
+    grace = state.rules.success_grace
+    return max(0.0, grace - (state.observed.now - since).total_seconds())
+
+
+def _ending_recorded_at(status: Mapping[str, Any]) -> datetime | None:
+    if recorded_outcome(status) is None:
+        return None
+    running = [c for c in status.get("conditions") or () if c.get("type") == "Running"]
+    return parse_time(running[0].get("lastTransitionTime")) if running else None
 
 
 def stopping_events(state: Round) -> list[Event]:
@@ -70,7 +94,14 @@ def stopping_events(state: Round) -> list[Event]:
     outcome = state.outcome
     if outcome is None or not state.stopping or recorded_outcome(state.observed.status):
         return []
-    phase = "Succeeded" if outcome.succeeded else "Failed"
     names = ", ".join(sorted(state.stopping))
-    message = f"{outcome.message}: stopping {names} before the job is marked {phase}"
+    if outcome.succeeded and state.rules.success_grace:
+        message = (
+            f"{outcome.message}: waiting up to {state.rules.success_grace:.0f}s for {names} to "
+            "finish, then "
+            "stopping them, before the job is marked Succeeded"
+        )
+    else:
+        phase = "Succeeded" if outcome.succeeded else "Failed"
+        message = f"{outcome.message}: stopping {names} before the job is marked {phase}"
     return [Event("Normal", constants.REASON_STOPPING, message)]

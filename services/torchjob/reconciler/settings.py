@@ -33,6 +33,7 @@ from torchjob.runtime.settings import (
 )
 
 DEFAULT_WORKERS = 4
+SUCCESS_GRACE = 30.0  # --success-grace: the reconciler's, not the pure rules' default of 0
 MAX_GANG_RESTART_TIMES = 64  # status.gangRestartTimes holds at most this many (the CRD's bound)
 
 
@@ -42,6 +43,7 @@ class Settings(service.Settings):
     restart_backoff: float = BASE_DELAY
     start_deadline: int = DEFAULT_START_DEADLINE
     node_lost_grace: float = DEFAULT_NODE_LOST_GRACE
+    success_grace: float = SUCCESS_GRACE
     replica_restarts_before_gang: int = REPLICA_RESTARTS_BEFORE_GANG
     gang_restart_limit: int = GANG_RESTART_LIMIT
     gang_restart_window: float = GANG_RESTART_WINDOW
@@ -56,6 +58,7 @@ class Settings(service.Settings):
             gang_restart_window=self.gang_restart_window,
             progress_deadline=self.progress_deadline,
             start_deadline=self.start_deadline,
+            success_grace=self.success_grace,
         )
 
 
@@ -208,6 +211,16 @@ NODE_LOST_GRACE = Setting(
 )
 
 
+SUCCESS_GRACE_SETTING = Setting(
+    "--success-grace",
+    f"{PREFIX}SUCCESS_GRACE",
+    SUCCESS_GRACE,
+    "seconds the other replicas of a job that succeeded may take to finish on their own before "
+    "they are stopped and the job is marked Succeeded (a worker about to exit 0 keeps its log)",
+    check=_not_negative,
+)
+
+
 def declared() -> tuple[Setting, ...]:
     return (
         *leader_settings("reconciler", DEFAULT_WORKERS),
@@ -216,6 +229,7 @@ def declared() -> tuple[Setting, ...]:
         *RESTARTS,
         START_DEADLINE,
         NODE_LOST_GRACE,
+        SUCCESS_GRACE_SETTING,
     )
 
 
