@@ -8,7 +8,6 @@ job's first report, which comes as a status write of someone else's."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from kubernetes_asyncio import client
 from support.cluster import Cluster, Job, condition
@@ -26,16 +25,7 @@ async def report(job: Job, percentage: int) -> None:
         "metrics": [{"name": "loss", "value": "0.5"}],
         "lastUpdatedTime": now,
     }
-    patch: Any = job.objects.patch_namespaced_custom_object_status  # stubs omit _content_type
-    await patch(
-        job.group,
-        job.version,
-        job.namespace,
-        job.plural,
-        job.name,
-        {"status": {"trainerStatus": trainer}},
-        _content_type="application/merge-patch+json",
-    )
+    await job.patch_status({"trainerStatus": trainer})
 
 
 async def test_a_silent_job_is_restarted_then_failed_with_no_progress(

@@ -46,14 +46,22 @@ class Job:
         return dict((await self.get()).get("status") or {})
 
     async def patch_spec(self, spec: dict[str, Any]) -> None:
-        patch: Any = self.objects.patch_namespaced_custom_object  # stubs omit _content_type
+        await self._merge_patch(self.objects.patch_namespaced_custom_object, {"spec": spec})
+
+    async def patch_status(self, status: dict[str, Any]) -> None:
+        """A merge patch of the status subresource, as another writer of it would send."""
+        patch = self.objects.patch_namespaced_custom_object_status
+        await self._merge_patch(patch, {"status": status})
+
+    async def _merge_patch(self, patch: Any, body: dict[str, Any]) -> None:
+        # (`patch` is Any: the client's stubs omit _content_type.)
         await patch(
             self.group,
             self.version,
             self.namespace,
             self.plural,
             self.name,
-            {"spec": spec},
+            body,
             _content_type="application/merge-patch+json",
         )
 

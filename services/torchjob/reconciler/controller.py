@@ -264,10 +264,14 @@ class Reconciler:
 
     # -- reconcile -------------------------------------------------------------------------------
 
+    def _cached(self, key: JobKey) -> dict[str, Any] | None:
+        """The cached job of `key`, as stored."""
+        jobs = self.job_informers.get(key.api)
+        return jobs.get(key.namespace, key.name) if jobs is not None else None
+
     def _job(self, key: JobKey) -> dict[str, Any] | None:
         """The cached job of `key`; a Kubeflow job as the PyTorchTrainingJob that runs it."""
-        jobs = self.job_informers.get(key.api)
-        found = jobs.get(key.namespace, key.name) if jobs is not None else None
+        found = self._cached(key)
         return as_run(found) if found is not None else None
 
     async def reconcile(self, key: JobKey) -> Result:
@@ -312,8 +316,7 @@ class Reconciler:
     def _cache_caught_up(self, key: JobKey) -> None:
         """The watch may show our status write before its answer came back, and so before it was
         expected: what the cache shows now counts as seen too."""
-        jobs = self.job_informers.get(key.api)
-        found = jobs.get(key.namespace, key.name) if jobs is not None else None
+        found = self._cached(key)
         if found is not None:
             self._job_seen(found)
 
