@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 from support.jobs import JobBuilder
 
-from torchjob.api import constants
+from torchjob.api import constants, quantities
 from torchjob.cli.completion import bash_script, zsh_script
 from torchjob.cli.main import parser
-from torchjob.cli.views import description, quantities, tables
+from torchjob.cli.views import description, tables
+from torchjob.lifecycle import summary
 
 NOW = datetime(2026, 1, 2, 12, 0, 0, tzinfo=UTC)
 
@@ -175,9 +176,9 @@ def test_a_progress_report_out_of_shape_shows_nothing() -> None:
     """The schema bounds what the apiserver stores; a view still never fails on a status."""
     odd = job("odd", phase="Running", trainerStatus={"progressPercentage": True})
     odd["status"]["trainerStatus"]["estimatedRemainingSeconds"] = "soon"
-    assert tables.progress_text(odd) == "-" and tables.eta_text(odd) == "-"
+    assert summary.progress_text(odd) == "-" and summary.eta_text(odd) == "-"
     listed = job("listed", phase="Running", trainerStatus=["45"])
-    assert tables.progress_text(listed) == "-" and tables.eta_text(listed) == "-"
+    assert summary.progress_text(listed) == "-" and summary.eta_text(listed) == "-"
 
 
 def test_a_job_is_described_with_the_progress_its_training_process_reports() -> None:
@@ -284,13 +285,13 @@ def test_a_replica_waiting_to_start_says_why() -> None:
         phase="Pending",
         containerStatuses=[{"name": "python", "state": {"waiting": {"reason": "ErrImagePull"}}}],
     )
-    assert tables.pod_reason(waiting) == "ErrImagePull"
+    assert summary.pod_reason(waiting) == "ErrImagePull"
     initialising = pod(
         "p",
         phase="Pending",
         initContainerStatuses=[{"name": "wait-for-master", "state": {"running": {}}}],
     )
-    assert tables.pod_reason(initialising) == "Init:wait-for-master Running"
+    assert summary.pod_reason(initialising) == "Init:wait-for-master Running"
 
 
 def test_top_job_counts_what_the_spec_asks_and_what_pods_on_nodes_hold() -> None:
@@ -447,8 +448,8 @@ def test_what_the_kubectl_plugin_completes(words: list[str], expected: list[str]
 def test_a_replicas_restarts_are_carried_by_its_pod() -> None:
     restarted = pod("p", containerStatuses=[{"name": "python", "restartCount": 1}])
     restarted["metadata"]["annotations"] = {constants.ANNOTATION_CONSECUTIVE_RESTARTS: "2"}
-    assert tables.pod_restarts(restarted) == 3
-    assert tables.pod_restarts(pod("q")) == 0
+    assert summary.pod_restarts(restarted) == 3
+    assert summary.pod_restarts(pod("q")) == 0
 
 
 def test_events_are_ordered_by_time_whatever_its_precision() -> None:

@@ -20,6 +20,7 @@ from torchjob.cli.connection import CliError, Cluster, Target, connect, context_
 from torchjob.cli.manifest import InvalidManifest, admit, read_manifest
 from torchjob.cli.views import description, tables
 from torchjob.cli.views.submission import Submission, SubmissionError, build_job
+from torchjob.lifecycle import summary
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_TIMEOUT = 0, 1, 2, 124
 FINISHED = ("Succeeded", "Failed")
@@ -203,7 +204,7 @@ async def related_events(
     for the pods of replicas that were replaced since)."""
     uids = {job["metadata"].get("uid")} | {p["metadata"].get("uid") for p in pods}
     # A replica `worker-1` of job `train` has the pod `train-worker-1`.
-    names = {f"{job['metadata']['name']}-{replica}" for replica, _ in tables.replica_pods(job, [])}
+    names = {f"{job['metadata']['name']}-{replica}" for replica, _ in summary.replica_pods(job, [])}
     found = []
     for event in await cluster.events():
         involved = event.get("involvedObject") or {}
@@ -250,7 +251,7 @@ async def resume(args: argparse.Namespace) -> int:
 async def _set_paused(args: argparse.Namespace, paused: bool) -> int:
     async with connect(target_of(args)) as cluster:
         job = await cluster.get_job(args.job)
-        phase = tables.phase(job)
+        phase = summary.phase(job)
         if phase in FINISHED:
             raise CliError(
                 f"job {args.job} has ended ({phase}); there is nothing to {args.command}"
@@ -305,7 +306,7 @@ async def _until_phase(
     last = None
     while True:
         job = await cluster.get_job(name)
-        phase = tables.phase(job)
+        phase = summary.phase(job)
         if phase != last:
             sys.stderr.write(f"job {name}: {phase}\n")
             sys.stderr.flush()

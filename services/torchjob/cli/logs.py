@@ -13,7 +13,7 @@ from torchjob.api.queries import training_container_in
 from torchjob.api.types import PyTorchTrainingJob
 from torchjob.cli.commands import EXIT_SUCCEEDED, target_of
 from torchjob.cli.connection import CliError, Cluster, connect
-from torchjob.cli.views import tables
+from torchjob.lifecycle import summary
 from torchjob.render.topology import master_of, replica_name
 
 WAIT_POLL = 1.0
@@ -27,7 +27,7 @@ NO_PREVIOUS = (
 async def logs(args: argparse.Namespace) -> int:
     async with connect(target_of(args)) as cluster:
         job = await cluster.get_job(args.job)
-        replicas = [name for name, _ in tables.replica_pods(job, [])]
+        replicas = [name for name, _ in summary.replica_pods(job, [])]
         if args.all:
             chosen = replicas
         elif args.replica:
@@ -68,7 +68,7 @@ async def _replica_log(
     pod = await cluster.get_pod(pod_name)
     if pod is None:
         raise CliError(
-            f"replica {replica} has no pod now (job phase {tables.phase(job)}); "
+            f"replica {replica} has no pod now (job phase {summary.phase(job)}); "
             "torchjob get shows why"
         )
     container = args.container or _training_container(pod)
@@ -78,7 +78,7 @@ async def _replica_log(
     if args.follow:
         await _until_started(cluster, pod_name, container, replica)
     elif not _started(pod, container):
-        why = tables.pod_reason(pod) or tables.pod_phase(pod)
+        why = summary.pod_reason(pod) or summary.pod_phase(pod)
         raise CliError(f"replica {replica} has not started yet ({why}); -f waits for it")
     await _print(cluster, pod_name, container, prefix, args, previous=False)
 
@@ -111,7 +111,7 @@ async def _until_started(cluster: Cluster, pod_name: str, container: str, replic
             raise CliError(f"pod {pod_name} of replica {replica} was deleted")
         if _started(pod, container):
             return
-        why = tables.pod_reason(pod) or tables.pod_phase(pod)
+        why = summary.pod_reason(pod) or summary.pod_phase(pod)
         if why != said:
             sys.stderr.write(f"waiting for {replica} to start ({why})\n")
             sys.stderr.flush()

@@ -8,9 +8,9 @@ import argparse
 import sys
 from typing import Any
 
+from torchjob.api.quantities import Resources, quantity
 from torchjob.cli.commands import EXIT_SUCCEEDED, target_of
 from torchjob.cli.connection import connect
-from torchjob.cli.views.quantities import Resources, quantity
 from torchjob.cli.views.tables import top_job_table, top_node_table
 
 

@@ -43,73 +43,76 @@ def _positive(value: float) -> str | None:
     return None if value > 0 else "must be positive"
 
 
+# The console's own settings, after every service's (common_settings).
+CONSOLE_SETTINGS: tuple[Setting, ...] = (
+    Setting("--host", f"{PREFIX}CONSOLE_HOST", "0.0.0.0", "the address pages are served on"),
+    Setting("--port", f"{PREFIX}CONSOLE_PORT", 8000, "the plain-HTTP port pages are served on"),
+    Setting(
+        "--auth-mode",
+        f"{PREFIX}CONSOLE_AUTH_MODE",
+        AUTH_TOKEN,
+        "token: each user signs in with a bearer token of their own; proxy: a trusted "
+        "authenticating proxy names the user in headers and the console impersonates them",
+        choices=(AUTH_TOKEN, AUTH_PROXY),
+    ),
+    Setting(
+        "--proxy-user-header",
+        f"{PREFIX}CONSOLE_PROXY_USER_HEADER",
+        "X-Forwarded-User",
+        "proxy mode: the header the proxy names the user in",
+    ),
+    Setting(
+        "--proxy-groups-header",
+        f"{PREFIX}CONSOLE_PROXY_GROUPS_HEADER",
+        "X-Forwarded-Groups",
+        "proxy mode: the header the proxy lists the user's groups in, comma-separated",
+    ),
+    Setting(
+        "--external-url",
+        f"{PREFIX}CONSOLE_EXTERNAL_URL",
+        None,
+        "the console's address as browsers reach it; a change must come from this origin",
+        documented_default="the origin of the request's own Host",
+    ),
+    Setting(
+        "--namespaces",
+        f"{PREFIX}CONSOLE_NAMESPACES",
+        "",
+        "comma-separated namespaces offered to users who may not list namespaces",
+    ),
+    Setting(
+        "--prometheus-url",
+        f"{PREFIX}CONSOLE_PROMETHEUS_URL",
+        None,
+        "the cluster's Prometheus, for resource use over time; else metrics.k8s.io samples",
+    ),
+    Setting(
+        "--session-idle-seconds",
+        f"{PREFIX}CONSOLE_SESSION_IDLE_SECONDS",
+        3600.0,
+        "a session unused this long is signed out",
+        check=_positive,
+    ),
+    Setting(
+        "--session-max-seconds",
+        f"{PREFIX}CONSOLE_SESSION_MAX_SECONDS",
+        43200.0,
+        "a session is signed out this long after sign-in (sooner when its token expires)",
+        check=_positive,
+    ),
+    Setting(
+        "--max-body-bytes",
+        f"{PREFIX}CONSOLE_MAX_BODY_BYTES",
+        256 * 1024,
+        "the largest form or YAML accepted; larger ones are refused with 413",
+        check=lambda value: None if value >= 1024 else "must be at least 1024",
+    ),
+)
+
+
 def declared(environ: Mapping[str, str]) -> tuple[Setting, ...]:
     del environ  # every default is fixed
-    return (
-        *common_settings("the namespace the console runs in"),
-        Setting("--host", f"{PREFIX}CONSOLE_HOST", "0.0.0.0", "the address pages are served on"),
-        Setting("--port", f"{PREFIX}CONSOLE_PORT", 8000, "the plain-HTTP port pages are served on"),
-        Setting(
-            "--auth-mode",
-            f"{PREFIX}CONSOLE_AUTH_MODE",
-            AUTH_TOKEN,
-            "token: each user signs in with a bearer token of their own; proxy: a trusted "
-            "authenticating proxy names the user in headers and the console impersonates them",
-            choices=(AUTH_TOKEN, AUTH_PROXY),
-        ),
-        Setting(
-            "--proxy-user-header",
-            f"{PREFIX}CONSOLE_PROXY_USER_HEADER",
-            "X-Forwarded-User",
-            "proxy mode: the header the proxy names the user in",
-        ),
-        Setting(
-            "--proxy-groups-header",
-            f"{PREFIX}CONSOLE_PROXY_GROUPS_HEADER",
-            "X-Forwarded-Groups",
-            "proxy mode: the header the proxy lists the user's groups in, comma-separated",
-        ),
-        Setting(
-            "--external-url",
-            f"{PREFIX}CONSOLE_EXTERNAL_URL",
-            None,
-            "the console's address as browsers reach it; a change must come from this origin",
-            documented_default="the origin of the request's own Host",
-        ),
-        Setting(
-            "--namespaces",
-            f"{PREFIX}CONSOLE_NAMESPACES",
-            "",
-            "comma-separated namespaces offered to users who may not list namespaces",
-        ),
-        Setting(
-            "--prometheus-url",
-            f"{PREFIX}CONSOLE_PROMETHEUS_URL",
-            None,
-            "the cluster's Prometheus, for resource use over time; else metrics.k8s.io samples",
-        ),
-        Setting(
-            "--session-idle-seconds",
-            f"{PREFIX}CONSOLE_SESSION_IDLE_SECONDS",
-            3600.0,
-            "a session unused this long is signed out",
-            check=_positive,
-        ),
-        Setting(
-            "--session-max-seconds",
-            f"{PREFIX}CONSOLE_SESSION_MAX_SECONDS",
-            43200.0,
-            "a session is signed out this long after sign-in (sooner when its token expires)",
-            check=_positive,
-        ),
-        Setting(
-            "--max-body-bytes",
-            f"{PREFIX}CONSOLE_MAX_BODY_BYTES",
-            256 * 1024,
-            "the largest form or YAML accepted; larger ones are refused with 413",
-            check=lambda value: None if value >= 1024 else "must be at least 1024",
-        ),
-    )
+    return (*common_settings("the namespace the console runs in"), *CONSOLE_SETTINGS)
 
 
 def _csv(text: str) -> tuple[str, ...]:
@@ -118,9 +121,7 @@ def _csv(text: str) -> tuple[str, ...]:
 
 def parse(argv: list[str] | None = None) -> Settings:
     settings = declared(environment())
-    parser = parser_of(
-        "python -m torchjob.console", "torchjob console", settings, environment()
-    )
+    parser = parser_of("python -m torchjob.console", "torchjob console", settings, environment())
     values = values_of(parser, settings, argv, environment())
     values["namespaces"] = _csv(values["namespaces"])
     values["external_url"] = (values["external_url"] or "").rstrip("/") or None

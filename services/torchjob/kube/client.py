@@ -12,12 +12,20 @@ import asyncio
 import os
 import time
 import urllib.request
-from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    Awaitable,
+    Callable,
+    Mapping,
+    Sequence,
+)
 from typing import Any, Final
 from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
+from multidict import CIMultiDict
 from prometheus_client import Counter, Histogram
 
 from torchjob.kube.credentials import Credentials, in_cluster
@@ -110,8 +118,12 @@ class KubeClient:
         max_connections: int = 100,
         limiter: TokenBucket | None = None,
         events_limiter: TokenBucket | None = None,
+        headers: Sequence[tuple[str, str]] = (),
     ) -> None:
         self.host = credentials.host
+        # Sent with every request, a name given more than once sent as many times (the console's
+        # Impersonate-User and Impersonate-Group headers).
+        self._headers = tuple(headers)
         self.limiter = limiter
         self.events_limiter = events_limiter
         self._token = credentials.token
@@ -197,7 +209,8 @@ class KubeClient:
         time_limits: aiohttp.ClientTimeout | None,
     ) -> aiohttp.ClientResponse:
         REQUESTS.labels(method).inc()
-        headers = {"Accept": JSON}
+        headers = CIMultiDict(self._headers)
+        headers["Accept"] = JSON
         authorization = self._token.authorization()
         if authorization:
             headers["Authorization"] = authorization

@@ -110,8 +110,10 @@ def tls_context(
     return context
 
 
-def in_cluster(directory: Path = SERVICE_ACCOUNT) -> Credentials:
-    """The pod's service account: its token and CA files, and the apiserver's Service address."""
+def in_cluster(directory: Path = SERVICE_ACCOUNT, *, with_token: bool = True) -> Credentials:
+    """The pod's service account: its token and CA files, and the apiserver's Service address;
+    without its token (`with_token` False) for a service that sends its users' credentials only
+    (the console), whose pod mounts no token."""
     host = os.environ.get("KUBERNETES_SERVICE_HOST")
     port = os.environ.get("KUBERNETES_SERVICE_PORT")
     if not host or not port:
@@ -124,6 +126,5 @@ def in_cluster(directory: Path = SERVICE_ACCOUNT) -> Credentials:
     ca_file = directory / "ca.crt"
     if not ca_file.is_file():
         raise ConfigError(f"no service account CA at {ca_file}")
-    return Credentials(
-        f"https://{host}:{port}", tls_context(ca_file=str(ca_file)), TokenFile(directory / "token")
-    )
+    token: Token = TokenFile(directory / "token") if with_token else StaticToken(None)
+    return Credentials(f"https://{host}:{port}", tls_context(ca_file=str(ca_file)), token)

@@ -19,6 +19,10 @@ class KubeError(Exception):
         self.body = body or {}
 
 
+class Unauthorized(KubeError):
+    """401: the credentials were refused (an unknown, forged or expired token)."""
+
+
 class NotFound(KubeError):
     """404: the object does not exist."""
 
@@ -40,6 +44,7 @@ class Gone(KubeError):
 
 
 _BY_STATUS: dict[int, type[KubeError]] = {
+    401: Unauthorized,
     404: NotFound,
     409: Conflict,
     403: Forbidden,

@@ -53,6 +53,23 @@ async def load(path: str) -> Credentials:
     return await _loaded_by_kubernetes_asyncio(path)
 
 
+def load_server(path: str) -> Credentials:
+    """Where the current context's apiserver is and the CA it is trusted by, with no credentials
+    at all: not the kubeconfig user's token, nor its client certificate (the console sends each
+    of its users' own)."""
+    file = _expanded(path)
+    return _credentials(_current(_read(file), "cluster"), {}, file.parent)
+
+
+def load_token(path: str) -> Token:
+    """The current context user's token (or token file): the console's own, in proxy mode."""
+    file = _expanded(path)
+    user = _current(_read(file), "user")
+    if not user.get("token") and user.get("tokenFile"):
+        return TokenFile(file.parent / user["tokenFile"])
+    return StaticToken(user.get("token"))
+
+
 def _expanded(path: str) -> Path:
     return Path(path).expanduser()  # KUBECONFIG=~/.kube/config, as client-go reads it
 

@@ -8,14 +8,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from torchjob.cli.views.quantities import format_cpu, format_gpus, format_memory, job_requests
-from torchjob.cli.views.tables import (
+from torchjob.api.quantities import format_cpu, format_gpus, format_memory, job_requests
+from torchjob.cli.views.tables import NONE, age, parse_time, table
+from torchjob.lifecycle.progress import seconds_since_report
+from torchjob.lifecycle.summary import (
     NO_VALUE,
-    NONE,
-    age,
     duration,
     eta_text,
-    parse_time,
     phase,
     pod_phase,
     pod_reason,
@@ -23,9 +22,7 @@ from torchjob.cli.views.tables import (
     progress_text,
     replica_pods,
     reported_progress,
-    table,
 )
-from torchjob.lifecycle.progress import seconds_since_report
 from torchjob.render.tensorboard import PORT as TENSORBOARD_PORT
 from torchjob.render.tensorboard import tensorboard_name, tensorboard_url
 

@@ -1,0 +1,154 @@
+"""Signing in, and finding the signed-in user of every request.
+
+Token mode: the user pastes a bearer token on the sign-in page (or an OIDC proxy in front sends
+it as `Authorization: Bearer`); a SelfSubjectReview made with it says who it is, and a refused
+token is refused here with the apiserver's answer. Proxy mode: a trusted authenticating proxy
+names the user and groups in headers, and the console impersonates them; the chart lets only the
+proxy reach the console then. Either way the browser gets a session cookie and nothing else.
+
+The console never forwards a request's own headers to the apiserver: an `Impersonate-User` sent
+by a browser is dropped with the rest, and in token mode the proxy headers are ignored."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import structlog
+from aiohttp import web
+
+from torchjob.console.identity import Identity, review, token_expiry
+from torchjob.console.keys import API_SERVER, PAGES, SESSION, SESSIONS, SETTINGS
+from torchjob.console.security import Handler
+from torchjob.console.sessions import COOKIE, Session, digest
+from torchjob.console.settings import AUTH_PROXY
+from torchjob.kube.errors import KubeError, Unauthorized
+
+log = structlog.get_logger("torchjob.console")
+
+# Pages any visitor may see: sign-in itself and the static files.
+OPEN_PATHS = ("/sign-in", "/static/")
+MAX_TOKEN_CHARS = 16384
+
+
+def set_cookie(response: web.StreamResponse, session: Session) -> None:
+    response.set_cookie(COOKIE, session.id, httponly=True, secure=True, samesite="Strict", path="/")
+
+
+async def sign_in_page(request: web.Request) -> web.Response:
+    if request.app[SETTINGS].auth_mode == AUTH_PROXY:
+        raise web.HTTPFound("/")
+    return request.app[PAGES].response("sign_in.html", message="", next=_next(request))
+
+
+async def sign_in(request: web.Request) -> web.StreamResponse:
+    form = await request.post()
+    token = str(form.get("token") or "").strip().removeprefix("Bearer ").strip()
+    pages = request.app[PAGES]
+    if not token or len(token) > MAX_TOKEN_CHARS or any(c.isspace() for c in token):
+        return pages.response(
+            "sign_in.html", status=400, message="Paste one bearer token.", next=_next(request)
+        )
+    try:
+        session = await _open_token_session(request, token)
+    except Unauthorized:
+        return pages.response(
+            "sign_in.html",
+            status=401,
+            message="The cluster does not accept this token: it is unknown, forged or expired.",
+            next=_next(request),
+        )
+    response = web.HTTPSeeOther(_next(request))
+    set_cookie(response, session)
+    return response
+
+
+async def sign_out(request: web.Request) -> web.StreamResponse:
+    sessions = request.app[SESSIONS]
+    session_id = request.cookies.get(COOKIE)
+    if session_id:
+        sessions.close(session_id)
+    response = web.HTTPSeeOther("/sign-in")
+    response.del_cookie(COOKIE, path="/")
+    return response
+
+
+@web.middleware
+async def require_session(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Sets the request's session, or sends the browser to sign in. A session whose token the
+    apiserver stops accepting ends here."""
+    if request.path.startswith(OPEN_PATHS):
+        return await handler(request)
+    session, fresh = await _session_of(request)
+    if session is None:
+        if request.headers.get("HX-Request"):
+            return web.Response(status=401, headers={"HX-Redirect": "/sign-in"})
+        raise web.HTTPSeeOther(
+            f"/sign-in?next={quote(request.path_qs)}" if request.path != "/" else "/sign-in"
+        )
+    request[SESSION] = session
+    structlog.contextvars.bind_contextvars(user=session.identity.username)
+    try:
+        response = await handler(request)
+    except Unauthorized:
+        request.app[SESSIONS].close(session.id)
+        raise web.HTTPSeeOther("/sign-in") from None
+    finally:
+        structlog.contextvars.unbind_contextvars("user")
+    if fresh:
+        set_cookie(response, session)
+    return response
+
+
+async def _session_of(request: web.Request) -> tuple[Session | None, bool]:
+    """The request's session, and whether it was opened for this request."""
+    app = request.app
+    session = app[SESSIONS].find(request.cookies.get(COOKIE))
+    if app[SETTINGS].auth_mode == AUTH_PROXY:
+        identity = _proxied_identity(request)
+        if identity is None:
+            return None, False
+        key = digest(f"{identity.username}\n{','.join(identity.groups)}")
+        if session is not None and session.credential_digest == key:
+            return session, False
+        client = app[API_SERVER].impersonating(identity)
+        return app[SESSIONS].open(identity, client, key), True
+    bearer = request.headers.get("Authorization", "")
+    if not bearer.startswith("Bearer "):
+        return session, False
+    token = bearer.removeprefix("Bearer ").strip()
+    if session is not None and session.credential_digest == digest(token):
+        return session, False
+    try:
+        return await _open_token_session(request, token), True
+    except Unauthorized:
+        return None, False
+
+
+async def _open_token_session(request: web.Request, token: str) -> Session:
+    client = request.app[API_SERVER].as_token_holder(token)
+    try:
+        identity = await review(client)
+    except BaseException:
+        await client.close()
+        raise
+    log.info("signed in", user=identity.username)
+    return request.app[SESSIONS].open(identity, client, digest(token), token_expiry(token))
+
+
+def _proxied_identity(request: web.Request) -> Identity | None:
+    settings = request.app[SETTINGS]
+    user = request.headers.get(settings.proxy_user_header, "").strip()
+    if not user:
+        return None
+    groups = request.headers.get(settings.proxy_groups_header, "")
+    return Identity(user, tuple(g.strip() for g in groups.split(",") if g.strip()))
+
+
+def _next(request: web.Request) -> str:
+    """Where to go after signing in: a path of this console only."""
+    target = request.query.get("next", "/")
+    return target if target.startswith("/") and not target.startswith("//") else "/"
+
+
+def describe(error: KubeError) -> str:
+    return f"{error.status} {error.reason}: {error.message}"
