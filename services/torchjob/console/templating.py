@@ -35,7 +35,7 @@ class Pages:
         self.environment = jinja2.Environment(
             loader=jinja2.FileSystemLoader(directory),
             autoescape=True,
-            undefined=jinja2.StrictUndefined,
+            undefined=jinja2.ChainableUndefined,
             trim_blocks=True,
             lstrip_blocks=True,
         )

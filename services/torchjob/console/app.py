@@ -1,0 +1,94 @@
+"""The console: aiohttp, wired together.
+
+`init_app` puts what the pages read into the application (`keys`), and what runs beside them into
+its cleanup contexts: the probes on a port of their own, and the sweep that ends idle sessions.
+Every page's Kubernetes request is made with its session's client (`user_api`); the console
+holds no client of its own that reads anything."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import structlog
+from aiohttp import web
+
+from torchjob.console import auth, jobs, namespaces, security
+from torchjob.console.identity import ApiServer, locate
+from torchjob.console.keys import API_SERVER, PAGES, SESSIONS, SETTINGS
+from torchjob.console.sessions import Sessions
+from torchjob.console.settings import AUTH_PROXY, Settings
+from torchjob.console.templating import STATIC, Pages
+from torchjob.runtime.probes import probe_app
+
+log = structlog.get_logger("torchjob.console")
+
+SWEEP_SECONDS = 60.0
+JOB = "/ns/{namespace}/{kind:jobs|pytorchjobs}/{name}"
+
+
+def init_app(settings: Settings, api_server: ApiServer | None = None) -> web.Application:
+    app = web.Application(
+        client_max_size=settings.max_body_bytes,
+        middlewares=[
+            security.secure_headers,
+            security.show_errors,
+            security.check_origin,
+            auth.require_session,
+        ],
+    )
+    app[SETTINGS] = settings
+    app[API_SERVER] = api_server or locate(
+        settings.kubeconfig, own_token=settings.auth_mode == AUTH_PROXY
+    )
+    app[SESSIONS] = Sessions(
+        idle=settings.session_idle_seconds, max_age=settings.session_max_seconds
+    )
+    app[PAGES] = Pages()
+    app.cleanup_ctx.append(_probes)
+    app.cleanup_ctx.append(_sessions)
+    add_routes(app)
+    return app
+
+
+def add_routes(app: web.Application) -> None:
+    router = app.router
+    router.add_get("/sign-in", auth.sign_in_page)
+    router.add_post("/sign-in", auth.sign_in)
+    router.add_post("/sign-out", auth.sign_out)
+    router.add_static("/static/", STATIC, append_version=False)
+    router.add_get("/", namespaces.namespaces_page)
+    router.add_get("/go", namespaces.go_to_namespace)
+    router.add_get("/ns/{namespace}/{kind:jobs|pytorchjobs}", jobs.job_list)
+    router.add_get("/ns/{namespace}/{kind:jobs|pytorchjobs}/stream", jobs.job_list_stream)
+    router.add_get(JOB, jobs.job_page)
+    router.add_get(f"{JOB}/stream", jobs.job_stream)
+    router.add_post(f"{JOB}/{{action:pause|resume|delete}}", jobs.job_action)
+
+
+async def _probes(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    runner = web.AppRunner(probe_app(lambda: None), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.probe_port)
+    await site.start()
+    yield
+    await runner.cleanup()
+
+
+async def _sessions(app: web.Application) -> AsyncIterator[None]:
+    sessions = app[SESSIONS]
+
+    async def sweep() -> None:
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            if ended := sessions.sweep():
+                log.info("sessions ended", count=ended)
+
+    task = asyncio.create_task(sweep())
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await sessions.close_all()

@@ -1,0 +1,253 @@
+"""The job list and a job's page: read as the user, kept live over server-sent events from watches
+made as the user, and the lifecycle buttons (pause, resume, delete) shown only to a user the
+apiserver would let use them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+from urllib.parse import urlencode
+
+from aiohttp import web
+
+from torchjob.api.constants import LABEL_JOB_NAME
+from torchjob.console import rows
+from torchjob.console.keys import PAGES, SETTINGS, session_of
+from torchjob.console.sse import EventStream, event_stream
+from torchjob.console.user_api import UserApi, WatchEvent
+from torchjob.kube.errors import Gone, NotFound
+from torchjob.kube.informer import ResourceKind
+from torchjob.kube.resources import JOBS, KUBEFLOW_JOBS
+
+PAGE_SIZE = 50
+# A filtered page reads at most this many chunks of the list before it offers "more".
+MAX_CHUNKS = 20
+ROUTE_KINDS = {"jobs": JOBS, "pytorchjobs": KUBEFLOW_JOBS}
+FINISHED = ("Succeeded", "Failed")
+
+
+def target(request: web.Request) -> tuple[UserApi, str, ResourceKind]:
+    api = UserApi(session_of(request).client)
+    kind = ROUTE_KINDS[request.match_info.get("kind", "jobs")]
+    return api, request.match_info["namespace"], kind
+
+
+async def read_page(
+    api: UserApi, namespace: str, kind: ResourceKind, query: dict[str, str]
+) -> tuple[list[rows.JobRow], str, str]:
+    """One page of rows that pass the filters, the token of the rest ('' at the end), and the
+    list's resourceVersion to watch from. The apiserver pages the list: a namespace of thousands
+    of jobs costs one chunk per page."""
+    phase, text = query.get("phase", ""), query.get("q", "")
+    token = query.get("continue", "")
+    found: list[rows.JobRow] = []
+    version = ""
+    for _ in range(MAX_CHUNKS):
+        answer = await api.list_objects(
+            kind, namespace, limit=str(PAGE_SIZE - len(found)), **{"continue": token}
+        )
+        version = version or str(answer["metadata"].get("resourceVersion") or "")
+        found += [
+            row
+            for row in map(rows.job_row, answer.get("items") or [])
+            if rows.matches(row, phase, text)
+        ]
+        token = str(answer["metadata"].get("continue") or "")
+        if not token or len(found) >= PAGE_SIZE:
+            break
+    return found, token, version
+
+
+async def job_list(request: web.Request) -> web.Response:
+    api, namespace, kind = target(request)
+    query = {key: request.query.get(key, "") for key in ("phase", "q", "continue")}
+    found, more, version = await read_page(api, namespace, kind, query)
+    may = await api.allowed(namespace, {"create": ("create", JOBS, "")})
+    kubeflow = request.app[SETTINGS].kubeflow
+    fragment = request.headers.get("HX-Request") and request.query.get("rows")
+    return request.app[PAGES].response(
+        "fragments/job_rows.html" if fragment else "jobs.html",
+        session=session_of(request),
+        namespace=namespace,
+        route_kind=request.match_info.get("kind", "jobs"),
+        rows=found,
+        query=query,
+        phases=rows.PHASES,
+        next_page=urlencode({**query, "continue": more}) if more else "",
+        rows_url=f"{request.path}?{urlencode({**query, 'rows': '1'})}",
+        stream_url=f"{request.path}/stream?{urlencode({'resourceVersion': version})}",
+        may=may,
+        kubeflow=kubeflow,
+    )
+
+
+async def job_list_stream(request: web.Request) -> web.StreamResponse:
+    """The list's changes: a changed job's row (`job-<uid>`), and `jobs-changed` when a job
+    came or went, which has the page read its rows again."""
+    api, namespace, kind = target(request)
+    pages = request.app[PAGES]
+    version = request.query.get("resourceVersion", "")
+    async with event_stream(request) as stream:
+        while True:
+            try:
+                async for event in api.watch(kind, namespace, version):
+                    version = _version_after(event, version)
+                    await _send_list_change(stream, pages, event)
+            except Gone:
+                version = ""
+                await stream.send("jobs-changed", "")
+            if not version:
+                answer = await api.list_objects(kind, namespace, limit="1")
+                version = str(answer["metadata"].get("resourceVersion") or "")
+    return stream.response
+
+
+def _version_after(event: WatchEvent, version: str) -> str:
+    if event.type == "ERROR":
+        if int(event.object.get("code") or 0) == 410:
+            raise Gone(410, "Expired", str(event.object.get("message") or ""))
+        return version
+    return str((event.object.get("metadata") or {}).get("resourceVersion") or version)
+
+
+async def _send_list_change(stream: EventStream, pages: Any, event: WatchEvent) -> None:
+    if event.type == "MODIFIED":
+        row = rows.job_row(event.object)
+        await stream.send(
+            row.dom_id,
+            pages.text(
+                "fragments/job_row.html",
+                row=row,
+                namespace=(event.object["metadata"]["namespace"]),
+                route_kind="jobs",
+            ),
+        )
+    elif event.type in ("ADDED", "DELETED"):
+        await stream.send("jobs-changed", "")
+
+
+async def job_page(request: web.Request) -> web.Response:
+    api, namespace, kind = target(request)
+    name = request.match_info["name"]
+    job = await api.get(kind, namespace, name)
+    events, may = await asyncio.gather(
+        api.events_of(namespace, name),
+        api.allowed(
+            namespace,
+            {"patch": ("patch", kind, ""), "delete": ("delete", kind, "")},
+        ),
+    )
+    return request.app[PAGES].response("job.html", **_job_context(request, job, events, may))
+
+
+def _job_context(
+    request: web.Request, job: dict[str, Any], events: list[dict[str, Any]], may: dict[str, bool]
+) -> dict[str, Any]:
+    return {
+        "session": session_of(request),
+        "namespace": request.match_info["namespace"],
+        "route_kind": request.match_info.get("kind", "jobs"),
+        "job": job,
+        "row": rows.job_row(job),
+        "container": rows.training_container(job),
+        "torchrun": rows.torchrun_line(job),
+        "pending": rows.pending_reason(job),
+        "paused": bool(
+            (((job.get("spec") or {}).get("runMode") or {}).get("pause") or {}).get("enabled")
+        ),
+        "events": events,
+        "may": may,
+        "job_label": LABEL_JOB_NAME,
+    }
+
+
+async def job_stream(request: web.Request) -> web.StreamResponse:
+    """The job's page kept live: its status part (`job-status`) on every change of the job,
+    its Events (`job-events`) on every Event about it, `job-gone` once it is deleted."""
+    api, namespace, kind = target(request)
+    pages = request.app[PAGES]
+    may = await api.allowed(
+        namespace, {"patch": ("patch", kind, ""), "delete": ("delete", kind, "")}
+    )
+    async with event_stream(request) as stream, asyncio.TaskGroup() as group:
+        group.create_task(_follow_job(request, api, stream, pages, may))
+        group.create_task(_follow_events(request, api, stream, pages))
+    return stream.response
+
+
+async def _follow_job(
+    request: web.Request, api: UserApi, stream: EventStream, pages: Any, may: dict[str, bool]
+) -> None:
+    _, namespace, kind = target(request)
+    name = request.match_info["name"]
+    while True:
+        try:
+            job = await api.get(kind, namespace, name)
+        except NotFound:
+            await stream.send("job-gone", pages.text("fragments/job_gone.html", name=name))
+            return
+        await stream.send(
+            "job-status",
+            pages.text("fragments/job_status.html", **_job_context(request, job, [], may)),
+        )
+        version = str(job["metadata"]["resourceVersion"])
+        with contextlib.suppress(Gone):
+            async for event in api.watch(
+                kind, namespace, version, fieldSelector=f"metadata.name={name}"
+            ):
+                if event.type == "DELETED":
+                    await stream.send("job-gone", pages.text("fragments/job_gone.html", name=name))
+                    return
+                if event.type == "MODIFIED":
+                    await stream.send(
+                        "job-status",
+                        pages.text(
+                            "fragments/job_status.html",
+                            **_job_context(request, event.object, [], may),
+                        ),
+                    )
+                version = _version_after(event, version)
+
+
+async def _follow_events(
+    request: web.Request, api: UserApi, stream: EventStream, pages: Any
+) -> None:
+    from torchjob.kube.resources import EVENTS
+
+    namespace, name = request.match_info["namespace"], request.match_info["name"]
+    while True:
+        answer = await api.list_objects(
+            EVENTS, namespace, fieldSelector=f"regarding.name={name}", limit="1"
+        )
+        version = str(answer["metadata"].get("resourceVersion") or "")
+        with contextlib.suppress(Gone):
+            async for event in api.watch(
+                EVENTS, namespace, version, fieldSelector=f"regarding.name={name}"
+            ):
+                if event.type in ("ADDED", "MODIFIED"):
+                    events = await api.events_of(namespace, name)
+                    await stream.send(
+                        "job-events", pages.text("fragments/job_events.html", events=events)
+                    )
+                version = _version_after(event, version)
+
+
+async def job_action(request: web.Request) -> web.StreamResponse:
+    """Pause, resume or delete, as the user; the apiserver's refusal is shown as such."""
+    api, namespace, kind = target(request)
+    name, action = request.match_info["name"], request.match_info["action"]
+    form = await request.post()
+    if action == "delete":
+        if form.get("confirm") != name:
+            raise web.HTTPBadRequest(text="type the job's name to confirm its deletion")
+        await api.delete(kind, namespace, name)
+        response = web.HTTPSeeOther(f"/ns/{namespace}/jobs")
+        if request.headers.get("HX-Request"):
+            return web.Response(status=204, headers={"HX-Redirect": f"/ns/{namespace}/jobs"})
+        raise response
+    paused = action == "pause"
+    await api.patch(kind, namespace, name, {"spec": {"runMode": {"pause": {"enabled": paused}}}})
+    if request.headers.get("HX-Request"):
+        return web.Response(status=204)
+    raise web.HTTPSeeOther(f"/ns/{namespace}/{request.match_info.get('kind', 'jobs')}/{name}")
