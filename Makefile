@@ -79,6 +79,11 @@ pod-schema: $(STAMP) ## regenerate api/pod_schema.py (the Pod fields admission c
 	$(BIN)/python tools/gen-pod-schema
 	$(BIN)/ruff format --quiet services/torchjob/api/pod_schema.py
 
+# Standard library only, so it needs no venv: the console's single-file front-end libraries.
+.PHONY: vendor
+vendor: ## re-fetch the console's front-end files pinned in its VENDOR.json and verify them (tools/vendor_frontend.py --upgrade moves the pins)
+	$(PYTHON) tools/vendor_frontend.py
+
 .PHONY: lint
 lint: $(STAMP) ## ruff, mypy (strict), the layer contracts and the code rules (tools/code_rules.py)
 	$(BIN)/ruff check .
