@@ -97,12 +97,16 @@ unit: $(STAMP) ## unit tests only (no cluster)
 	$(BIN)/pytest tests/unit $(PYTEST_FLAGS)
 
 .PHONY: e2e
-e2e: $(STAMP) cluster lua ## end-to-end tests on the real control plane
+e2e: $(STAMP) cluster lua browser ## end-to-end tests on the real control plane
 	$(BIN)/pytest tests/e2e $(PYTEST_FLAGS)
 
 .PHONY: chart
 chart: $(STAMP) cluster helm ## the Helm chart: lint, render, schema, and installed on the real control plane
 	$(BIN)/pytest tests/chart $(PYTEST_FLAGS)
+
+.PHONY: browser
+browser: ## Debian's Chromium, which the console's browser tests drive with Playwright
+	hack/install-chromium.sh
 
 .PHONY: lua
 lua: ## a Lua interpreter (Debian's lua5.4) for the Argo CD health check's tests
@@ -114,7 +118,7 @@ demo: $(STAMP) $(EXAMPLE_STAMP) ## train examples/mnist-ddp locally with `torchj
 	@$(BIN)/python -c 'import json; m = json.load(open("examples/mnist-ddp/runs/mnist-ddp/metrics.json")); print("test accuracy: %.4f" % m["test_accuracy"])'
 
 .PHONY: test
-test: $(STAMP) $(EXAMPLE_STAMP) cluster helm lua node-build ## install what is needed, then lint and run every test
+test: $(STAMP) $(EXAMPLE_STAMP) cluster helm lua browser node-build ## install what is needed, then lint and run every test
 	$(MAKE) --no-print-directory lint
 	$(BIN)/pytest tests $(PYTEST_FLAGS)
 

@@ -30,7 +30,8 @@ HEADERS = {
     ),
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
+    # no-referrer would make Chromium send `Origin: null` with a form, which the check refuses.
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 # A proxied TensorBoard brings its own scripts; it gets every header but the policy.

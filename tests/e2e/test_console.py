@@ -1,0 +1,110 @@
+"""The console in a real Chromium on the real control plane, signed in with a tenant's token: the
+list and a job's page update themselves on a status change, and pause, resume and delete act as
+the user."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from playwright.async_api import Browser, expect
+from support import ControlPlane
+from support.console import (
+    Console,
+    chromium,
+    grant_job_roles,
+    signed_in,
+    start_console,
+    tenant_token,
+)
+from support.jobs import job_manifest
+from support.processes import ServiceProcess
+
+LIVE = 10_000  # ms: a change reaches an open page within seconds, without a reload
+
+
+@pytest.fixture(scope="module")
+def console(control_plane: ControlPlane, crd: None) -> Iterator[Console]:
+    grant_job_roles(control_plane)
+    started = start_console(control_plane)
+    yield started
+    started.process.close()
+
+
+@pytest.fixture(scope="module")
+async def browser() -> AsyncIterator[Browser]:
+    async with chromium() as launched:
+        yield launched
+
+
+def create_job(control_plane: ControlPlane, namespace: str, name: str) -> None:
+    manifest = job_manifest("basic", name)
+    control_plane.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(manifest))
+
+
+def job_spec(control_plane: ControlPlane, namespace: str, name: str) -> dict[str, Any]:
+    got = control_plane.kubectl("get", "pytorchtrainingjob", name, "-n", namespace, "-o", "json")
+    spec: dict[str, Any] = json.loads(got.stdout)["spec"]
+    return spec
+
+
+def patch_status(
+    control_plane: ControlPlane, namespace: str, name: str, status: dict[str, Any]
+) -> None:
+    control_plane.kubectl(
+        "patch",
+        "pytorchtrainingjob",
+        name,
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": status}),
+    )
+
+
+async def test_list_and_job_page_follow_status_and_buttons_act_as_the_user(
+    control_plane: ControlPlane,
+    admitted_namespace: str,
+    webhook_server: ServiceProcess,
+    console: Console,
+    browser: Browser,
+) -> None:
+    namespace = admitted_namespace
+    token = tenant_token(control_plane, namespace, "edit")
+    context, page = await signed_in(browser, console, token)
+    await page.goto(f"/ns/{namespace}/jobs")
+    await expect(page.get_by_text("No training jobs")).to_be_visible()
+
+    create_job(control_plane, namespace, "live")
+    row = page.get_by_role("row", name="live")
+    await expect(row).to_be_visible(timeout=LIVE)
+    patch_status(
+        control_plane, namespace, "live", {"phase": "Running", "aggregate": {"running": 2}}
+    )
+    await expect(row.get_by_text("Running")).to_be_visible(timeout=LIVE)
+
+    await page.get_by_role("link", name="live").click()
+    await expect(page.locator("#job-phase")).to_have_text("Running")
+    patch_status(control_plane, namespace, "live", {"trainerStatus": {"progressPercentage": 40}})
+    await expect(page.get_by_text("40%")).to_be_visible(timeout=LIVE)
+
+    await page.get_by_role("button", name="Pause").click()
+    await expect(page.get_by_text("(pausing)")).to_be_visible(timeout=LIVE)
+    spec = json.loads(
+        control_plane.kubectl(
+            "get", "pytorchtrainingjob", "live", "-n", namespace, "-o", "json"
+        ).stdout
+    )["spec"]
+    assert spec["runMode"]["pause"]["enabled"] is True
+    await page.get_by_role("button", name="Resume").click()
+    await expect(page.get_by_role("button", name="Pause")).to_be_visible(timeout=LIVE)
+
+    await page.get_by_text("Delete…").click()
+    await page.get_by_role("button", name="Delete live").click()
+    await page.wait_for_url(f"**/ns/{namespace}/jobs")
+    await expect(page.get_by_text("No training jobs")).to_be_visible(timeout=LIVE)
+    await context.close()

@@ -1,0 +1,129 @@
+"""The console as e2e tests run it, and the people who use it: a process started with a token of the
+console's own ServiceAccount (which the chart grants nothing), tenants signing in with tokens of
+ServiceAccounts bound to Kubernetes' own `edit` and `view` roles in one namespace, and Debian's
+Chromium driven by Playwright."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from playwright.async_api import Browser, BrowserContext, Page, async_playwright
+from playwright.async_api import Error as PlaywrightError
+
+from support.controlplane import ControlPlane, free_port
+from support.operator import SYSTEM_NAMESPACE, apply, install_rbac, rendered
+from support.processes import ServiceProcess
+
+CHROMIUM = "/usr/bin/chromium"
+# Without the networking flags Chromium keeps trying to reach Google's hosts, which this machine
+# refuses; a test must not depend on that.
+CHROMIUM_FLAGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+CONSOLE_ACCOUNT = "torchjob-console"
+
+
+@dataclass
+class Console:
+    process: ServiceProcess
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def start_console(control_plane: ControlPlane, *extra_args: str) -> Console:
+    """The console as a process, with a token of its own ServiceAccount (which can read nothing)
+    in its kubeconfig: only the apiserver's address and CA are used of it in token mode."""
+    install_rbac(control_plane)
+    control_plane.kubectl(
+        "create", "serviceaccount", CONSOLE_ACCOUNT, "-n", SYSTEM_NAMESPACE, check=False
+    )
+    kubeconfig = control_plane.issue_service_account_kubeconfig(SYSTEM_NAMESPACE, CONSOLE_ACCOUNT)
+    port, probe_port = free_port(), free_port()
+    args = [
+        *("--host", "127.0.0.1", "--port", str(port), "--probe-port", str(probe_port)),
+        *("--kubeconfig", str(kubeconfig), "--log-level", "DEBUG", *extra_args),
+    ]
+    process = ServiceProcess("torchjob.console", args, probe_port)
+    try:
+        process.start().wait_ready()
+    except BaseException:
+        process.close()
+        raise
+    return Console(process, port)
+
+
+def grant_job_roles(control_plane: ControlPlane) -> None:
+    """The chart's aggregated ClusterRoles, which add training jobs to `edit` and `view`."""
+    apply(
+        control_plane,
+        [m for m in rendered() if m["kind"] == "ClusterRole" and "aggregate-to" in json.dumps(m)],
+    )
+
+
+def tenant_token(control_plane: ControlPlane, namespace: str, role: str, name: str = "") -> str:
+    """A token of a ServiceAccount bound to the ClusterRole `role` (edit, view) in `namespace`
+    only: a tenant as a platform team would make one."""
+    account = name or f"{role}-user"
+    control_plane.kubectl("create", "serviceaccount", account, "-n", namespace, check=False)
+    control_plane.kubectl(
+        "create",
+        "rolebinding",
+        f"{account}-{role}",
+        f"--clusterrole={role}",
+        f"--serviceaccount={namespace}:{account}",
+        "-n",
+        namespace,
+        check=False,
+    )
+    return control_plane.kubectl("create", "token", account, "-n", namespace).stdout.strip()
+
+
+@asynccontextmanager
+async def chromium() -> AsyncIterator[Browser]:
+    """Debian's Chromium, headless (Playwright's async API: the tests' event loop is its)."""
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        try:
+            yield browser
+        finally:
+            await browser.close()
+
+
+async def new_context(browser: Browser, console: Console) -> BrowserContext:
+    """A browser context of its own: its own cookies, a laptop's screen."""
+    context = await browser.new_context(
+        base_url=console.url, viewport={"width": 1366, "height": 800}
+    )
+    context.set_default_timeout(15_000)
+    return context
+
+
+async def signed_in(browser: Browser, console: Console, token: str) -> tuple[BrowserContext, Page]:
+    """A browser context of its own signed in with `token`, on the namespaces page."""
+    context = await new_context(browser, console)
+    page = await context.new_page()
+    await page.goto("/sign-in")
+    await page.get_by_label("Token").fill(token)
+    await page.get_by_role("button", name="Sign in").click()
+    try:
+        await page.wait_for_url(f"{console.url}/")
+    except PlaywrightError as error:
+        text = await page.locator("main").inner_text()
+        raise AssertionError(
+            f"not signed in: {page.url}: {text}\n{console.process.log_tail()}"
+        ) from error
+    return context, page
