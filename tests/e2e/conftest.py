@@ -3,11 +3,13 @@ the admin API client, the CRD and the per-test namespace come from tests/conftes
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from playwright.async_api import Browser
 from support import ControlPlane
+from support.console import Console, chromium, grant_job_roles, start_console
 from support.operator import (
     OPT_IN_LABEL,
     reconciler_kubeconfig,
@@ -54,3 +56,19 @@ def reconciler(
     process = start_reconciler(control_plane, reconciler_kubeconfig(control_plane))
     yield process
     process.close()
+
+
+@pytest.fixture(scope="session")
+def console(control_plane: ControlPlane, crd: None) -> Iterator[Console]:
+    """The console as a process, in token mode; tenants' ClusterRoles cover training jobs."""
+    grant_job_roles(control_plane)
+    started = start_console(control_plane)
+    yield started
+    started.process.close()
+
+
+@pytest.fixture(scope="session")
+async def browser() -> AsyncIterator[Browser]:
+    """Debian's Chromium; each test opens a context of its own (support.console.signed_in)."""
+    async with chromium() as launched:
+        yield launched

@@ -5,38 +5,19 @@ the user."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import pytest
 from playwright.async_api import Browser, expect
 from support import ControlPlane
 from support.console import (
     Console,
-    chromium,
-    grant_job_roles,
     signed_in,
-    start_console,
     tenant_token,
 )
 from support.jobs import job_manifest
 from support.processes import ServiceProcess
 
 LIVE = 10_000  # ms: a change reaches an open page within seconds, without a reload
-
-
-@pytest.fixture(scope="module")
-def console(control_plane: ControlPlane, crd: None) -> Iterator[Console]:
-    grant_job_roles(control_plane)
-    started = start_console(control_plane)
-    yield started
-    started.process.close()
-
-
-@pytest.fixture(scope="module")
-async def browser() -> AsyncIterator[Browser]:
-    async with chromium() as launched:
-        yield launched
 
 
 def create_job(control_plane: ControlPlane, namespace: str, name: str) -> None:
