@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from torchjob.console import settings as console
 from torchjob.housekeeper import settings as housekeeper
 from torchjob.reconciler import settings as reconciler
 from torchjob.runtime.settings import Setting
@@ -51,6 +52,7 @@ def document() -> str:
         ("webhook", "`python -m torchjob.webhook`", webhook.declared({})),
         ("reconciler", "`python -m torchjob.reconciler`", reconciler.declared()),
         ("housekeeper", "`python -m torchjob.housekeeper`", housekeeper.declared()),
+        ("console", "`python -m torchjob.console`", console.declared({})),
     ]
     parts = [HEADER]
     for name, command, declared in sections:
