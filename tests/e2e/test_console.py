@@ -5,46 +5,19 @@ the user."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from playwright.async_api import Browser, expect
 from support import ControlPlane
 from support.console import (
     Console,
+    create_job,
+    patch_status,
     signed_in,
     tenant_token,
 )
-from support.jobs import job_manifest
 from support.processes import ServiceProcess
 
 LIVE = 10_000  # ms: a change reaches an open page within seconds, without a reload
-
-
-def create_job(control_plane: ControlPlane, namespace: str, name: str) -> None:
-    manifest = job_manifest("basic", name)
-    control_plane.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(manifest))
-
-
-def job_spec(control_plane: ControlPlane, namespace: str, name: str) -> dict[str, Any]:
-    got = control_plane.kubectl("get", "pytorchtrainingjob", name, "-n", namespace, "-o", "json")
-    spec: dict[str, Any] = json.loads(got.stdout)["spec"]
-    return spec
-
-
-def patch_status(
-    control_plane: ControlPlane, namespace: str, name: str, status: dict[str, Any]
-) -> None:
-    control_plane.kubectl(
-        "patch",
-        "pytorchtrainingjob",
-        name,
-        "-n",
-        namespace,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps({"status": status}),
-    )
 
 
 async def test_list_and_job_page_follow_status_and_buttons_act_as_the_user(

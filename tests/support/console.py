@@ -9,11 +9,13 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from playwright.async_api import Browser, BrowserContext, Page, async_playwright
 from playwright.async_api import Error as PlaywrightError
 
 from support.controlplane import ControlPlane, free_port
+from support.jobs import job_manifest
 from support.operator import SYSTEM_NAMESPACE, apply, install_rbac, rendered
 from support.processes import ServiceProcess
 
@@ -74,6 +76,31 @@ def grant_job_roles(control_plane: ControlPlane) -> None:
     )
 
 
+def grant_impersonation(control_plane: ControlPlane, users: list[str], groups: list[str]) -> None:
+    """What the chart grants the console in proxy mode: impersonating these users and groups."""
+    role = f"{CONSOLE_ACCOUNT}-impersonate"
+    rbac = "rbac.authorization.k8s.io"
+    rules = [
+        {"apiGroups": [""], "resources": [kind], "verbs": ["impersonate"], "resourceNames": names}
+        for kind, names in (("users", users), ("groups", groups))
+    ]
+    account = {"kind": "ServiceAccount", "name": CONSOLE_ACCOUNT, "namespace": SYSTEM_NAMESPACE}
+    cluster_role = {
+        "apiVersion": f"{rbac}/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": role},
+        "rules": rules,
+    }
+    binding = {
+        "apiVersion": f"{rbac}/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": role},
+        "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": role},
+        "subjects": [account],
+    }
+    apply(control_plane, [cluster_role, binding])
+
+
 def tenant_token(control_plane: ControlPlane, namespace: str, role: str, name: str = "") -> str:
     """A token of a ServiceAccount bound to the ClusterRole `role` (edit, view) in `namespace`
     only: a tenant as a platform team would make one."""
@@ -127,3 +154,30 @@ async def signed_in(browser: Browser, console: Console, token: str) -> tuple[Bro
             f"not signed in: {page.url}: {text}\n{console.process.log_tail()}"
         ) from error
     return context, page
+
+
+def create_job(control_plane: ControlPlane, namespace: str, name: str) -> None:
+    manifest = job_manifest("basic", name)
+    control_plane.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(manifest))
+
+
+def job_spec(control_plane: ControlPlane, namespace: str, name: str) -> dict[str, Any]:
+    got = control_plane.kubectl("get", "pytorchtrainingjob", name, "-n", namespace, "-o", "json")
+    spec: dict[str, Any] = json.loads(got.stdout)["spec"]
+    return spec
+
+
+def patch_status(
+    control_plane: ControlPlane, namespace: str, name: str, status: dict[str, Any]
+) -> None:
+    control_plane.kubectl(
+        "patch",
+        "pytorchtrainingjob",
+        name,
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": status}),
+    )

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from torchjob.console.identity import Identity, review, token_expiry
 from torchjob.console.keys import API_SERVER, PAGES, SESSION, SESSIONS, SETTINGS
-from torchjob.console.security import Handler
+from torchjob.console.security import Handler, refusal
 from torchjob.console.sessions import COOKIE, Session, digest
 from torchjob.console.settings import AUTH_PROXY
 from torchjob.kube.errors import KubeError, Unauthorized
@@ -79,6 +79,15 @@ async def require_session(request: web.Request, handler: Handler) -> web.StreamR
     if request.path.startswith(OPEN_PATHS):
         return await handler(request)
     session, fresh = await _session_of(request)
+    settings = request.app[SETTINGS]
+    if session is None and settings.auth_mode == AUTH_PROXY:
+        return refusal(
+            request,
+            401,
+            "Unauthorized",
+            f"the authenticating proxy in front of the console named no user "
+            f"({settings.proxy_user_header})",
+        )
     if session is None:
         if request.headers.get("HX-Request"):
             return web.Response(status=401, headers={"HX-Redirect": "/sign-in"})

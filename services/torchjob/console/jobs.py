@@ -88,6 +88,7 @@ async def job_list_stream(request: web.Request) -> web.StreamResponse:
     api, namespace, kind = target(request)
     pages = request.app[PAGES]
     version = request.query.get("resourceVersion", "")
+    await api.list_objects(kind, namespace, limit="1")  # a refusal answers the request itself
     async with event_stream(request) as stream:
         while True:
             try:
@@ -167,6 +168,7 @@ async def job_stream(request: web.Request) -> web.StreamResponse:
     its Events (`job-events`) on every Event about it, `job-gone` once it is deleted."""
     api, namespace, kind = target(request)
     pages = request.app[PAGES]
+    await api.get(kind, namespace, request.match_info["name"])  # a refusal answers the request
     may = await api.allowed(
         namespace, {"patch": ("patch", kind, ""), "delete": ("delete", kind, "")}
     )

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import html
 from collections.abc import AsyncIterator
 
 from aiohttp import web
+
+from torchjob.kube.errors import KubeError
 
 KEEPALIVE_SECONDS = 15.0
 
@@ -32,7 +35,9 @@ class EventStream:
 
 @contextlib.asynccontextmanager
 async def event_stream(request: web.Request) -> AsyncIterator[EventStream]:
-    """An open stream to the page; the page's leaving (a reset connection) ends the handler."""
+    """An open stream to the page; the page's leaving (a reset connection) ends the handler. A
+    request refused once the stream is open is sent as the event `stream-error`: check what the
+    user may read before opening it, so that a refusal is the answer's own status."""
     response = web.StreamResponse(
         headers={
             "Content-Type": "text/event-stream",
@@ -45,8 +50,15 @@ async def event_stream(request: web.Request) -> AsyncIterator[EventStream]:
     keepalive = asyncio.create_task(stream.keepalive())
     try:
         yield stream
-    except ConnectionResetError:
+    except* ConnectionResetError:
         pass
+    except* KubeError as failed:
+        # The answer has begun: the apiserver's refusal can only be told to the page now.
+        error = failed.exceptions[0]
+        assert isinstance(error, KubeError)
+        message = f"The live view stopped: {error.status} {error.reason}: {error.message}"
+        with contextlib.suppress(ConnectionResetError):
+            await stream.send("stream-error", html.escape(message))
     finally:
         keepalive.cancel()
         with contextlib.suppress(asyncio.CancelledError):
