@@ -1,0 +1,75 @@
+"""The console's sessions: an id the browser holds for a user kept on the server, ended when idle,
+when old, when its token expires, and on sign-out; and who a token says it is until then."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from torchjob.console.identity import Identity, token_expiry
+from torchjob.console.sessions import Sessions, digest
+
+
+class FakeClient:
+    closed = False
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def jwt(claims: dict[str, object]) -> str:
+    body = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+    return f"eyJhbGciOiJSUzI1NiJ9.{body}.c2lnbmF0dXJl"
+
+
+async def test_a_session_is_found_by_its_id_until_it_has_been_idle_too_long() -> None:
+    clock = Clock()
+    sessions = Sessions(idle=60, max_age=3600, clock=clock)
+    client = FakeClient()
+    session = sessions.open(Identity("alice"), client, digest("t"))  # type: ignore[arg-type]
+    assert len(session.id) >= 40 and sessions.find(session.id) is session
+    clock.now += 59
+    assert sessions.find(session.id) is session  # used: the idle time starts again
+    clock.now += 60
+    assert sessions.find(session.id) is None
+    await sessions.close_all()
+    assert client.closed and len(sessions) == 0
+
+
+async def test_a_session_ends_at_its_age_limit_or_its_tokens_expiry_whichever_is_first() -> None:
+    clock = Clock()
+    sessions = Sessions(idle=10_000, max_age=100, clock=clock)
+    aged = sessions.open(Identity("a"), FakeClient(), "x")  # type: ignore[arg-type]
+    expiring = sessions.open(Identity("b"), FakeClient(), "y", expires=clock.now + 30)  # type: ignore[arg-type]
+    clock.now += 31
+    assert sessions.find(expiring.id) is None and sessions.find(aged.id) is aged
+    clock.now += 70
+    assert sessions.sweep() == 1 and sessions.find(aged.id) is None
+    await sessions.close_all()
+
+
+@pytest.mark.parametrize("unknown", [None, "", "made-up"])
+async def test_an_unknown_id_finds_nothing(unknown: str | None) -> None:
+    assert Sessions(idle=1, max_age=1).find(unknown) is None
+
+
+def test_a_tokens_expiry_is_read_from_its_claims_and_nothing_else_is_guessed() -> None:
+    assert token_expiry(jwt({"exp": 1_900_000_000, "sub": "x"})) == 1_900_000_000
+    assert token_expiry(jwt({"sub": "x"})) is None
+    assert token_expiry("opaque-token") is None
+    assert token_expiry("a.!!!.c") is None
+
+
+def test_a_service_account_user_names_its_namespace() -> None:
+    assert Identity("system:serviceaccount:team-a:bob").service_account_namespace == "team-a"
+    assert Identity("alice@example.com").service_account_namespace is None
