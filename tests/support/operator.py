@@ -292,4 +292,15 @@ def install_crds(plane: ControlPlane, extra: Iterable[Path] = ()) -> None:
     and Established."""
     for path in (*CRD_FILES, *extra):
         plane.kubectl("apply", "-f", str(path))
-    plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    # `kubectl wait` fails at once on a CRD whose status has no conditions yet: ask again.
+    eventually_sync(
+        lambda: (
+            plane.kubectl(
+                "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all", check=False
+            ).returncode
+            == 0
+        ),
+        "the CRDs to be Established",
+        timeout=90,
+        interval=0.5,
+    )

@@ -21,6 +21,8 @@ from torchjob.kube.informer import ResourceKind
 from torchjob.kube.resources import JOBS, KUBEFLOW_JOBS
 
 PAGE_SIZE = 50
+# The live list's rows are sent again at most this often.
+ROWS_INTERVAL = 0.5
 # A filtered page reads at most this many chunks of the list before it offers "more".
 MAX_CHUNKS = 20
 ROUTE_KINDS = {"jobs": JOBS, "pytorchjobs": KUBEFLOW_JOBS}
@@ -65,9 +67,8 @@ async def job_list(request: web.Request) -> web.Response:
     found, more, version = await read_page(api, namespace, kind, query)
     may = await api.allowed(namespace, {"create": ("create", JOBS, "")})
     kubeflow = request.app[SETTINGS].kubeflow
-    fragment = request.headers.get("HX-Request") and request.query.get("rows")
     return request.app[PAGES].response(
-        "fragments/job_rows.html" if fragment else "jobs.html",
+        "jobs.html",
         session=session_of(request),
         namespace=namespace,
         route_kind=request.match_info.get("kind", "jobs"),
@@ -75,33 +76,53 @@ async def job_list(request: web.Request) -> web.Response:
         query=query,
         phases=rows.PHASES,
         next_page=urlencode({**query, "continue": more}) if more else "",
-        rows_url=f"{request.path}?{urlencode({**query, 'rows': '1'})}",
-        stream_url=f"{request.path}/stream?{urlencode({'resourceVersion': version})}",
+        stream_url=f"{request.path}/stream?{urlencode({**query, 'resourceVersion': version})}",
         may=may,
         kubeflow=kubeflow,
     )
 
 
 async def job_list_stream(request: web.Request) -> web.StreamResponse:
-    """The list's changes: a changed job's row (`job-<uid>`), and `jobs-changed` when a job
-    came or went, which has the page read its rows again."""
+    """The list kept live: after any change to the namespace's jobs (seen by a watch made as the
+    user), the page's rows read again and sent whole (`job-rows`), at most every
+    ROWS_INTERVAL seconds however many jobs change: a busy namespace costs each open page one
+    list a beat, and a row can never miss its last change."""
     api, namespace, kind = target(request)
     pages = request.app[PAGES]
+    query = {key: request.query.get(key, "") for key in ("phase", "q", "continue")}
     version = request.query.get("resourceVersion", "")
     await api.list_objects(kind, namespace, limit="1")  # a refusal answers the request itself
-    async with event_stream(request) as stream:
+    changed = asyncio.Event()
+    async with event_stream(request) as stream, asyncio.TaskGroup() as group:
+        group.create_task(_watch_changes(api, namespace, kind, version, changed))
         while True:
-            try:
-                async for event in api.watch(kind, namespace, version):
-                    version = _version_after(event, version)
-                    await _send_list_change(stream, pages, event)
-            except Gone:
-                version = ""
-                await stream.send("jobs-changed", "")
-            if not version:
-                answer = await api.list_objects(kind, namespace, limit="1")
-                version = str(answer["metadata"].get("resourceVersion") or "")
+            await changed.wait()
+            changed.clear()
+            found, _, _ = await read_page(api, namespace, kind, query)
+            context = {"rows": found, "namespace": namespace, "query": query}
+            route = request.match_info.get("kind", "jobs")
+            await stream.send(
+                "job-rows", pages.text("fragments/job_rows.html", **context, route_kind=route)
+            )
+            await asyncio.sleep(ROWS_INTERVAL)
     return stream.response
+
+
+async def _watch_changes(
+    api: UserApi, namespace: str, kind: ResourceKind, version: str, changed: asyncio.Event
+) -> None:
+    """Sets `changed` on every change of the namespace's jobs, from `version` on; a watch that
+    ends is made again from where it was, and an expired version counts as a change."""
+    while True:
+        try:
+            async for event in api.watch(kind, namespace, version):
+                version = _version_after(event, version)
+                if event.type != "BOOKMARK":
+                    changed.set()
+        except Gone:
+            answer = await api.list_objects(kind, namespace, limit="1")
+            version = str(answer["metadata"].get("resourceVersion") or "")
+            changed.set()
 
 
 def _version_after(event: WatchEvent, version: str) -> str:
@@ -110,22 +131,6 @@ def _version_after(event: WatchEvent, version: str) -> str:
             raise Gone(410, "Expired", str(event.object.get("message") or ""))
         return version
     return str((event.object.get("metadata") or {}).get("resourceVersion") or version)
-
-
-async def _send_list_change(stream: EventStream, pages: Any, event: WatchEvent) -> None:
-    if event.type == "MODIFIED":
-        row = rows.job_row(event.object)
-        await stream.send(
-            row.dom_id,
-            pages.text(
-                "fragments/job_row.html",
-                row=row,
-                namespace=(event.object["metadata"]["namespace"]),
-                route_kind="jobs",
-            ),
-        )
-    elif event.type in ("ADDED", "DELETED"):
-        await stream.send("jobs-changed", "")
 
 
 async def job_page(request: web.Request) -> web.Response:
