@@ -31,7 +31,6 @@ from torchjob.api.kubeflow import UNLIMITED_BACKOFF
 from torchjob.cli.cluster import admitted_pod, dry_run_documents, first_plan
 from torchjob.cli.command_parser import CommandParser
 from torchjob.cli.completion import candidates, job_names
-from torchjob.cli.console import Console
 from torchjob.cli.convert import add_convert_command, run_convert
 from torchjob.cli.manifest import AdmittedJob, InvalidManifest, admit, read_manifest
 from torchjob.cli.parsers import (
@@ -42,6 +41,7 @@ from torchjob.cli.parsers import (
 )
 from torchjob.cli.progress_server import local_progress
 from torchjob.cli.runner import LocalRunner, RunResult, shown_state, training_container_name
+from torchjob.cli.terminal import Console
 from torchjob.cli.views.local import (
     LocalRenderError,
     gpu_shares,
