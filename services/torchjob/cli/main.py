@@ -5,8 +5,8 @@ each replica's training container as a local process, with the defaulting, valid
 rendering and restart decisions of the cluster; `torchjob run --dry-run JOB.yaml` prints what a
 cluster would create. `torchjob convert JOB.yaml` turns a manifest of one API into the other's
 (cli/convert.py).
-`submit`, `list`, `get`, `logs`, `top`, `delete`, `pause`, `resume`, `wait` and `tensorboard`
-work on the cluster of the current kubeconfig context (cli/parsers.py).
+`submit`, `list`, `get`, `logs`, `top`, `delete`, `pause`, `resume`, `wait`, `tensorboard` and
+`console` work on the cluster of the current kubeconfig context (cli/parsers.py).
 
 Exit codes: 0 the job succeeded (or the dry run rendered it), 1 the job failed, 2 the manifest was
 refused or cannot run here (or a cluster command failed), 124 a wait timed out, 130 interrupted.
