@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import tarfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,10 @@ from support.helm import (
 )
 
 from torchjob.api import constants
+from torchjob.console import settings as console_settings
 from torchjob.housekeeper import settings as housekeeper_settings
 from torchjob.reconciler import settings as reconciler_settings
-from torchjob.runtime.settings import PREFIX, SET_IN_EVERY_POD, undeclared_variables
+from torchjob.runtime.settings import PREFIX, SET_IN_EVERY_POD, Setting, undeclared_variables
 from torchjob.webhook import settings as webhook_settings
 
 CRD = REPO_ROOT / "crds" / "batch.tensorstack.dev_pytorchtrainingjobs.yaml"
@@ -41,11 +43,13 @@ PARSERS = {
     "torchjob.webhook": webhook_settings.parse,
     "torchjob.reconciler": reconciler_settings.parse,
     "torchjob.housekeeper": housekeeper_settings.parse,
+    "torchjob.console": console_settings.parse,
 }
-DECLARED = {
+DECLARED: dict[str, Callable[[], Sequence[Setting]]] = {
     "torchjob.webhook": lambda: webhook_settings.declared({}),
     "torchjob.reconciler": reconciler_settings.declared,
     "torchjob.housekeeper": housekeeper_settings.declared,
+    "torchjob.console": lambda: console_settings.declared({}),
 }
 
 
@@ -215,11 +219,17 @@ PATHS = {"jobs": "pytorchtrainingjobs", "kubeflowjobs": "pytorchjobs", "pods": "
 def test_rendered_arguments_are_what_the_services_accept(
     rendered: tuple[str, list[Manifest]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each Deployment's flags parse with the service's own parser, and name the chart's objects."""
+    """Each Deployment's flags parse with the service's own parser, and name the chart's objects.
+    The console (console.enabled) is checked too: its settings are declared, though the service
+    is not run here."""
     name, manifests = rendered
+    parts = (
+        *COMPONENTS,
+        *(["console"] if find(component_objects(manifests, "console"), "Deployment") else []),
+    )
     commands = {
         part: container_command(component(manifests, "Deployment", part), f"{part}-pod")
-        for part in COMPONENTS
+        for part in parts
     }
     parsed: dict[str, Any] = {}
     for part, command in commands.items():
@@ -229,7 +239,14 @@ def test_rendered_arguments_are_what_the_services_accept(
         # would be read by nothing).
         ours = {name for name in command.env if name.startswith(PREFIX)}
         assert ours <= SET_IN_EVERY_POD, part
-        assert undeclared_variables(command.env, DECLARED[command.module]()) == [], part
+        declared = DECLARED[command.module]()
+        assert undeclared_variables(command.env, declared) == [], part
+        # Each flag exactly as declared: argparse would also take an abbreviation, which a later
+        # flag of the same prefix would make ambiguous.
+        accepted = {s.flag for s in declared} | {
+            f"--no-{s.flag[2:]}" for s in declared if isinstance(s.default, bool)
+        }
+        assert {a for a in command.args if a.startswith("--")} <= accepted, part
         parse = PARSERS[command.module]
         for key, value in command.env.items():
             monkeypatch.setenv(key, value)
@@ -554,7 +571,7 @@ def assert_closed(
 FREE_FORM = {
     ("podSecurityContext",),
     ("containerSecurityContext",),
-    *((part, "resources") for part in COMPONENTS),
+    *((part, "resources") for part in (*COMPONENTS, "console")),
 }
 
 

@@ -24,7 +24,6 @@ from torchjob.api.progress import (
     MAX_BODY_BYTES,
     JobRef,
 )
-from torchjob.cli.console import Console
 from torchjob.cli.manifest import admit
 from torchjob.cli.progress_server import (
     TOKEN_FILE,
@@ -34,6 +33,7 @@ from torchjob.cli.progress_server import (
     progress_line,
     short,
 )
+from torchjob.cli.terminal import Console
 
 JOB = JobRef(TRAINING_JOB, "default", "j")
 REPORT = {

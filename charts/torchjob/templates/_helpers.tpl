@@ -97,7 +97,8 @@ app.kubernetes.io/component: {{ .name }}
 {{/*
 The parts of a Deployment every component shares. Call with
 (dict "root" $ "name" "reconciler" "svc" .Values.reconciler "module" "torchjob.reconciler"
-      "args" (list ...) "ports" (list ...) "volumes" (list ...) "mounts" (list ...)).
+      "args" (list ...) "ports" (list ...) "volumes" (list ...) "mounts" (list ...)), and
+"noToken" true for a pod that must not mount its ServiceAccount's token.
 The probe port is named "probes"; it also serves /metrics.
 Every setting of a service is passed as a flag (runtime/settings.py declares them): a flag the
 service does not take stops it at start, where a misspelled variable would be read by nothing.
@@ -136,7 +137,7 @@ spec:
       {{- end }}
     spec:
       serviceAccountName: {{ include "torchjob.serviceAccountName" . }}
-      automountServiceAccountToken: true
+      automountServiceAccountToken: {{ not .noToken }}
       enableServiceLinks: false
       {{- with $root.Values.imagePullSecrets }}
       imagePullSecrets:

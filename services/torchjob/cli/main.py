@@ -5,8 +5,8 @@ each replica's training container as a local process, with the defaulting, valid
 rendering and restart decisions of the cluster; `torchjob run --dry-run JOB.yaml` prints what a
 cluster would create. `torchjob convert JOB.yaml` turns a manifest of one API into the other's
 (cli/convert.py).
-`submit`, `list`, `get`, `logs`, `top`, `delete`, `pause`, `resume`, `wait` and `tensorboard`
-work on the cluster of the current kubeconfig context (cli/parsers.py).
+`submit`, `list`, `get`, `logs`, `top`, `delete`, `pause`, `resume`, `wait`, `tensorboard` and
+`console` work on the cluster of the current kubeconfig context (cli/parsers.py).
 
 Exit codes: 0 the job succeeded (or the dry run rendered it), 1 the job failed, 2 the manifest was
 refused or cannot run here (or a cluster command failed), 124 a wait timed out, 130 interrupted.
@@ -31,7 +31,6 @@ from torchjob.api.kubeflow import UNLIMITED_BACKOFF
 from torchjob.cli.cluster import admitted_pod, dry_run_documents, first_plan
 from torchjob.cli.command_parser import CommandParser
 from torchjob.cli.completion import candidates, job_names
-from torchjob.cli.console import Console
 from torchjob.cli.convert import add_convert_command, run_convert
 from torchjob.cli.manifest import AdmittedJob, InvalidManifest, admit, read_manifest
 from torchjob.cli.parsers import (
@@ -42,6 +41,7 @@ from torchjob.cli.parsers import (
 )
 from torchjob.cli.progress_server import local_progress
 from torchjob.cli.runner import LocalRunner, RunResult, shown_state, training_container_name
+from torchjob.cli.terminal import Console
 from torchjob.cli.views.local import (
     LocalRenderError,
     gpu_shares,

@@ -1,5 +1,5 @@
 """The cluster commands' arguments, and running one of them: `submit`, `list`, `get`, `logs`,
-`top`, `delete`, `pause`, `resume`, `wait`, `tensorboard` and `completion`."""
+`top`, `delete`, `pause`, `resume`, `wait`, `tensorboard`, `console` and `completion`."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from torchjob.cli.logs import logs as logs_command
 from torchjob.cli.tensorboard import tensorboard as tensorboard_command
 from torchjob.cli.top import top as top_command
 from torchjob.cli.views.submission import DEFAULT_SYNC_IMAGE
+from torchjob.cli.web_console import OPERATOR_NAMESPACE
+from torchjob.cli.web_console import console as console_command
 
 Command = Callable[[argparse.Namespace], Awaitable[int]]
 EXIT_INTERRUPTED = 130
@@ -58,10 +60,12 @@ CLUSTER_FLAGS: dict[str, str] = {
 }
 
 
-def add_cluster_flags(group: Any, *, everywhere: bool, after_verb: bool) -> None:
-    """--kubeconfig, --context, -n and (everywhere) -A, on the top parser (before the verb, as
-    kubectl users type them) or on a verb's. After the verb a flag is set only when given, so
-    that it does not overwrite the same flag given before the verb."""
+def add_cluster_flags(
+    group: Any, *, everywhere: bool, after_verb: bool, namespaced: bool = True
+) -> None:
+    """--kubeconfig, --context, -n (unless not namespaced) and (everywhere) -A, on the top parser
+    (before the verb, as kubectl users type them) or on a verb's. After the verb a flag is set
+    only when given, so that it does not overwrite the same flag given before the verb."""
     unset: dict[str, Any] = {"default": argparse.SUPPRESS} if after_verb else {}
     group.add_argument(
         "--kubeconfig",
@@ -72,12 +76,13 @@ def add_cluster_flags(group: Any, *, everywhere: bool, after_verb: bool) -> None
     group.add_argument(
         "--context", help="the kubeconfig context to use (default: its current one)", **unset
     )
-    group.add_argument(
-        "-n",
-        "--namespace",
-        help="the namespace (default: the context's, else default)",
-        **unset,
-    )
+    if namespaced:
+        group.add_argument(
+            "-n",
+            "--namespace",
+            help="the namespace (default: the context's, else default)",
+            **unset,
+        )
     if everywhere:
         group.add_argument(
             "-A", "--all-namespaces", action="store_true", help="every namespace", **unset
@@ -225,6 +230,7 @@ def add_cluster_commands(commands_: Any) -> None:
     board.add_argument("--address", default="127.0.0.1", help="local address (default: 127.0.0.1)")
     board.add_argument("--kubectl", metavar="PATH", help="kubectl to use (default: $KUBECTL, PATH)")
     board.set_defaults(run=tensorboard_command)
+    _console(commands_)
 
     completion = commands_.add_parser(
         "completion",
@@ -234,6 +240,42 @@ def add_cluster_commands(commands_: Any) -> None:
     )
     completion.add_argument("shell", choices=("bash", "zsh"))
     completion.set_defaults(run=completion_command)
+
+
+def _console(commands_: Any) -> None:
+    """`torchjob console`: the kubeconfig and context, not -n (the console's namespace is the
+    operator's, and it offers every namespace the user may use)."""
+    options = CommandParser(add_help=False)
+    add_cluster_flags(
+        options.option_group("cluster"), everywhere=False, after_verb=True, namespaced=False
+    )
+    options.set_defaults(cluster_flags=("kubeconfig", "context"))
+    console = commands_.add_parser(
+        "console",
+        parents=[options],
+        help="open the console (jobs in the browser) through a local port",
+        description="Open the console, the job manager in the browser (the chart's "
+        "console.enabled): forward a local port to its Service torchjob-console with kubectl "
+        "port-forward, print the local URL and open it in the browser, until Ctrl-C. Run in a "
+        "pod of the cluster without a kubeconfig, print its in-cluster URL instead.",
+    )
+    console.add_argument(
+        "--namespace-of-operator",
+        metavar="NS",
+        default=OPERATOR_NAMESPACE,
+        help=f"the namespace torchjob is installed in (default: {OPERATOR_NAMESPACE})",
+    )
+    console.add_argument(
+        "--port", type=_not_negative, default=0, help="local port (default: any free one)"
+    )
+    console.add_argument(
+        "--address", default="127.0.0.1", help="local address (default: 127.0.0.1)"
+    )
+    console.add_argument("--no-browser", action="store_true", help="only print the URL")
+    console.add_argument(
+        "--kubectl", metavar="PATH", help="kubectl to use (default: $KUBECTL, PATH)"
+    )
+    console.set_defaults(run=console_command)
 
 
 def _submit(commands_: Any, cluster: CommandParser) -> None:

@@ -41,8 +41,8 @@ from torchjob.api.progress import (
     job_of_path,
     reporting_enabled,
 )
-from torchjob.cli.console import Console
 from torchjob.cli.manifest import AdmittedJob
+from torchjob.cli.terminal import Console
 from torchjob.lifecycle.progress import FIELD, ReportError, failure_status, read_report
 
 LOOPBACK: Final = "127.0.0.1"

@@ -35,7 +35,6 @@ from torchjob.api.constants import REASON_RESTART_BACKOFF
 from torchjob.api.jsoncopy import merge_patched
 from torchjob.api.kubeflow import DEFAULT_CONTAINER, UNLIMITED_BACKOFF
 from torchjob.cli.cluster import admitted_pod
-from torchjob.cli.console import Console
 from torchjob.cli.manifest import AdmittedJob
 from torchjob.cli.processes import (
     REPLICA_MARKER,
@@ -44,6 +43,7 @@ from torchjob.cli.processes import (
     kill_replica,
     shown_command,
 )
+from torchjob.cli.terminal import Console
 from torchjob.cli.views.local import LocalCommand, local_command
 from torchjob.lifecycle.backoff import DEFAULT_BACKOFF, RestartBackoff, RestartRules
 from torchjob.lifecycle.local import exit_code_of, local_pod_status

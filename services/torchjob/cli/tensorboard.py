@@ -1,40 +1,15 @@
 """`torchjob tensorboard NAME`: forward a local port to the job's TensorBoard Service and print the
-local URL, until interrupted.
-
-The forwarding is `kubectl port-forward`'s: kubernetes-asyncio has no port-forward client (its
-stream module does exec only), and kubectl's is the one users already trust, reconnecting per
-browser connection and speaking whichever protocol the apiserver offers (SPDY or WebSocket). A
-user of the `kubectl torchjob` plugin has kubectl by definition; elsewhere `--kubectl PATH` or
-$KUBECTL names it."""
+local URL, until interrupted (the forwarding: cli/port_forward.py)."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
-import os
-import re
-import shutil
-import signal
 import sys
 
 from torchjob.cli.commands import EXIT_SUCCEEDED, target_of
-from torchjob.cli.connection import CliError, Cluster, connect, kubeconfig_path
+from torchjob.cli.connection import CliError, Cluster, connect
+from torchjob.cli.port_forward import forward, kubectl_path, port_forward_argv
 from torchjob.render.tensorboard import PORT, tensorboard_name
-
-FORWARDING = re.compile(r"Forwarding from (?P<address>[0-9.]+):(?P<port>\d+) ->")
-READY_TIMEOUT = 60.0
-_BACKGROUND: set[asyncio.Task[None]] = set()  # referenced until the process ends
-
-
-def kubectl_path(given: str | None) -> str:
-    path = given or os.environ.get("KUBECTL") or shutil.which("kubectl")
-    if not path or not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        raise CliError(
-            "torchjob tensorboard forwards the port with kubectl, which is not on PATH: "
-            "install kubectl, or give --kubectl PATH"
-        )
-    return path
 
 
 async def tensorboard(args: argparse.Namespace) -> int:
@@ -42,28 +17,22 @@ async def tensorboard(args: argparse.Namespace) -> int:
     async with connect(target) as cluster:
         service, ready = await _board_of(cluster, args.job)
         namespace = cluster.namespace
-    argv = [kubectl_path(args.kubectl), "port-forward"]
-    kubeconfig = kubeconfig_path(target)
-    if kubeconfig:
-        argv.append(f"--kubeconfig={kubeconfig}")
-    if target.context:
-        argv.append(f"--context={target.context}")
-    argv += [
-        f"--namespace={namespace}",
-        f"--address={args.address}",
-        f"service/{service}",
-        f"{args.port or ''}:{PORT}",
-    ]
+    argv = port_forward_argv(
+        kubectl_path(args.kubectl),
+        target,
+        namespace=namespace,
+        address=args.address,
+        service=service,
+        local_port=args.port,
+        service_port=PORT,
+    )
     if not ready:
         sys.stderr.write(f"note: the TensorBoard of {args.job} is not ready yet\n")
-    process = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,
-    )
-    if await _forward_until_stopped(process, f"{namespace}/{args.job}"):
+
+    def announce(url: str) -> None:
+        sys.stdout.write(f"TensorBoard of {namespace}/{args.job}: {url}\n")
+
+    if await forward(argv, announce):
         sys.stdout.write("Stopped forwarding.\n")
     return EXIT_SUCCEEDED
 
@@ -85,73 +54,3 @@ async def _board_of(cluster: Cluster, job_name: str) -> tuple[str, bool]:
         )
     ready = ((job.get("status") or {}).get("tensorboard") or {}).get("ready")
     return service, bool(ready)
-
-
-async def _forward_until_stopped(process: asyncio.subprocess.Process, job: str) -> bool:
-    """Prints the URL once kubectl forwards, relays its errors, and waits until it ends or the
-    user stops it; True when stopped by the user (SIGTERM or Ctrl-C). kubectl, in a session of
-    its own, is stopped on the way out rather than left running."""
-    assert process.stdout is not None and process.stderr is not None
-    loop = asyncio.get_running_loop()
-    main = asyncio.current_task()
-    assert main is not None
-    loop.add_signal_handler(signal.SIGTERM, main.cancel)  # SIGTERM stops it as Ctrl-C does
-    relay: asyncio.Task[None] | None = None
-    try:
-        url = await asyncio.wait_for(_forwarding(process.stdout), READY_TIMEOUT)
-        if url is None:
-            error = (await process.stderr.read()).decode(errors="replace").strip()
-            raise CliError(f"kubectl port-forward failed: {error or 'no output'}")
-        sys.stdout.write(f"TensorBoard of {job}: {url}\n")
-        sys.stdout.write("Forwarding with kubectl port-forward; Ctrl-C to stop.\n")
-        sys.stdout.flush()
-        relay = asyncio.create_task(_relay(process.stderr))
-        code = await process.wait()
-        await relay
-        if code != 0:
-            raise CliError(f"kubectl port-forward ended with exit code {code}")
-    except TimeoutError as error:
-        raise CliError(f"kubectl port-forward did not start in {READY_TIMEOUT:g}s") from error
-    except asyncio.CancelledError:
-        # SIGTERM, or Ctrl-C (asyncio.run cancels the main task on SIGINT)
-        if main.cancelling() > 1:
-            raise
-        return True
-    finally:
-        loop.remove_signal_handler(signal.SIGTERM)
-        if relay is not None:
-            relay.cancel()
-        await _stop(process)
-    return False
-
-
-async def _stop(process: asyncio.subprocess.Process) -> None:
-    if process.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signal.SIGTERM)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(process.wait(), 10)
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-
-
-async def _forwarding(stdout: asyncio.StreamReader) -> str | None:
-    """The local URL, from kubectl's first `Forwarding from` line; None if it exits first."""
-    while line := await stdout.readline():
-        match = FORWARDING.search(line.decode(errors="replace"))
-        if match:
-            _BACKGROUND.add(asyncio.get_running_loop().create_task(_drain(stdout)))
-            return f"http://{match['address']}:{match['port']}/"
-    return None
-
-
-async def _drain(stream: asyncio.StreamReader) -> None:
-    while await stream.readline():
-        pass
-
-
-async def _relay(stream: asyncio.StreamReader) -> None:
-    while line := await stream.readline():
-        sys.stderr.write(line.decode(errors="replace"))
-        sys.stderr.flush()
