@@ -14,7 +14,16 @@ from collections.abc import AsyncIterator
 import structlog
 from aiohttp import web
 
-from torchjob.console import auth, jobs, namespaces, security
+from torchjob.console import (
+    auth,
+    jobs,
+    logs,
+    namespaces,
+    replicas,
+    resources,
+    security,
+    tensorboard,
+)
 from torchjob.console.identity import ApiServer, locate
 from torchjob.console.keys import API_SERVER, PAGES, SESSIONS, SETTINGS
 from torchjob.console.sessions import Sessions
@@ -65,6 +74,16 @@ def add_routes(app: web.Application) -> None:
     router.add_get(JOB, jobs.job_page)
     router.add_get(f"{JOB}/stream", jobs.job_stream)
     router.add_post(f"{JOB}/{{action:pause|resume|delete}}", jobs.job_action)
+    router.add_get(f"{JOB}/replicas", replicas.replicas_page)
+    router.add_get(f"{JOB}/replicas/stream", replicas.replicas_stream)
+    router.add_get("/ns/{namespace}/pods/{pod}/log", logs.log_page)
+    router.add_get("/ns/{namespace}/pods/{pod}/log/stream", logs.log_stream)
+    router.add_get("/ns/{namespace}/pods/{pod}/log/download", logs.log_download)
+    router.add_get(f"{JOB}/resources", resources.resources_page)
+    router.add_get(f"{JOB}/resources/stream", resources.resources_stream)
+    router.add_get(f"{JOB}/resources/series", resources.resources_series)
+    router.add_get(f"{JOB}/tensorboard/{{path:.*}}", tensorboard.tensorboard_proxy)
+    router.add_post(f"{JOB}/tensorboard/{{path:.*}}", tensorboard.tensorboard_proxy)
 
 
 async def _probes(app: web.Application) -> AsyncIterator[None]:

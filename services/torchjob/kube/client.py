@@ -9,12 +9,14 @@ objects, which costs more CPU than the request, and importing it loads every one
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 import urllib.request
 from collections.abc import (
     AsyncGenerator,
     AsyncIterable,
+    AsyncIterator,
     Awaitable,
     Callable,
     Mapping,
@@ -196,6 +198,40 @@ class KubeClient:
                 raise from_status(response.status, response.reason, await response.read())
             async for line in lines_of(response.content.iter_any()):
                 yield line
+        finally:
+            response.close()
+
+    @contextlib.asynccontextmanager
+    async def open(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Query | None = None,
+        data: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        read_seconds: float = READ_SECONDS,
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """The answer to a request whose body is not JSON or not read at once (a pod's log, a
+        service proxy's page), whatever its status, its body left to the caller to stream. Like
+        a watch it takes no token: it is one long request."""
+        REQUESTS.labels(method).inc()
+        sent = CIMultiDict(self._headers)
+        sent.update(headers or {})
+        if authorization := self._token.authorization():
+            sent["Authorization"] = authorization
+        response = await self.session.request(
+            method,
+            self.host + path,
+            params=query,
+            data=data,
+            headers=sent,
+            proxy=self._proxy,
+            server_hostname=self._server_name,
+            timeout=aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT, sock_read=read_seconds),
+        )
+        try:
+            yield response
         finally:
             response.close()
 

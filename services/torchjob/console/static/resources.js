@@ -1,0 +1,108 @@
+// The Resources tab's charts (uPlot). The page names its source and where to read it in data-
+// attributes of #resources: "metrics" is an event stream of samples from metrics.k8s.io, kept here
+// while the page is open; "prometheus" is the job's whole lifetime as JSON, read once.
+"use strict";
+(() => {
+  const root = document.getElementById("resources");
+  if (!root || typeof uPlot === "undefined") return;
+  const status = document.getElementById("resources-status");
+  const colours = ["#0b5cad", "#b3261e", "#1a7f37", "#8a5a00", "#6e40c9", "#0a7d8c", "#c2410c", "#4d5660"];
+  const charts = {};
+
+  function format(value, unit) {
+    if (value === null || value === undefined) return "";
+    if (unit === "bytes") {
+      const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+      let index = 0;
+      while (Math.abs(value) >= 1024 && index < units.length - 1) { value /= 1024; index += 1; }
+      return value.toFixed(value < 10 && index > 0 ? 1 : 0) + " " + units[index];
+    }
+    if (unit === "cores") return value < 1 ? Math.round(value * 1000) + "m" : value.toFixed(2);
+    return value.toFixed(0) + unit;
+  }
+
+  function draw(name, times, byPod) {
+    const element = document.getElementById("chart-" + name);
+    if (!element) return;
+    const pods = Object.keys(byPod).sort();
+    const data = [times, ...pods.map((pod) => byPod[pod])];
+    element.dataset.pods = pods.join(" ");
+    element.dataset.points = String(times.length);
+    const known = charts[name];
+    if (known && known.pods.join(" ") === pods.join(" ")) {
+      known.plot.setData(data);
+      return;
+    }
+    if (known) known.plot.destroy();
+    const unit = element.dataset.unit;
+    const options = {
+      width: Math.max(320, element.clientWidth || 900),
+      height: 220,
+      series: [{}, ...pods.map((pod, index) => ({
+        label: pod, stroke: colours[index % colours.length], width: 2,
+        value: (plot, value) => format(value, unit),
+      }))],
+      axes: [{}, { size: 80, values: (plot, ticks) => ticks.map((tick) => format(tick, unit)) }],
+    };
+    charts[name] = { plot: new uPlot(options, data, element), pods };
+  }
+
+  function say(text, problem) {
+    status.textContent = text;
+    status.className = problem ? "problem" : "hint";
+  }
+
+  function follow(url) {
+    const history = { cpu: { times: [], byPod: {} }, memory: { times: [], byPod: {} } };
+    const source = new EventSource(url);
+    source.addEventListener("sample", (event) => {
+      const sample = JSON.parse(event.data);
+      for (const name of Object.keys(history)) {
+        const chart = history[name];
+        if (chart.times.length && sample.time <= chart.times[chart.times.length - 1]) continue;
+        chart.times.push(sample.time);
+        const values = sample[name] || {};
+        for (const pod of Object.keys(values)) {
+          if (!chart.byPod[pod]) chart.byPod[pod] = new Array(chart.times.length - 1).fill(null);
+        }
+        for (const pod of Object.keys(chart.byPod)) {
+          chart.byPod[pod].push(pod in values ? values[pod] : null);
+        }
+        draw(name, chart.times, chart.byPod);
+      }
+      say(Object.keys(sample.cpu || {}).length ? "" : "No pod of this job reports metrics yet.", false);
+    });
+    source.addEventListener("unavailable", () => {
+      source.close();
+      say("This cluster serves no metrics.k8s.io (no metrics-server), so there is nothing to draw.", true);
+    });
+    source.addEventListener("refused", (event) => {
+      source.close();
+      const detail = JSON.parse(event.data);
+      say("The cluster refused to show you this job's metrics (" + detail.status + "): " + detail.message, true);
+    });
+  }
+
+  async function readOnce(url) {
+    say("Reading the job's series from Prometheus…", false);
+    const response = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
+    const answer = await response.json();
+    if (!response.ok) {
+      say("Prometheus' series could not be read (" + response.status + "): " + answer.error, true);
+      return;
+    }
+    for (const [name, chart] of Object.entries(answer.charts)) {
+      if (name === "gpu" && !Object.keys(chart.series).length) continue;
+      if (name === "gpu") document.getElementById("gpu").hidden = false;
+      draw(name, chart.times, chart.series);
+    }
+    const empty = !Object.keys(answer.charts.cpu.series).length;
+    say(empty ? "Prometheus has no series of this job's pods." : "", false);
+  }
+
+  if (root.dataset.source === "prometheus") {
+    readOnce(root.dataset.url).catch((error) => say("Prometheus' series could not be read: " + error, true));
+  } else {
+    follow(root.dataset.url);
+  }
+})();
