@@ -100,6 +100,7 @@ def test_every_input_has_a_label_and_is_described_by_its_messages() -> None:
 
 def test_the_checks_answer_carries_each_fields_messages_out_of_band() -> None:
     draft = draft_of_form(JobForm())
+    draft.problems.checked = True
     draft.problems.fields["gpus"] = ["needs a GPU limit"]
     html = render("fragments/create_check.html", draft, oob=True)
     assert "The cluster refuses this job" in html
