@@ -16,6 +16,7 @@ from aiohttp import web
 
 from torchjob.console import (
     auth,
+    create,
     jobs,
     logs,
     namespaces,
@@ -35,6 +36,7 @@ log = structlog.get_logger("torchjob.console")
 
 SWEEP_SECONDS = 60.0
 JOB = "/ns/{namespace}/{kind:jobs|pytorchjobs}/{name}"
+NEW_JOB = "/ns/{namespace}/jobs/new"
 
 
 def init_app(settings: Settings, api_server: ApiServer | None = None) -> web.Application:
@@ -71,6 +73,12 @@ def add_routes(app: web.Application) -> None:
     router.add_get("/go", namespaces.go_to_namespace)
     router.add_get("/ns/{namespace}/{kind:jobs|pytorchjobs}", jobs.job_list)
     router.add_get("/ns/{namespace}/{kind:jobs|pytorchjobs}/stream", jobs.job_list_stream)
+    # Before the job's own routes, whose {name} would take `new`.
+    router.add_get(NEW_JOB, create.create_page)
+    router.add_post(NEW_JOB, create.create)
+    router.add_post(f"{NEW_JOB}/yaml", create.to_yaml)
+    router.add_post(f"{NEW_JOB}/form", create.to_form)
+    router.add_post(f"{NEW_JOB}/check", create.check)
     router.add_get(JOB, jobs.job_page)
     router.add_get(f"{JOB}/stream", jobs.job_stream)
     router.add_post(f"{JOB}/{{action:pause|resume|delete}}", jobs.job_action)

@@ -1,0 +1,211 @@
+"""The console's job form as data: a form makes the manifest it shows and comes back from it; a
+manifest the form cannot show is said to be so; every field an admission error names for a form's
+job is shown beside a field of the form."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from torchjob.api.defaults import default_job
+from torchjob.api.validation import validate
+from torchjob.render.job_form import (
+    CLEAN_UP_POLICIES,
+    RESTART_POLICIES,
+    TEXTS,
+    JobForm,
+    NotShown,
+    UnreadableField,
+    field_of_path,
+    form_from_fields,
+    form_of,
+    manifest_of,
+)
+
+NAMES = st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True)
+WORDS = st.lists(st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1))
+NUMBERS = st.integers(0, 10_000).map(str)
+QUANTITIES = st.sampled_from(["", "1", "500m", "2", "4Gi", "512Mi"])
+PATHS = st.sampled_from(["", "/data", "/workspace", "logs", "runs/1"])
+
+
+def optional(values: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    return st.just("") | values
+
+
+FORMS = st.builds(
+    JobForm,
+    name=optional(NAMES),
+    torchrun=st.booleans(),
+    proc_per_node=optional(st.sampled_from(["1", "4", "gpu"])),
+    max_restarts=optional(NUMBERS),
+    replicas=optional(NUMBERS),
+    image=optional(st.sampled_from(["pytorch/pytorch:2.3", "t9kpublic/mnist:1"])),
+    command=WORDS.map(shlex.join),
+    args=WORDS.map(shlex.join),
+    working_dir=PATHS,
+    cpu_request=QUANTITIES,
+    memory_request=QUANTITIES,
+    cpu_limit=QUANTITIES,
+    memory_limit=QUANTITIES,
+    gpus=optional(st.sampled_from(["1", "2", "8"])),
+    pvc_claim=optional(NAMES),
+    pvc_mount_path=PATHS,
+    shm=st.booleans(),
+    restart_policy=optional(st.sampled_from(RESTART_POLICIES)),
+    backoff_limit=optional(NUMBERS),
+    active_deadline_seconds=optional(NUMBERS),
+    clean_up_policy=optional(st.sampled_from(CLEAN_UP_POLICIES)),
+    tensorboard=st.booleans(),
+    tensorboard_image=optional(st.just("tensorflow/tensorflow:2.15")),
+    tensorboard_log_path=PATHS,
+    queue=optional(NAMES),
+    priority=optional(st.integers(0, 100).map(str)),
+).map(
+    # TensorBoard's fields say nothing while it is off, and the manifest holds nothing of them.
+    lambda form: (
+        form
+        if form.tensorboard
+        else dataclasses.replace(form, tensorboard_image="", tensorboard_log_path="")
+    )
+)
+
+
+@given(FORMS)
+def test_a_form_comes_back_from_its_manifest(form: JobForm) -> None:
+    assert form_of(manifest_of(form)) == form
+
+
+@given(FORMS)
+def test_every_error_admission_finds_in_a_forms_job_is_shown_beside_a_field(form: JobForm) -> None:
+    job, _ = default_job(manifest_of(form))
+    for error in validate(job, schema=True).errors:
+        if error.path == "metadata.name" or not error.path.startswith("metadata"):
+            assert field_of_path(error.path) is not None, error
+
+
+def test_the_tutorials_form_makes_the_tutorials_job_and_nothing_more() -> None:
+    form = JobForm(
+        name="mnist",
+        torchrun=True,
+        proc_per_node="2",
+        max_restarts="3",
+        replicas="2",
+        image="t9kpublic/pytorch:2.1",
+        args="train.py --save_path='model state.pt'",
+        working_dir="/t9k/mnt",
+        gpus="2",
+        pvc_claim="tutorial",
+        pvc_mount_path="/t9k/mnt",
+    )
+    manifest = manifest_of(form)
+    assert manifest["metadata"] == {"name": "mnist"}
+    spec = manifest["spec"]
+    assert spec["torchrunConfig"] == {"enabled": True, "maxRestarts": 3, "procPerNode": "2"}
+    assert set(spec) == {"replicaSpecs", "torchrunConfig"}  # defaults are the webhook's
+    (replica,) = spec["replicaSpecs"]
+    assert replica["type"] == "worker" and replica["replicas"] == 2
+    assert "restartPolicy" not in replica
+    (container,) = replica["template"]["spec"]["containers"]
+    assert container["args"] == ["train.py", "--save_path=model state.pt"]
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": "2"}}
+    volumes = replica["template"]["spec"]["volumes"]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in volumes
+    assert {"name": "data", "persistentVolumeClaim": {"claimName": "tutorial"}} in volumes
+    assert validate(default_job(manifest)[0], schema=True).allowed
+
+
+def test_a_number_that_is_not_one_is_sent_as_written_for_the_cluster_to_judge() -> None:
+    manifest = manifest_of(JobForm(replicas="two", backoff_limit="3"))
+    assert manifest["spec"]["replicaSpecs"][0]["replicas"] == "two"
+    assert manifest["spec"]["runPolicy"] == {"backoffLimit": 3}
+
+
+def test_a_line_with_an_unclosed_quote_is_refused_beside_its_field() -> None:
+    with pytest.raises(UnreadableField) as refused:
+        manifest_of(JobForm(args="train.py --name 'unclosed"))
+    assert refused.value.field == "args"
+
+
+def test_a_posted_form_reads_checkboxes_by_presence_and_trims_text() -> None:
+    form = form_from_fields({"name": " job ", "torchrun": "on"})
+    assert form.name == "job" and form.torchrun and not form.shm and not form.tensorboard
+    assert set(TEXTS) | {"torchrun", "shm", "tensorboard"} == {
+        f.name for f in dataclasses.fields(JobForm)
+    }
+
+
+def two_types() -> dict[str, Any]:
+    manifest = manifest_of(JobForm(name="a", image="i"))
+    master = {**manifest["spec"]["replicaSpecs"][0], "type": "master"}
+    manifest["spec"]["replicaSpecs"].insert(0, master)
+    return manifest
+
+
+def sidecar() -> dict[str, Any]:
+    manifest = manifest_of(JobForm(name="a", image="i"))
+    pod = manifest["spec"]["replicaSpecs"][0]["template"]["spec"]
+    pod["containers"].append({"name": "proxy", "image": "envoy"})
+    return manifest
+
+
+def with_spec(**extra: Any) -> dict[str, Any]:
+    manifest = manifest_of(JobForm(name="a", image="i"))
+    manifest["spec"].update(extra)
+    return manifest
+
+
+@pytest.mark.parametrize(
+    ("manifest", "reason"),
+    [
+        (two_types(), "one replica type; this job has 2"),
+        (sidecar(), "one container; this job has 2"),
+        (with_spec(elastic={"enabled": True}), "no input for spec.elastic.enabled"),
+        (with_spec(torchrunConfig={"enable": True}), "no input for spec.torchrunConfig.enable"),
+        (["a", "list"], "not a mapping"),
+        ({"spec": {"replicaSpecs": "worker"}}, "this job has 0"),
+    ],
+)
+def test_a_manifest_the_form_cannot_show_is_said_to_be_so(manifest: Any, reason: str) -> None:
+    shown = form_of(manifest)
+    assert isinstance(shown, NotShown)
+    assert reason in str(shown)
+
+
+def test_a_quantity_written_as_a_number_is_shown() -> None:
+    manifest = manifest_of(JobForm(name="a", cpu_limit="2"))
+    container = manifest["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]
+    container["resources"]["limits"]["cpu"] = 2
+    shown = form_of(manifest)
+    assert isinstance(shown, JobForm) and shown.cpu_limit == "2"
+
+
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ("metadata.name", "name"),
+        ("spec.replicaSpecs[0].template.spec.containers[0].image", "image"),
+        ("spec.replicaSpecs[0].template.spec.containers[0].args", "args"),
+        ("spec.replicaSpecs[0].template.spec.containers[0].resources.limits", "gpus"),
+        (
+            "spec.replicaSpecs[0].template.spec.containers[0].resources.limits.nvidia.com/gpu",
+            "gpus",
+        ),
+        ("spec.replicaSpecs[0].template.spec.containers[0].resources.requests.cpu", "cpu_request"),
+        ("spec.replicaSpecs[0].restartPolicy", "restart_policy"),
+        ("spec.replicaSpecs[0].replicas", "replicas"),
+        ("spec.torchrunConfig.procPerNode", "proc_per_node"),
+        ("spec.tensorboardSpec.logDir.pvc[0].subPath[0]", "tensorboard_log_path"),
+        ("spec.scheduler.t9kScheduler.priority", "priority"),
+        ("spec.elastic.minReplicas", None),
+        ("kind", None),
+        ("", None),
+    ],
+)
+def test_an_error_is_shown_beside_the_field_its_path_names(path: str, field: str | None) -> None:
+    assert field_of_path(path) == field
