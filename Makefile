@@ -108,6 +108,11 @@ chart: $(STAMP) cluster helm ## the Helm chart: lint, render, schema, and instal
 browser: ## Debian's Chromium, which the console's browser tests drive with Playwright
 	hack/install-chromium.sh
 
+.PHONY: screenshots
+screenshots: $(STAMP) cluster browser ## docs/images: the console's screenshots, taken by its browser tests
+	TORCHJOB_SCREENSHOTS=$(CURDIR)/docs/images $(BIN)/pytest tests/e2e/test_console.py \
+		tests/e2e/test_console_create.py tests/e2e/test_console_replicas.py $(PYTEST_FLAGS)
+
 .PHONY: lua
 lua: ## a Lua interpreter (Debian's lua5.4) for the Argo CD health check's tests
 	hack/install-lua.sh

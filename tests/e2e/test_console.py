@@ -12,6 +12,7 @@ from support.console import (
     Console,
     create_job,
     patch_status,
+    screenshot_path,
     signed_in,
     tenant_token,
 )
@@ -40,11 +41,13 @@ async def test_list_and_job_page_follow_status_and_buttons_act_as_the_user(
         control_plane, namespace, "live", {"phase": "Running", "aggregate": {"running": 2}}
     )
     await expect(row.get_by_text("Running")).to_be_visible(timeout=LIVE)
+    await page.screenshot(path=screenshot_path("console-jobs.png"))
 
     await page.get_by_role("link", name="live").click()
     await expect(page.locator("#job-phase")).to_have_text("Running")
     patch_status(control_plane, namespace, "live", {"trainerStatus": {"progressPercentage": 40}})
     await expect(page.get_by_text("40%")).to_be_visible(timeout=LIVE)
+    await page.screenshot(path=screenshot_path("console-job.png"), full_page=True)
 
     await page.get_by_role("button", name="Pause").click()
     await expect(page.get_by_text("(pausing)")).to_be_visible(timeout=LIVE)

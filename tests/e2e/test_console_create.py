@@ -6,15 +6,13 @@ field they name and nothing is created; the YAML view round-trips with the form.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from playwright.async_api import Browser, Page, expect
 from support import ControlPlane
-from support.console import Console, signed_in, tenant_token
+from support.console import Console, screenshot_path, signed_in, tenant_token
 from support.processes import ServiceProcess
 
-SCREENSHOT = Path(__file__).parents[2] / "docs" / "images" / "console-create.png"
 CHECKED = 15_000  # ms: the dry run follows a change after half a second
 IMAGE = "pytorch/pytorch:2.3.1-cuda12.1-cudnn8-runtime"
 
@@ -62,8 +60,7 @@ async def test_a_tenant_creates_a_job_from_the_form_and_lands_on_its_page(
         },
     )
     await expect(page.locator("#accepted")).to_be_visible(timeout=CHECKED)
-    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=str(SCREENSHOT), full_page=True)
+    await page.screenshot(path=screenshot_path("console-create.png"), full_page=True)
 
     await page.get_by_role("button", name="Create", exact=True).click()
     await page.wait_for_url(f"**/ns/{namespace}/jobs/mnist")

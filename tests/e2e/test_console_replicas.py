@@ -9,19 +9,17 @@ TensorBoard proxy's refusals. Real log streaming is the real node's to show."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from playwright.async_api import Browser, expect
 from support import ControlPlane
-from support.console import Console, signed_in, start_console, tenant_token
+from support.console import Console, screenshot_path, signed_in, start_console, tenant_token
 from support.jobs import job_manifest
 from support.prometheus import fake_prometheus
 
 from torchjob.api.constants import LABEL_JOB_NAME
 
 LIVE = 10_000  # ms: a change reaches an open page within seconds, without a reload
-SCREENSHOT = Path(__file__).parents[2] / "docs" / "images" / "console-replicas.png"
 
 
 def create_job(control_plane: ControlPlane, namespace: str, name: str, stem: str = "basic") -> None:
@@ -94,8 +92,7 @@ async def test_replicas_follow_their_pods_and_a_deleted_pods_log_says_it_is_gone
     await expect(worker).to_contain_text("Error (exit code 1)")
     create_pod(control_plane, namespace, "live", "live-worker-1")
     await expect(page.locator("#replica-worker-1")).to_contain_text("live-worker-1", timeout=LIVE)
-    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=str(SCREENSHOT), full_page=True)
+    await page.screenshot(path=screenshot_path("console-replicas.png"), full_page=True)
 
     await page.get_by_role("link", name="Log of worker-1").click()
     await expect(page.get_by_role("heading", name="Log of live-worker-1")).to_be_visible()

@@ -6,9 +6,12 @@ Chromium driven by Playwright."""
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from playwright.async_api import Browser, BrowserContext, Page, async_playwright
@@ -34,6 +37,18 @@ CHROMIUM_FLAGS = [
     "--disable-dev-shm-usage",
 ]
 CONSOLE_ACCOUNT = "torchjob-console"
+# The docs' screenshots are the tests' own: `make screenshots` runs the browser tests with this
+# set to docs/images; otherwise they are written to a scratch folder.
+SCREENSHOTS = "TORCHJOB_SCREENSHOTS"
+
+
+def screenshot_path(name: str) -> Path:
+    """Where the screenshot `name` (e.g. console-jobs.png) is written."""
+    folder = Path(
+        os.environ.get(SCREENSHOTS) or Path(tempfile.gettempdir()) / "torchjob-screenshots"
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / name
 
 
 @dataclass
