@@ -1,0 +1,139 @@
+"""The console on the real node, reached as a user reaches it (`torchjob console` forwarding a
+local port): the example job created from the form by a tenant with `edit`, trained to Succeeded
+while its worker's log streams in the page and the Resources tab draws CPU and memory from
+metrics-server; then its TensorBoard opens from the job's page, through the apiserver's service
+proxy as the user."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from playwright.async_api import Page, expect
+from support.cli import TORCHJOB
+from support.console import chromium, screenshot_path
+from support.node import Node, host_path_claim, wait_until
+
+JOB = "mnist-console"
+CLAIM = "console-runs"
+TRAINING = 15 * 60_000  # ms: the example's three epochs on two cores, with room
+SAMPLES = 120_000  # ms: metrics-server's first samples of new pods, then two of the page's
+DRAWN_PODS = f"{JOB}-worker-0 {JOB}-worker-1"
+
+
+@pytest.fixture
+def console_url(node: Node) -> Iterator[str]:
+    """`torchjob console` forwarding a local port to the chart's console Service."""
+    forward = subprocess.Popen(
+        [
+            str(TORCHJOB),
+            *("console", "--no-browser", f"--kubectl={node.kubectl_path}"),
+            f"--kubeconfig={node.kubeconfig}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert forward.stdout is not None
+        line = forward.stdout.readline()
+        match = re.search(r"(http://127\.0\.0\.1:\d+)/", line)
+        assert match, line
+        yield match[1]
+    finally:
+        forward.terminate()
+        forward.wait(timeout=10)
+
+
+def edit_token(node: Node, namespace: str) -> str:
+    node.kubectl("create", "serviceaccount", "trainer", "-n", namespace)
+    node.kubectl(
+        "create",
+        "rolebinding",
+        "trainer-edit",
+        "--clusterrole=edit",
+        f"--serviceaccount={namespace}:trainer",
+        "-n",
+        namespace,
+    )
+    return node.kubectl("create", "token", "trainer", "-n", namespace).stdout.strip()
+
+
+def tensorboard_ready(node: Node, namespace: str) -> bool:
+    status = node.job(namespace, JOB).get("status") or {}
+    return bool((status.get("tensorboard") or {}).get("ready"))
+
+
+async def create_from_form(page: Page, namespace: str, image: str) -> None:
+    await page.goto(f"/ns/{namespace}/jobs/new")
+    fields = {
+        "Name": JOB,
+        "Image": image,
+        "Arguments": f"train.py --epochs 3 --log_dir runs/{JOB}",
+        "Working directory": "/workspace",
+        "Replicas": "2",
+        "Processes per node": "2",
+        "CPU request": "500m",
+        "CPU limit": "2",
+        "Memory request": "1Gi",
+        "Memory limit": "2Gi",
+        "PVC claim name": CLAIM,
+        "Mount path": "/workspace/runs",
+    }
+    for label, value in fields.items():
+        await page.get_by_label(label, exact=True).fill(value)
+    await page.get_by_label("Start a TensorBoard for the job").check()
+    await page.get_by_label("TensorBoard image", exact=True).fill(image)
+    await page.get_by_label("Log directory on the PVC", exact=True).fill(JOB)
+    await expect(page.locator("#accepted")).to_be_visible(timeout=30_000)
+    await page.get_by_role("button", name="Create", exact=True).click()
+    await page.wait_for_url(f"**/ns/{namespace}/jobs/{JOB}")
+
+
+async def test_the_example_from_the_form_trains_while_its_log_and_resources_show(
+    node: Node, node_namespace: str, console_url: str
+) -> None:
+    namespace = node_namespace
+    host_path_claim(node, namespace, CLAIM)
+    token = edit_token(node, namespace)
+    async with chromium() as browser:
+        context = await browser.new_context(
+            base_url=console_url, viewport={"width": 1366, "height": 800}
+        )
+        context.set_default_timeout(30_000)
+        page = await context.new_page()
+        await page.goto("/sign-in")
+        await page.get_by_label("Token").fill(token)
+        await page.get_by_role("button", name="Sign in").click()
+        await page.wait_for_url(f"{console_url}/")
+        await create_from_form(page, namespace, node.example_image)
+        await expect(page.locator("#job-phase")).to_have_text("Running", timeout=TRAINING)
+
+        log = await context.new_page()
+        await log.goto(f"/ns/{namespace}/pods/{JOB}-worker-0/log")
+        await expect(log.locator("pre.log")).to_contain_text("epoch", timeout=TRAINING)
+
+        resources = await context.new_page()
+        await resources.goto(f"/ns/{namespace}/jobs/{JOB}/resources")
+        for chart in ("cpu", "memory"):
+            # Two samples (15 s apart) of both replicas: a line is drawn for each.
+            drawn = resources.locator(f"#chart-{chart}")
+            await expect(drawn).to_have_attribute("data-pods", DRAWN_PODS, timeout=SAMPLES)
+            await expect(drawn.locator("canvas")).to_have_count(1)
+            wait_points = f"#chart-{chart}:not([data-points='0']):not([data-points='1'])"
+            await expect(resources.locator(wait_points)).to_have_count(1, timeout=SAMPLES)
+        await resources.screenshot(path=screenshot_path("console-resources.png"), full_page=True)
+
+        await expect(page.locator("#job-phase")).to_have_text("Succeeded", timeout=TRAINING)
+        await expect(log.locator("pre.log")).to_contain_text("test accuracy", timeout=60_000)
+        job = node.job(namespace, JOB)
+        assert job["status"]["phase"] == "Succeeded"
+
+        wait_until("the TensorBoard ready", lambda: tensorboard_ready(node, namespace))
+        async with page.expect_popup() as opened:
+            await page.get_by_role("link", name="TensorBoard").click()
+        board = await opened.value
+        await expect(board).to_have_title(re.compile("TensorBoard"), timeout=60_000)
+        await context.close()
