@@ -2,9 +2,9 @@
 # A real single-node Kubernetes cluster on this machine, built from the package registries alone:
 # etcd and the Kubernetes binaries from the Go module proxy (hack/build-control-plane.sh
 # build-node), the CNI plugins, CoreDNS, metrics-server and the sandbox program likewise
-# (hack/build-node.sh),
-# containerd, runc, iptables, buildah and debootstrap from Debian's packages. Images are built here
-# (hack/node-images.sh) and imported into containerd, since no container registry can be reached.
+# (hack/build-node.sh), containerd, runc, iptables, buildah and debootstrap from Debian's packages.
+# Images are built here (hack/node-images.sh) and imported into containerd, since no container
+# registry can be reached.
 #
 #   hack/node.sh build   install the Debian packages, build the binaries and the images
 #   hack/node.sh up      build what is missing, start everything, install the chart; safe to repeat
