@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Builds what a real node adds to the control plane's binaries, from the Go module proxy, into the
-# cache under the home directory: the CNI plugins, CoreDNS and the sandbox ("pause") program.
+# cache under the home directory: the CNI plugins, CoreDNS, metrics-server and the sandbox ("pause")
+# program.
 # kube-scheduler, kubelet and kube-proxy come from hack/build-control-plane.sh build-node.
 # A binary already in the cache is not rebuilt.
 set -euo pipefail
 
 CNI_PLUGINS_VERSION="${CNI_PLUGINS_VERSION:-v1.9.1}"
 COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
+METRICS_SERVER_VERSION="${METRICS_SERVER_VERSION:-v0.9.0}"
 CACHE_ROOT="${TORCHJOB_CACHE:-$HOME/.cache/torchjob}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 CNI_DIR="$CACHE_ROOT/cni-plugins-$CNI_PLUGINS_VERSION"
 COREDNS_DIR="$CACHE_ROOT/coredns-$COREDNS_VERSION"
+METRICS_SERVER_DIR="$CACHE_ROOT/metrics-server-$METRICS_SERVER_VERSION"
 # The pause program is ours; its cache key is a hash of its source.
 PAUSE_DIR="$CACHE_ROOT/pause-$(cat "$HERE/node/pause/main.go" "$HERE/node/pause/go.mod" | sha256sum | cut -c1-12)"
 CNI_PLUGINS=(bridge host-local loopback portmap)
@@ -54,10 +57,13 @@ case "${1:-build}" in
     build_pause
     build_cni_plugins
     install_module_binary "$COREDNS_DIR" coredns "github.com/coredns/coredns@$COREDNS_VERSION"
+    install_module_binary "$METRICS_SERVER_DIR" metrics-server \
+      "sigs.k8s.io/metrics-server/cmd/metrics-server@$METRICS_SERVER_VERSION"
     ;;
   print-dirs)
     echo "CNI_DIR=$CNI_DIR"; echo "COREDNS_DIR=$COREDNS_DIR"; echo "PAUSE_DIR=$PAUSE_DIR"
     echo "COREDNS_VERSION=$COREDNS_VERSION"
+    echo "METRICS_SERVER_DIR=$METRICS_SERVER_DIR"; echo "METRICS_SERVER_VERSION=$METRICS_SERVER_VERSION"
     ;;
   *) echo "usage: $0 [build|print-dirs]" >&2; exit 2 ;;
 esac

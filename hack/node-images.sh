@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Builds the node's images with buildah and imports them into the node's containerd (which must be
-# running): the sandbox (pause) and CoreDNS images FROM scratch, a Python base image made with
-# debootstrap, the project's image from the project's Dockerfile on that base, and the example's
-# image from examples/mnist-ddp/Dockerfile. An image whose inputs have not changed since it was
-# imported is not built again.
+# running): the sandbox (pause), CoreDNS and metrics-server images FROM scratch, a Python base
+# image made with debootstrap, the project's image from the project's Dockerfile on that base, and
+# the example's image from examples/mnist-ddp/Dockerfile. An image whose inputs have not changed
+# since it was imported is not built again.
 #
-#   hack/node-images.sh all | pause | coredns | base | torchjob | example
+#   hack/node-images.sh all | pause | coredns | metrics-server | base | torchjob | example
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -72,6 +72,12 @@ pause_image() {
 coredns_image() {
   build coredns "$COREDNS_IMAGE" "$(inputs_key "$COREDNS_DIR/coredns" "$HERE/node/images/coredns.Containerfile")" \
     -f "$HERE/node/images/coredns.Containerfile" "$COREDNS_DIR"
+}
+
+metrics_server_image() {
+  build metrics-server "$METRICS_SERVER_IMAGE" \
+    "$(inputs_key "$METRICS_SERVER_DIR/metrics-server" "$HERE/node/images/metrics-server.Containerfile")" \
+    -f "$HERE/node/images/metrics-server.Containerfile" "$METRICS_SERVER_DIR"
 }
 
 make_rootfs() {
@@ -161,11 +167,12 @@ prune_unnamed() {
 
 mkdir -p "$IMAGES_DIR" "$RUN_DIR"
 case "${1:-all}" in
-  all) pause_image; coredns_image; base_image; torchjob_image; example_image; prune_unnamed ;;
+  all) pause_image; coredns_image; metrics_server_image; base_image; torchjob_image; example_image; prune_unnamed ;;
   pause) pause_image ;;
   coredns) coredns_image ;;
+  metrics-server) metrics_server_image ;;
   base) base_image ;;
   torchjob) base_image; torchjob_image ;;
   example) base_image; example_image ;;
-  *) echo "usage: $0 all|pause|coredns|base|torchjob|example" >&2; exit 2 ;;
+  *) echo "usage: $0 all|pause|coredns|metrics-server|base|torchjob|example" >&2; exit 2 ;;
 esac

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # A real single-node Kubernetes cluster on this machine, built from the package registries alone:
 # etcd and the Kubernetes binaries from the Go module proxy (hack/build-control-plane.sh
-# build-node), the CNI plugins, CoreDNS and the sandbox program likewise (hack/build-node.sh),
-# containerd, runc, iptables, buildah and debootstrap from Debian's packages. Images are built here
-# (hack/node-images.sh) and imported into containerd, since no container registry can be reached.
+# build-node), the CNI plugins, CoreDNS, metrics-server and the sandbox program likewise
+# (hack/build-node.sh), containerd, runc, iptables, buildah and debootstrap from Debian's packages.
+# Images are built here (hack/node-images.sh) and imported into containerd, since no container
+# registry can be reached.
 #
 #   hack/node.sh build   install the Debian packages, build the binaries and the images
 #   hack/node.sh up      build what is missing, start everything, install the chart; safe to repeat
@@ -51,6 +52,19 @@ wait_for() {  # <what> <process name> <command...>: until the command succeeds
     ((SECONDS < deadline)) || { tail -n 30 "$LOG_DIR/$name.log" >&2; die "$what: not after ${STARTUP_TIMEOUT}s"; }
     sleep 0.5
   done
+}
+
+restart_if_changed() {  # <name> <argv...>: start it; 1 when it already runs with this argv
+  # A node brought up by an older hack/node.sh is brought to this one's flags by `up`.
+  local name=$1 argv; shift
+  argv=$(printf '%q ' "$@")
+  if pid_alive "$name"; then
+    [[ "$(cat "$NODE_DIR/pids/$name.argv" 2>/dev/null)" == "$argv" ]] && return 1
+    log "$name runs with other flags: restarting it"
+    stop_process "$name"
+  fi
+  start_process "$name" "$@"
+  printf '%s' "$argv" >"$NODE_DIR/pids/$name.argv"
 }
 
 stop_process() {  # <name>: SIGTERM to its session, SIGKILL after a grace period
@@ -135,13 +149,18 @@ remove_kube_chains() {
 
 # -- certificates and kubeconfigs ----------------------------------------------------------------
 
-issue_cert() {  # <name> <subject> <extensions>: a certificate signed by the cluster CA
-  local name=$1 subject=$2 extensions=$3 pki=$NODE_DIR/pki
+issue_cert() {  # <name> <subject> <extensions> [<CA>]: a certificate signed by <CA> (default: ca)
+  local name=$1 subject=$2 extensions=$3 ca=${4:-ca} pki=$NODE_DIR/pki
   openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "$subject" \
     -keyout "$pki/$name.key" -out "$pki/$name.csr" 2>/dev/null
-  openssl x509 -req -in "$pki/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+  openssl x509 -req -in "$pki/$name.csr" -CA "$pki/$ca.crt" -CAkey "$pki/$ca.key" -CAcreateserial \
     -days 365 -extfile <(printf '%s\n' "$extensions") -out "$pki/$name.crt" 2>/dev/null
   rm -f "$pki/$name.csr"
+}
+
+make_ca() {  # <name> <common name>: a self-signed CA
+  openssl req -x509 -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 365 \
+    -subj "/CN=$2" -keyout "$NODE_DIR/pki/$1.key" -out "$NODE_DIR/pki/$1.crt" 2>/dev/null
 }
 
 write_kubeconfig() {  # <name>: a kubeconfig with the client certificate <name>.crt
@@ -168,8 +187,7 @@ keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=clientAuth'
   [[ -f "$pki/done" ]] && return
   mkdir -p "$pki"
-  openssl req -x509 -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 365 \
-    -subj "/CN=torchjob-node-ca" -keyout "$pki/ca.key" -out "$pki/ca.crt" 2>/dev/null
+  make_ca ca torchjob-node-ca
   issue_cert apiserver "/CN=kube-apiserver" "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
@@ -189,6 +207,19 @@ subjectAltName=IP:$HOST_IP,DNS:$NODE_NAME"
   local name
   for name in admin controller-manager scheduler kubelet kube-proxy; do write_kubeconfig "$name"; done
   touch "$pki/done"
+}
+
+make_front_proxy_pki() {
+  # The aggregation layer's: the API server proxies metrics.k8s.io to metrics-server with this
+  # client certificate and the user in request headers, which metrics-server believes only from a
+  # certificate of this CA. A CA of its own, as kubeadm does, so that no client certificate of the
+  # cluster's CA can assert a user in headers. Separate from make_pki: a node made before has one.
+  local pki=$NODE_DIR/pki
+  [[ -f "$pki/front-proxy-client.crt" ]] && return
+  make_ca front-proxy-ca torchjob-node-front-proxy-ca
+  issue_cert front-proxy-client "/CN=front-proxy-client" 'basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth' front-proxy-ca
 }
 
 # -- components -----------------------------------------------------------------------------------
@@ -265,9 +296,8 @@ FEATURE_GATES=GenericWorkload=true
 RUNTIME_CONFIG=scheduling.k8s.io/v1beta1=true
 
 start_apiserver() {
-  pid_alive kube-apiserver && return
   local pki=$NODE_DIR/pki
-  start_process kube-apiserver "$KUBE_DIR/kube-apiserver" \
+  restart_if_changed kube-apiserver "$KUBE_DIR/kube-apiserver" \
     --bind-address=0.0.0.0 --advertise-address="$HOST_IP" --secure-port="$APISERVER_PORT" \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
     --cert-dir="$NODE_DIR/apiserver-certs" \
@@ -281,8 +311,14 @@ start_apiserver() {
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$pki/sa.pub" --service-account-signing-key-file="$pki/sa.key" \
     --enable-aggregator-routing=true \
+    --requestheader-client-ca-file="$pki/front-proxy-ca.crt" \
+    --requestheader-allowed-names=front-proxy-client \
+    --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
+    --requestheader-extra-headers-prefix=X-Remote-Extra- \
+    --proxy-client-cert-file="$pki/front-proxy-client.crt" \
+    --proxy-client-key-file="$pki/front-proxy-client.key" \
     --feature-gates="$FEATURE_GATES" --runtime-config="$RUNTIME_CONFIG" \
-    --shutdown-watch-termination-grace-period=1s --v=1
+    --shutdown-watch-termination-grace-period=1s --v=1 || return 0
   wait_for "kube-apiserver ready" kube-apiserver kubectl_ get --raw /readyz
 }
 
@@ -375,6 +411,19 @@ deploy_coredns() {
   kubectl_ -n kube-system rollout status deployment/coredns --timeout="${STARTUP_TIMEOUT}s" >&2
 }
 
+apply_metrics_server() {
+  sed -e "s|@METRICS_SERVER_IMAGE@|$METRICS_SERVER_IMAGE|g" "$HERE/node/metrics-server.yaml" |
+    kubectl_ apply -f - >/dev/null
+}
+
+wait_for_metrics_server() {
+  # Available once the API server reaches it through the aggregation layer; its first figures
+  # follow a scrape or two later (--metric-resolution).
+  kubectl_ -n kube-system rollout status deployment/metrics-server --timeout="${STARTUP_TIMEOUT}s" >&2
+  kubectl_ wait --for=condition=Available --timeout="${STARTUP_TIMEOUT}s" \
+    apiservice/v1beta1.metrics.k8s.io >&2
+}
+
 install_chart() {
   local tag; tag=$(cat "$IMAGES_DIR/torchjob.tag")
   # Helm installs a chart's crds/ only once: the PyTorchTrainingJob CRD is applied on every run.
@@ -390,7 +439,8 @@ install_chart() {
 
 print_usage() {
   cat >&2 <<TEXT
-[node] up: node $NODE_NAME Ready, CoreDNS serving cluster.local, the chart installed in $CHART_NAMESPACE.
+[node] up: node $NODE_NAME Ready, CoreDNS serving cluster.local, metrics-server serving
+  metrics.k8s.io (kubectl top), the chart installed in $CHART_NAMESPACE.
   export KUBECONFIG=$KUBECONFIG_ADMIN
   export PATH=$KUBE_DIR:\$PATH        # kubectl $KUBE_VERSION
   kubectl get nodes,pods -A
@@ -481,6 +531,7 @@ node_up() {
   echo "$HOST_IP" >"$NODE_DIR/host_ip"
   setup_host_network
   make_pki
+  make_front_proxy_pki
   start_containerd
   "$HERE/node-images.sh" all
   start_etcd
@@ -489,8 +540,10 @@ node_up() {
   start_scheduler
   start_kubelet
   start_kube_proxy
+  apply_metrics_server
   deploy_coredns
   install_chart
+  wait_for_metrics_server
   print_usage
 }
 
