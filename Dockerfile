@@ -1,4 +1,4 @@
-# One image for the webhook, the reconciler and the housekeeper; the chart picks the service with
+# One image for the webhook, the reconciler, the housekeeper and the console; the chart picks the service with
 # `python -m torchjob.<service>`.
 #
 #   docker build -t torchjob:0.1.0 .

@@ -73,3 +73,20 @@ def test_the_torchrun_line_is_built_from_the_spec() -> None:
     plain = job()
     plain["spec"]["torchrunConfig"] = {}
     assert torchrun_line(plain) == ""
+
+
+def test_a_kubeflow_pytorchjob_shows_its_latest_condition_as_its_phase() -> None:
+    kubeflow = {
+        "kind": "PyTorchJob",
+        "metadata": {"name": "kf", "uid": "u-2"},
+        "spec": {"pytorchReplicaSpecs": {}},
+        "status": {
+            "conditions": [
+                {"type": "Created", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                {"type": "Running", "status": "True", "lastTransitionTime": "2026-01-01T00:01:00Z"},
+            ]
+        },
+    }
+    assert job_row(kubeflow).phase == "Running"
+    kubeflow["status"] = {}
+    assert job_row(kubeflow).phase == "Created"

@@ -159,9 +159,7 @@ def _job_context(
         "container": rows.training_container(job),
         "torchrun": rows.torchrun_line(job),
         "pending": rows.pending_reason(job),
-        "paused": bool(
-            (((job.get("spec") or {}).get("runMode") or {}).get("pause") or {}).get("enabled")
-        ),
+        "paused": is_paused(job),
         "events": events,
         "may": may,
         "job_label": LABEL_JOB_NAME,
@@ -240,6 +238,20 @@ async def _follow_events(
                 version = _version_after(event, version)
 
 
+def pause_patch(kind: ResourceKind, paused: bool) -> dict[str, Any]:
+    """A PyTorchTrainingJob pauses by `spec.runMode.pause`, a Kubeflow PyTorchJob is suspended."""
+    if kind == KUBEFLOW_JOBS:
+        return {"spec": {"runPolicy": {"suspend": paused}}}
+    return {"spec": {"runMode": {"pause": {"enabled": paused}}}}
+
+
+def is_paused(job: dict[str, Any]) -> bool:
+    spec = job.get("spec") or {}
+    if job.get("kind") == "PyTorchJob":
+        return bool((spec.get("runPolicy") or {}).get("suspend"))
+    return bool(((spec.get("runMode") or {}).get("pause") or {}).get("enabled"))
+
+
 async def job_action(request: web.Request) -> web.StreamResponse:
     """Pause, resume or delete, as the user; the apiserver's refusal is shown as such."""
     api, namespace, kind = target(request)
@@ -253,8 +265,7 @@ async def job_action(request: web.Request) -> web.StreamResponse:
         if request.headers.get("HX-Request"):
             return web.Response(status=204, headers={"HX-Redirect": f"/ns/{namespace}/jobs"})
         raise response
-    paused = action == "pause"
-    await api.patch(kind, namespace, name, {"spec": {"runMode": {"pause": {"enabled": paused}}}})
+    await api.patch(kind, namespace, name, pause_patch(kind, action == "pause"))
     if request.headers.get("HX-Request"):
         return web.Response(status=204)
     raise web.HTTPSeeOther(f"/ns/{namespace}/{request.match_info.get('kind', 'jobs')}/{name}")

@@ -33,9 +33,18 @@ class JobRow:
         return f"job-{self.uid}"
 
 
+def kubeflow_phase(job: Object) -> str:
+    """A Kubeflow PyTorchJob has no phase: its latest True condition says where it is."""
+    latest = summary.latest_condition(job.get("status") or {})
+    return str(latest.get("type")) if latest else "Created"
+
+
 def job_row(job: Object) -> JobRow:
     meta = job.get("metadata") or {}
     status = job.get("status") or {}
+    if job.get("kind") == "PyTorchJob":
+        phase = kubeflow_phase(job)
+        job = {**job, "status": {**status, "phase": phase}}
     percentage = summary.reported_progress(job).get("progressPercentage")
     return JobRow(
         name=str(meta.get("name") or ""),
