@@ -1,5 +1,5 @@
-# One image for the webhook, the reconciler, the housekeeper and the console; the chart picks the service with
-# `python -m torchjob.<service>`.
+# One image for the webhook, the reconciler, the housekeeper and the console; the chart picks the
+# service with `python -m torchjob.<service>`.
 #
 #   docker build -t torchjob:0.1.0 .
 #
