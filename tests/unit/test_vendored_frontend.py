@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import gzip
 import io
 import json
 import tarfile
@@ -94,12 +95,14 @@ def test_integrity_check(tool: ModuleType) -> None:
 def npm_tarball(name: str, version: str, files: dict[str, bytes]) -> bytes:
     manifest = json.dumps({"name": name, "version": version, "license": "MIT"}).encode()
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
         for path, data in {"package.json": manifest, "LICENSE": b"MIT License\n", **files}.items():
             info = tarfile.TarInfo(f"package/{path}")
             info.size = len(data)
             archive.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
+    # gzip's header holds the time it was written: without mtime=0 the same package made in two
+    # different seconds would have two integrities.
+    return gzip.compress(buffer.getvalue(), mtime=0)
 
 
 class FakeRegistry:
