@@ -4,8 +4,8 @@ offline), and tools/vendor_frontend.py refuses a tarball or a file that is not t
 from __future__ import annotations
 
 import base64
-import hashlib
 import gzip
+import hashlib
 import io
 import json
 import tarfile
