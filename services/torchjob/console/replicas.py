@@ -126,16 +126,15 @@ async def replicas_stream(request: web.Request) -> web.StreamResponse:
     training = training_view(request.match_info.get("kind", "jobs"), job)
     pages = request.app[PAGES]
     async with event_stream(request) as stream:
+
+        async def send_rows() -> None:
+            rows = replica_rows(training, list(pods.values()))
+            html = pages.text("fragments/replica_rows.html", rows=rows, namespace=namespace)
+            await stream.send("replicas", html)
+
         while True:
             pods, version = await list_pods(api, namespace, name)
-            await stream.send(
-                "replicas",
-                pages.text(
-                    "fragments/replica_rows.html",
-                    rows=replica_rows(training, list(pods.values())),
-                    namespace=namespace,
-                ),
-            )
+            await send_rows()
             with contextlib.suppress(Gone):
                 async for event in api.watch(
                     PODS, namespace, version, labelSelector=f"{LABEL_JOB_NAME}={name}"
@@ -143,12 +142,5 @@ async def replicas_stream(request: web.Request) -> web.StreamResponse:
                     if event.type == "ERROR":
                         break  # listed again, and watched from there
                     if apply_event(pods, event.type, event.object):
-                        await stream.send(
-                            "replicas",
-                            pages.text(
-                                "fragments/replica_rows.html",
-                                rows=replica_rows(training, list(pods.values())),
-                                namespace=namespace,
-                            ),
-                        )
+                        await send_rows()
     return stream.response

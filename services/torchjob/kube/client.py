@@ -215,21 +215,9 @@ class KubeClient:
         """The answer to a request whose body is not JSON or not read at once (a pod's log, a
         service proxy's page), whatever its status, its body left to the caller to stream. Like
         a watch it takes no token: it is one long request."""
-        REQUESTS.labels(method).inc()
-        sent = CIMultiDict(self._headers)
-        sent.update(headers or {})
-        if authorization := self._token.authorization():
-            sent["Authorization"] = authorization
-        response = await self.session.request(
-            method,
-            self.host + path,
-            params=query,
-            data=data,
-            headers=sent,
-            proxy=self._proxy,
-            server_hostname=self._server_name,
-            timeout=aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT, sock_read=read_seconds),
-        )
+        limits = aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT, sock_read=read_seconds)
+        sent = self._headers_with(headers or {})
+        response = await self._request(method, path, query, data, sent, limits)
         try:
             yield response
         finally:
@@ -244,16 +232,34 @@ class KubeClient:
         content_type: str,
         time_limits: aiohttp.ClientTimeout | None,
     ) -> aiohttp.ClientResponse:
-        REQUESTS.labels(method).inc()
-        headers = CIMultiDict(self._headers)
-        headers["Accept"] = JSON
-        authorization = self._token.authorization()
-        if authorization:
-            headers["Authorization"] = authorization
+        headers = self._headers_with({"Accept": JSON})
         data = None
         if body is not None:
             data = orjson.dumps(body)
             headers["Content-Type"] = content_type
+        return await self._request(
+            method, path, query, data, headers, time_limits or self.session.timeout
+        )
+
+    def _headers_with(self, extra: Mapping[str, str]) -> CIMultiDict[str]:
+        """The headers of every request (the client's own and its Authorization), and `extra`."""
+        headers = CIMultiDict(self._headers)
+        headers.update(extra)
+        authorization = self._token.authorization()
+        if authorization:
+            headers["Authorization"] = authorization
+        return headers
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        query: Query | None,
+        data: bytes | None,
+        headers: CIMultiDict[str],
+        time_limits: aiohttp.ClientTimeout,
+    ) -> aiohttp.ClientResponse:
+        REQUESTS.labels(method).inc()
         return await self.session.request(
             method,
             self.host + path,
@@ -262,7 +268,7 @@ class KubeClient:
             headers=headers,
             proxy=self._proxy,
             server_hostname=self._server_name,
-            timeout=time_limits or self.session.timeout,
+            timeout=time_limits,
         )
 
 
