@@ -59,6 +59,7 @@ def init_app(settings: Settings, api_server: ApiServer | None = None) -> web.App
     app[PAGES] = Pages()
     app.cleanup_ctx.append(_probes)
     app.cleanup_ctx.append(_sessions)
+    app.cleanup_ctx.append(tensorboard.tensorboard_sessions)
     add_routes(app)
     return app
 

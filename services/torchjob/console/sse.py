@@ -27,10 +27,12 @@ class EventStream:
             await self.response.write(f"event: {event}\n{lines}\n".encode())
 
     async def keepalive(self) -> None:
-        while True:
-            await asyncio.sleep(KEEPALIVE_SECONDS)
-            async with self._lock:
-                await self.response.write(b": keep-alive\n\n")
+        """Comments every KEEPALIVE_SECONDS until the page has gone."""
+        with contextlib.suppress(ConnectionResetError):
+            while True:
+                await asyncio.sleep(KEEPALIVE_SECONDS)
+                async with self._lock:
+                    await self.response.write(b": keep-alive\n\n")
 
 
 @contextlib.asynccontextmanager

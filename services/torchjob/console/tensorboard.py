@@ -1,41 +1,57 @@
-"""A job's TensorBoard, opened from its page: the console passes each request on, as the user, to
-the apiserver's proxy of the TensorBoard's Service, so the apiserver decides whether the user may
-reach it (`services/proxy` in the namespace), and streams the answer back.
+"""A job's TensorBoard, opened from its page: the console passes each request on to the job's
+TensorBoard Service, once a SelfSubjectAccessReview says the user may reach the namespace's
+Services through the apiserver (`get services/proxy`, which `edit` grants and `view` does not),
+and streams the answer back.
+
+Why not through the apiserver's service proxy itself: TensorBoard answers its pages with
+`Content-Encoding: identity`, and the apiserver's proxy, which rewrites the links of every HTML
+page it passes, refuses any encoding but gzip and deflate: the page ends in a stream error. The
+access review keeps the rule the apiserver would apply: a user reaches the TensorBoard exactly when
+they could reach it through the apiserver.
 
 Only what TensorBoard needs goes through: GET and HEAD, and POST for its data endpoints; of the
 browser's headers only Accept and Content-Type (never the console's cookie); of the answer's, its
-status, Content-Type and caching headers. The apiserver's own refusals (a JSON Status) are shown as
-the console's error page. The apiserver rewrites absolute links of a proxied HTML page to its own
-proxy path; those are turned into the console's path again."""
+status, Content-Type and caching headers."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from urllib.parse import quote
 
+import aiohttp
 from aiohttp import web
 
 from torchjob.console.jobs import target
 from torchjob.console.keys import PAGES, session_of
-from torchjob.kube.errors import from_status
+from torchjob.kube.errors import Forbidden
+from torchjob.kube.resources import SERVICES
 from torchjob.render.tensorboard import PORT, tensorboard_name
 
 PASSED_REQUEST_HEADERS = ("Accept", "Content-Type")
 PASSED_ANSWER_HEADERS = ("Content-Type", "Cache-Control", "ETag", "Last-Modified", "Expires")
 # TensorBoard's pages and data can be slow to come while it loads its event files.
 READ_SECONDS = 120.0
+# What a path keeps unquoted when it is passed on (RFC 3986's pchar and "/").
+PATH_CHARACTERS = "/:@!$&'()*+,;=-._~"
+# The connections to TensorBoards: the console's own, since the apiserver's proxy cannot be used.
+BOARDS = web.AppKey("tensorboards", aiohttp.ClientSession)
 
 
-def proxy_base(namespace: str, job: str) -> str:
-    """The apiserver's proxy of the job's TensorBoard Service (housekeeping renders it)."""
-    service = f"{tensorboard_name(job)}:{PORT}"
-    return f"/api/v1/namespaces/{namespace}/services/{service}/proxy/"
+def board_url(namespace: str, job: str, path: str) -> str:
+    """The job's TensorBoard Service (housekeeping renders it), by its cluster DNS name."""
+    service = f"{tensorboard_name(job)}.{namespace}.svc"
+    return f"http://{service}:{PORT}/{quote(path, safe=PATH_CHARACTERS)}"
 
 
-def is_api_status(content_type: str, body: bytes) -> bool:
-    """Whether an answer is the apiserver's own Status (a refusal), not TensorBoard's."""
-    return content_type.startswith("application/json") and b'"kind":"Status"' in body.replace(
-        b" ", b""
+async def tensorboard_sessions(app: web.Application) -> AsyncIterator[None]:
+    """The cleanup context of the connections to TensorBoards."""
+    app[BOARDS] = aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(sock_connect=10, sock_read=READ_SECONDS),
+        trust_env=False,
+        auto_decompress=False,
     )
+    yield
+    await app[BOARDS].close()
 
 
 async def tensorboard_proxy(request: web.Request) -> web.StreamResponse:
@@ -51,38 +67,34 @@ async def tensorboard_proxy(request: web.Request) -> web.StreamResponse:
             reason="No TensorBoard",
             message=f"The job {name} has no TensorBoard: its spec has no tensorboardSpec.",
         )
-    base = proxy_base(namespace, name)
-    path = base + quote(request.match_info["path"], safe="/:@!$&'()*+,;=-._~")
+    if not await api.may("get", SERVICES, namespace, "proxy"):
+        message = (
+            f"you may not reach the Services of {namespace} (get services/proxy), "
+            "so not the job's TensorBoard either"
+        )
+        raise Forbidden(403, "Forbidden", message)
     headers = {h: request.headers[h] for h in PASSED_REQUEST_HEADERS if h in request.headers}
     data = await request.read() if request.method == "POST" else None
-    client = api.client
-    query = dict(request.query)
-    async with client.open(
-        request.method, path, query=query, data=data, headers=headers, read_seconds=READ_SECONDS
-    ) as answer:
-        content_type = answer.headers.get("Content-Type", "")
-        if answer.status >= 400 and content_type.startswith("application/json"):
-            body = await answer.read()
-            if is_api_status(content_type, body):
-                raise from_status(answer.status, answer.reason, body)
-            return web.Response(status=answer.status, body=body, content_type="application/json")
-        console_base = (
-            f"/ns/{namespace}/{request.match_info.get('kind', 'jobs')}/{name}/tensorboard/"
-        )
-        response = web.StreamResponse(status=answer.status)
-        for header in PASSED_ANSWER_HEADERS:
-            if header in answer.headers:
-                response.headers[header] = answer.headers[header]
-        if location := answer.headers.get("Location"):
-            response.headers["Location"] = location.replace(base, console_base)
-        if content_type.startswith("text/html"):
-            page = (await answer.read()).replace(base.encode(), console_base.encode())
-            response.content_length = len(page)
-            await response.prepare(request)
-            await response.write(page)
-        else:
+    url = board_url(namespace, name, request.match_info["path"])
+    try:
+        async with request.app[BOARDS].request(
+            request.method, url, params=dict(request.query), data=data, headers=headers
+        ) as answer:
+            response = web.StreamResponse(status=answer.status)
+            for header in (*PASSED_ANSWER_HEADERS, "Content-Encoding"):
+                if header in answer.headers:
+                    response.headers[header] = answer.headers[header]
             await response.prepare(request)
             async for chunk in answer.content.iter_any():
                 await response.write(chunk)
-        await response.write_eof()
-        return response
+            await response.write_eof()
+            return response
+    except (aiohttp.ClientConnectionError, TimeoutError) as error:
+        return request.app[PAGES].response(
+            "error.html",
+            status=502,
+            session=session_of(request),
+            status_code=502,
+            reason="TensorBoard unreachable",
+            message=f"The TensorBoard of {name} does not answer yet ({error}); try again shortly.",
+        )
