@@ -10,8 +10,8 @@ access review keeps the rule the apiserver would apply: a user reaches the Tenso
 they could reach it through the apiserver.
 
 Only what TensorBoard needs goes through: GET and HEAD, and POST for its data endpoints; of the
-browser's headers only Accept and Content-Type (never the console's cookie); of the answer's, its
-status, Content-Type and caching headers."""
+browser's headers only Accept, Accept-Encoding and Content-Type (never the console's cookie); of
+the answer's, its status, encoding, Content-Type and caching headers."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from torchjob.kube.errors import Forbidden
 from torchjob.kube.resources import SERVICES
 from torchjob.render.tensorboard import PORT, tensorboard_name
 
-PASSED_REQUEST_HEADERS = ("Accept", "Content-Type")
+PASSED_REQUEST_HEADERS = ("Accept", "Content-Type", "Accept-Encoding")
 PASSED_ANSWER_HEADERS = ("Content-Type", "Cache-Control", "ETag", "Last-Modified", "Expires")
 # TensorBoard's pages and data can be slow to come while it loads its event files.
 READ_SECONDS = 120.0
@@ -74,6 +74,8 @@ async def tensorboard_proxy(request: web.Request) -> web.StreamResponse:
         )
         raise Forbidden(403, "Forbidden", message)
     headers = {h: request.headers[h] for h in PASSED_REQUEST_HEADERS if h in request.headers}
+    # The answer is passed on as it comes, compressed only as the browser accepts.
+    headers.setdefault("Accept-Encoding", "identity")
     data = await request.read() if request.method == "POST" else None
     url = board_url(namespace, name, request.match_info["path"])
     try:
