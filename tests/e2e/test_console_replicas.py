@@ -3,8 +3,9 @@ control plane, signed in with a tenant's token. There is no kubelet here (the te
 the apiserver cannot serve a container's log: what is shown is the replicas' table following pod
 changes without a reload, a log page whose pod is deleted while it is open saying the log went with
 it, the apiserver's 403 for another namespace's pod, the resource tab saying the cluster serves no
-metrics.k8s.io, the Prometheus path against a recorded answer with the namespace enforced, and the
-TensorBoard proxy's refusals. Real log streaming is the real node's to show."""
+metrics.k8s.io, the Prometheus path against answers recorded from a real Prometheus with the
+namespace enforced, and the TensorBoard proxy's refusals. Real log streaming is the real node's
+to show."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from playwright.async_api import Browser, expect
 from support import ControlPlane
 from support.console import Console, screenshot_path, signed_in, start_console, tenant_token
 from support.jobs import job_manifest
-from support.prometheus import fake_prometheus
+from support.prometheus import fake_prometheus, recording
 
 from torchjob.api.constants import LABEL_JOB_NAME
+from torchjob.console import series
 
 LIVE = 10_000  # ms: a change reaches an open page within seconds, without a reload
 
@@ -169,22 +171,28 @@ async def test_prometheus_series_are_drawn_and_confined_to_the_users_namespace(
     control_plane: ControlPlane, namespace: str, console: Console, browser: Browser
 ) -> None:
     token = tenant_token(control_plane, namespace, "edit")
-    create_job(control_plane, namespace, "mnist")
+    recorded = recording()
+    # The recorded job's name, so that its replicas' recorded series are this job's.
+    create_job(control_plane, namespace, recorded.job)
+    recorded_times = series.matrix_chart(recorded.answers["cpu"])["times"]
     async with fake_prometheus() as prometheus:
         with_prometheus = start_console(control_plane, "--prometheus-url", prometheus.url)
         try:
             context, page = await signed_in(browser, with_prometheus, token)
-            await page.goto(f"/ns/{namespace}/jobs/mnist/resources")
+            await page.goto(f"/ns/{namespace}/jobs/{recorded.job}/resources")
             await expect(page.locator("#resources-source")).to_contain_text("Prometheus")
             cpu = page.locator("#chart-cpu")
-            await expect(cpu).to_have_attribute("data-pods", "mnist-worker-0 mnist-worker-1")
-            await expect(cpu).to_have_attribute("data-points", "6")
-            await expect(page.locator("#chart-memory .u-legend")).to_contain_text("mnist-worker-1")
+            replicas = f"{recorded.job}-worker-0 {recorded.job}-worker-1"
+            await expect(cpu).to_have_attribute("data-pods", replicas)
+            await expect(cpu).to_have_attribute("data-points", str(len(recorded_times)))
+            await expect(page.locator("#chart-memory .u-legend")).to_contain_text(
+                f"{recorded.job}-worker-1"
+            )
             await expect(page.locator("#gpu")).to_be_hidden()
             sent = [q["query"] for q in prometheus.queries]
             assert len(sent) == 3
             assert all(f'namespace="{namespace}"' in q for q in sent), sent
-            assert all('pod=~"mnist-(worker)-[0-9]+"' in q for q in sent), sent
+            assert all(f'pod=~"{recorded.job}-(worker)-[0-9]+"' in q for q in sent), sent
 
             before = len(prometheus.queries)
             refused = await page.request.get("/ns/kube-system/jobs/any/resources/series")

@@ -1,7 +1,7 @@
 """The console's resource charts without I/O: the Prometheus queries it builds confine a tenant to
 one namespace and one job's replica pods whatever the names hold, the window covers the job's
 life, and Prometheus matrices and metrics.k8s.io samples become aligned series; and the query path
-against a Prometheus answering a recorded answer."""
+against a Prometheus answering with answers recorded from a real one."""
 
 from __future__ import annotations
 
@@ -9,12 +9,15 @@ import datetime
 import re
 
 import pytest
-from support.prometheus import fake_prometheus
+from support.prometheus import fake_prometheus, recording
 
 from torchjob.console import series
 from torchjob.console.resources import query_ranges
 
 NOW = datetime.datetime(2026, 1, 1, 1, 0, tzinfo=datetime.UTC)
+# What each replica of the recorded job was given and held (tests/support/prometheus.py).
+CPU_LIMIT_CORES = 0.3
+BALLAST_BYTES = 64 * 2**20
 
 
 def test_queries_name_the_namespace_and_the_jobs_replica_pods_only() -> None:
@@ -24,7 +27,7 @@ def test_queries_name_the_namespace_and_the_jobs_replica_pods_only() -> None:
         assert 'namespace="team-a"' in query
         assert 'pod=~"mnist-(master|worker)-[0-9]+"' in query
     assert "rate(container_cpu_usage_seconds_total{" in queries["cpu"]
-    assert 'container!=""' in queries["memory"]
+    assert 'container=""' in queries["memory"]  # the pod's cgroup, not its containers too
 
 
 @pytest.mark.parametrize(
@@ -118,15 +121,39 @@ def test_pod_metrics_become_one_sample() -> None:
 
 
 async def test_the_query_path_against_a_recorded_prometheus_answer() -> None:
-    queries = series.prometheus_queries("team-a", "mnist", ["worker"])
-    window = {"start": "1767225600", "end": "1767227400", "step": "15"}
+    recorded = recording()
+    queries = series.prometheus_queries(recorded.namespace, recorded.job, recorded.replica_types)
+    # The answers are those of exactly the queries the console builds: a change to them needs a
+    # new recording.
+    assert queries == recorded.queries
     async with fake_prometheus() as prometheus:
-        answers = await query_ranges(prometheus.url, queries, window)
+        answers = await query_ranges(prometheus.url, queries, recorded.window)
     sent = sorted(q["query"] for q in prometheus.queries)
     assert sent == sorted(queries.values())
-    assert all(q["start"] == "1767225600" and q["step"] == "15" for q in prometheus.queries)
+    assert all(
+        {key: q[key] for key in recorded.window} == recorded.window for q in prometheus.queries
+    )
+    replicas = [f"{recorded.job}-worker-0", f"{recorded.job}-worker-1"]
     cpu = series.matrix_chart(answers["cpu"])
-    assert sorted(cpu["series"]) == ["mnist-worker-0", "mnist-worker-1"]
-    assert len(cpu["times"]) == 6
-    assert cpu["series"]["mnist-worker-1"][4] is None  # a NaN is a gap, not a zero
+    memory = series.matrix_chart(answers["memory"])
+    assert sorted(cpu["series"]) == replicas == sorted(memory["series"])
+    for chart in (cpu, memory):
+        assert all(len(values) == len(chart["times"]) for values in chart["series"].values())
+    # Each replica spun on a core under a 300m limit and held 64 MiB.
+    for pod in replicas:
+        assert 0.1 < max(v for v in cpu["series"][pod] if v is not None) <= CPU_LIMIT_CORES
+        assert max(v for v in memory["series"][pod] if v is not None) >= BALLAST_BYTES
+    # worker-0's first rate came a step after worker-1's: a gap, not a zero.
+    assert cpu["series"][replicas[0]][0] is None and cpu["series"][replicas[1]][0] is not None
     assert series.matrix_chart(answers["gpu"])["series"] == {}
+
+
+async def test_a_query_for_another_jobs_pods_gets_none_of_the_recorded_series() -> None:
+    recorded = recording()
+    window = recorded.window
+    # A job whose name begins the recorded one's, and one whose replicas' names begin with it.
+    for job in ("burn", f"{recorded.job}-worker"):
+        queries = series.prometheus_queries(recorded.namespace, job, recorded.replica_types)
+        async with fake_prometheus() as prometheus:
+            answers = await query_ranges(prometheus.url, queries, window)
+        assert all(series.matrix_chart(a)["series"] == {} for a in answers.values()), job

@@ -57,10 +57,12 @@ def prometheus_queries(namespace: str, job: str, replica_types: list[str]) -> di
         f"namespace={promql_string(namespace)},"
         f"pod=~{promql_string(replica_pod_pattern(job, replica_types))}"
     )
-    containers = f'{pods},container!=""'
+    # The pod's own cgroup (container=""): the kubelet's cAdvisor labels it with the pod on every
+    # node, while a container's series carry its name only where cAdvisor reaches the runtime.
+    pod_cgroup = f'{pods},container=""'
     return {
-        "cpu": f"sum by (pod) (rate(container_cpu_usage_seconds_total{{{containers}}}[2m]))",
-        "memory": f"sum by (pod) (container_memory_working_set_bytes{{{containers}}})",
+        "cpu": f"sum by (pod) (rate(container_cpu_usage_seconds_total{{{pod_cgroup}}}[2m]))",
+        "memory": f"sum by (pod) (container_memory_working_set_bytes{{{pod_cgroup}}})",
         "gpu": f"avg by (pod) (DCGM_FI_DEV_GPU_UTIL{{{pods}}})",
     }
 
