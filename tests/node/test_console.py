@@ -18,7 +18,10 @@ from support.node import Node, host_path_claim, wait_until
 
 JOB = "mnist-console"
 CLAIM = "console-runs"
-TRAINING = 15 * 60_000  # ms: the example's three epochs on two cores, with room
+# Long enough for metrics-server to sample the replicas (twice, 15 s apart) while they train:
+# the example's epochs take a few seconds each here.
+EPOCHS = 30
+TRAINING = 15 * 60_000  # ms: the example's epochs on two cores, with room
 SAMPLES = 120_000  # ms: metrics-server's first samples of new pods, then two of the page's
 DRAWN_PODS = f"{JOB}-worker-0 {JOB}-worker-1"
 
@@ -71,7 +74,7 @@ async def create_from_form(page: Page, namespace: str, image: str) -> None:
     fields = {
         "Name": JOB,
         "Image": image,
-        "Arguments": f"train.py --epochs 3 --log_dir runs/{JOB}",
+        "Arguments": f"train.py --epochs {EPOCHS} --log_dir runs/{JOB}",
         "Working directory": "/workspace",
         "Replicas": "2",
         "Processes per node": "2",
