@@ -18,9 +18,9 @@ from support.node import Node, host_path_claim, wait_until
 
 JOB = "mnist-console"
 CLAIM = "console-runs"
-# Long enough for metrics-server to sample the replicas (twice, 15 s apart) while they train:
-# the example's epochs take a few seconds each here.
-EPOCHS = 30
+# Long enough for metrics-server to sample the replicas (twice, 15 s apart) and the page to draw
+# them while they train: with its default batch the example's epoch takes under a second here.
+TRAINING_ARGUMENTS = "--epochs 20 --batch_size 2"
 TRAINING = 15 * 60_000  # ms: the example's epochs on two cores, with room
 SAMPLES = 120_000  # ms: metrics-server's first samples of new pods, then two of the page's
 DRAWN_PODS = f"{JOB}-worker-0 {JOB}-worker-1"
@@ -74,7 +74,7 @@ async def create_from_form(page: Page, namespace: str, image: str) -> None:
     fields = {
         "Name": JOB,
         "Image": image,
-        "Arguments": f"train.py --epochs {EPOCHS} --log_dir runs/{JOB}",
+        "Arguments": f"train.py {TRAINING_ARGUMENTS} --log_dir runs/{JOB}",
         "Working directory": "/workspace",
         "Replicas": "2",
         "Processes per node": "2",
@@ -114,12 +114,12 @@ async def test_the_example_from_the_form_trains_while_its_log_and_resources_show
         await create_from_form(page, namespace, node.example_image)
         await expect(page.locator("#job-phase")).to_have_text("Running", timeout=TRAINING)
 
+        resources = await context.new_page()
+        await resources.goto(f"/ns/{namespace}/jobs/{JOB}/resources")
         log = await context.new_page()
         await log.goto(f"/ns/{namespace}/pods/{JOB}-worker-0/log")
         await expect(log.locator("pre.log")).to_contain_text("epoch", timeout=TRAINING)
 
-        resources = await context.new_page()
-        await resources.goto(f"/ns/{namespace}/jobs/{JOB}/resources")
         for chart in ("cpu", "memory"):
             # Two samples (15 s apart) of both replicas: a line is drawn for each.
             drawn = resources.locator(f"#chart-{chart}")
