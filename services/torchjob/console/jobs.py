@@ -64,8 +64,10 @@ async def read_page(
 async def job_list(request: web.Request) -> web.Response:
     api, namespace, kind = target(request)
     query = {key: request.query.get(key, "") for key in ("phase", "q", "continue")}
-    found, more, version = await read_page(api, namespace, kind, query)
-    may = await api.allowed(namespace, {"create": ("create", JOBS, "")})
+    (found, more, version), may = await asyncio.gather(
+        read_page(api, namespace, kind, query),
+        api.allowed(namespace, {"create": ("create", JOBS, "")}),
+    )
     kubeflow = request.app[SETTINGS].kubeflow
     return request.app[PAGES].response(
         "jobs.html",
