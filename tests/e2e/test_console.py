@@ -65,3 +65,39 @@ async def test_list_and_job_page_follow_status_and_buttons_act_as_the_user(
     await page.wait_for_url(f"**/ns/{namespace}/jobs")
     await expect(page.get_by_text("No training jobs")).to_be_visible(timeout=LIVE)
     await context.close()
+
+
+# Every control of a page has a name a screen reader says (its label), and every page has one
+# main landmark and one top-level heading.
+UNNAMED_CONTROLS = """() => [...document.querySelectorAll(
+        'input:not([type=hidden]), select, textarea, button')]
+    .filter((e) => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')
+                   && !(e.tagName === 'BUTTON' && e.textContent.trim()))
+    .map((e) => e.outerHTML.slice(0, 120))"""
+
+
+async def test_every_page_names_its_controls_and_has_one_main_heading(
+    control_plane: ControlPlane,
+    admitted_namespace: str,
+    webhook_server: ServiceProcess,
+    console: Console,
+    browser: Browser,
+) -> None:
+    namespace = admitted_namespace
+    create_job(control_plane, namespace, "named")
+    context, page = await signed_in(
+        browser, console, tenant_token(control_plane, namespace, "edit")
+    )
+    for path in (
+        "/",
+        f"/ns/{namespace}/jobs",
+        f"/ns/{namespace}/jobs/new",
+        f"/ns/{namespace}/jobs/named",
+        f"/ns/{namespace}/jobs/named/replicas",
+        f"/ns/{namespace}/jobs/named/resources",
+    ):
+        await page.goto(path)
+        assert await page.evaluate(UNNAMED_CONTROLS) == [], path
+        await expect(page.get_by_role("main")).to_have_count(1)
+        await expect(page.get_by_role("heading", level=1)).to_have_count(1)
+    await context.close()
