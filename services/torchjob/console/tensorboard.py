@@ -22,7 +22,7 @@ import aiohttp
 from aiohttp import web
 
 from torchjob.console.jobs import target
-from torchjob.console.keys import PAGES, session_of
+from torchjob.console.security import refusal
 from torchjob.kube.errors import Forbidden
 from torchjob.kube.resources import SERVICES
 from torchjob.render.tensorboard import PORT, tensorboard_name
@@ -59,14 +59,8 @@ async def tensorboard_proxy(request: web.Request) -> web.StreamResponse:
     name = request.match_info["name"]
     job = await api.get(kind, namespace, name)
     if not (job.get("spec") or {}).get("tensorboardSpec"):
-        return request.app[PAGES].response(
-            "error.html",
-            status=404,
-            session=session_of(request),
-            status_code=404,
-            reason="No TensorBoard",
-            message=f"The job {name} has no TensorBoard: its spec has no tensorboardSpec.",
-        )
+        message = f"The job {name} has no TensorBoard: its spec has no tensorboardSpec."
+        return refusal(request, 404, "No TensorBoard", message)
     if not await api.may("get", SERVICES, namespace, "proxy"):
         message = (
             f"you may not reach the Services of {namespace} (get services/proxy), "
@@ -92,11 +86,5 @@ async def tensorboard_proxy(request: web.Request) -> web.StreamResponse:
             await response.write_eof()
             return response
     except (aiohttp.ClientConnectionError, TimeoutError) as error:
-        return request.app[PAGES].response(
-            "error.html",
-            status=502,
-            session=session_of(request),
-            status_code=502,
-            reason="TensorBoard unreachable",
-            message=f"The TensorBoard of {name} does not answer yet ({error}); try again shortly.",
-        )
+        message = f"The TensorBoard of {name} does not answer yet ({error}); try again shortly."
+        return refusal(request, 502, "TensorBoard unreachable", message)
