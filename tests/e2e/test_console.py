@@ -5,6 +5,7 @@ the user."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from playwright.async_api import Browser, expect
 from support import ControlPlane
@@ -16,6 +17,7 @@ from support.console import (
     signed_in,
     tenant_token,
 )
+from support.kubelet_logs import log_kubelet
 from support.processes import ServiceProcess
 
 LIVE = 10_000  # ms: a change reaches an open page within seconds, without a reload
@@ -101,3 +103,53 @@ async def test_every_page_names_its_controls_and_has_one_main_heading(
         await expect(page.get_by_role("main")).to_have_count(1)
         await expect(page.get_by_role("heading", level=1)).to_have_count(1)
     await context.close()
+
+
+async def test_a_log_streams_into_the_page_until_its_container_exits(
+    control_plane: ControlPlane, namespace: str, console: Console, browser: Browser
+) -> None:
+    node = f"logs-{namespace[-6:]}"
+    async with log_kubelet(control_plane, node) as kubelet:
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "trainer"},
+            "spec": {"nodeName": node, "containers": [{"name": "pytorch", "image": "trainer:1"}]},
+        }
+        control_plane.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(pod))
+        running = {"state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
+        set_container(control_plane, namespace, "Running", running)
+        log = kubelet.log(namespace, "trainer", "pytorch")
+        await log.write("epoch 1 loss 2.30")
+
+        viewer = tenant_token(control_plane, namespace, "view")
+        context, page = await signed_in(browser, console, viewer)
+        await page.goto(f"/ns/{namespace}/pods/trainer/log")
+        shown = page.locator("pre.log")
+        await expect(shown).to_contain_text("epoch 1 loss 2.30", timeout=LIVE)
+        for epoch in (2, 3):
+            await log.write(f"epoch {epoch} loss <{epoch}>")  # escaped, not markup
+            await expect(shown).to_contain_text(f"epoch {epoch} loss <{epoch}>", timeout=LIVE)
+        ended = {"state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
+        set_container(control_plane, namespace, "Succeeded", ended)
+        await log.stop()
+        await expect(page.get_by_text("exited")).to_be_visible(timeout=LIVE)
+        await expect(page.get_by_text("Completed")).to_be_visible()
+        await context.close()
+
+
+def set_container(
+    control_plane: ControlPlane, namespace: str, phase: str, state: dict[str, Any]
+) -> None:
+    status = {"phase": phase, "containerStatuses": [{"name": "pytorch", "ready": True, **state}]}
+    control_plane.kubectl(
+        "patch",
+        "pod",
+        "trainer",
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": status}),
+    )
