@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from torchjob.console.auth import after_sign_in
 from torchjob.console.identity import Identity, token_expiry
 from torchjob.console.sessions import Sessions, digest
 
@@ -73,3 +74,21 @@ def test_a_tokens_expiry_is_read_from_its_claims_and_nothing_else_is_guessed() -
 def test_a_service_account_user_names_its_namespace() -> None:
     assert Identity("system:serviceaccount:team-a:bob").service_account_namespace == "team-a"
     assert Identity("alice@example.com").service_account_namespace is None
+
+
+@pytest.mark.parametrize(
+    ("asked", "goes"),
+    [
+        ("/ns/a/jobs", "/ns/a/jobs"),
+        ("/ns/a/jobs?phase=Running", "/ns/a/jobs?phase=Running"),
+        ("//evil.example/", "/"),
+        ("/\\evil.example/", "/"),
+        ("/\t/evil.example/", "/"),
+        ("https://evil.example/", "/"),
+        ("", "/"),
+    ],
+)
+def test_after_sign_in_the_browser_goes_to_a_path_of_the_console_only(
+    asked: str, goes: str
+) -> None:
+    assert after_sign_in(asked) == goes

@@ -21,7 +21,7 @@ from torchjob.console.keys import API_SERVER, PAGES, SESSION, SESSIONS, SETTINGS
 from torchjob.console.security import Handler, refusal
 from torchjob.console.sessions import COOKIE, Session, digest
 from torchjob.console.settings import AUTH_PROXY
-from torchjob.kube.errors import KubeError, Unauthorized
+from torchjob.kube.errors import Unauthorized
 
 log = structlog.get_logger("torchjob.console")
 
@@ -153,11 +153,16 @@ def _proxied_identity(request: web.Request) -> Identity | None:
     return Identity(user, tuple(g.strip() for g in groups.split(",") if g.strip()))
 
 
+def after_sign_in(target: str) -> str:
+    """Where to go after signing in: a path of this console only. `//host` and `/\\host` would be
+    another site to a browser (it reads a backslash as a slash), and so would any control
+    character it strips."""
+    own_path = target.startswith("/") and target[1:2] not in ("/", "\\")
+    if not own_path or any(ord(c) < 0x20 or c == "\\" for c in target):
+        return "/"
+    return target
+
+
 def _next(request: web.Request) -> str:
-    """Where to go after signing in: a path of this console only."""
-    target = request.query.get("next", "/")
-    return target if target.startswith("/") and not target.startswith("//") else "/"
+    return after_sign_in(request.query.get("next", "/"))
 
-
-def describe(error: KubeError) -> str:
-    return f"{error.status} {error.reason}: {error.message}"
