@@ -26,13 +26,17 @@ class EventStream:
         async with self._lock:
             await self.response.write(f"event: {event}\n{lines}\n".encode())
 
-    async def keepalive(self) -> None:
-        """Comments every KEEPALIVE_SECONDS until the page has gone."""
-        with contextlib.suppress(ConnectionResetError):
+    async def keepalive(self, handler: asyncio.Task[object]) -> None:
+        """Comments every KEEPALIVE_SECONDS; once one cannot be written the page has gone, and
+        `handler` is cancelled: a quiet stream would otherwise hold its watches as the user
+        until the next change it had to send."""
+        try:
             while True:
                 await asyncio.sleep(KEEPALIVE_SECONDS)
                 async with self._lock:
                     await self.response.write(b": keep-alive\n\n")
+        except ConnectionResetError:
+            handler.cancel()
 
 
 @contextlib.asynccontextmanager
@@ -49,7 +53,9 @@ async def event_stream(request: web.Request) -> AsyncIterator[EventStream]:
     )
     await response.prepare(request)
     stream = EventStream(response)
-    keepalive = asyncio.create_task(stream.keepalive())
+    handler = asyncio.current_task()
+    assert handler is not None
+    keepalive = asyncio.create_task(stream.keepalive(handler))
     try:
         yield stream
     except* ConnectionResetError:
