@@ -9,6 +9,9 @@ import re
 
 from torchjob.console.create import (
     FORM,
+    KIND_LABELS,
+    KUBEFLOW_KIND,
+    TRAINING_KIND,
     YAML,
     Draft,
     Problems,
@@ -106,3 +109,48 @@ def test_the_checks_answer_carries_each_fields_messages_out_of_band() -> None:
     assert "The cluster refuses this job" in html
     assert re.search(r'id="error-gpus"[^>]*hx-swap-oob="true">needs a GPU limit<', html)
     assert html.count('hx-swap-oob="true"') == len(dataclasses.fields(JobForm))
+
+
+def test_the_kubeflow_kind_makes_a_pytorchjob_and_refuses_what_it_has_no_place_for() -> None:
+    draft = draft_of_form(JobForm(name="j", image="i", replicas="2"), KUBEFLOW_KIND)
+    assert draft.manifest is not None and draft.manifest["kind"] == "PyTorchJob"
+    assert "pytorchReplicaSpecs:" in draft.text
+    refused = draft_of_form(JobForm(name="j", tensorboard=True, queue="q"), KUBEFLOW_KIND)
+    assert refused.manifest is None and set(refused.problems.fields) == {"tensorboard", "queue"}
+
+
+MASTER_CONTAINER = "spec.pytorchReplicaSpecs.Master.template.spec.containers[0]"
+
+
+def test_a_pytorchjobs_refusal_goes_beside_the_field_its_path_names() -> None:
+    refusal = Invalid(
+        422,
+        "Invalid",
+        "PyTorchJob is invalid",
+        {
+            "details": {
+                "causes": [
+                    {"field": f"{MASTER_CONTAINER}.image", "message": "is required"},
+                ]
+            }
+        },
+    )
+    problems = Problems(kind=KUBEFLOW_KIND)
+    refusal_problems(refusal, problems, FORM)
+    assert problems.fields == {"image": ["is required"]}
+
+
+def test_the_yaml_views_kind_is_its_api_version_where_kubeflow_is_served() -> None:
+    text = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\n"
+    assert draft_of_yaml(text, kubeflow=True).kind == KUBEFLOW_KIND
+    assert draft_of_yaml(text, kubeflow=False).kind == TRAINING_KIND
+
+
+def test_the_kind_choice_is_shown_only_where_there_is_one_to_make() -> None:
+    draft = draft_of_form(JobForm(), KUBEFLOW_KIND)
+    html = render("fragments/create_editor.html", draft, kinds=KIND_LABELS)
+    assert '<label for="f-kind">Kind</label>' in html
+    assert '<option value="PyTorchJob" selected>Kubeflow PyTorchJob</option>' in html
+    alone = render("fragments/create_editor.html", draft, kinds={})
+    assert 'id="f-kind"' not in alone
+    assert '<input type="hidden" name="kind" value="PyTorchJob">' in alone

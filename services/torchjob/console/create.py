@@ -5,7 +5,10 @@ and opens its page.
 
 The page holds one of the two views at a time (`view`): the form, whose fields make the manifest
 (render/job_form.py), or the YAML, which is the manifest. Switching posts the one shown and answers
-the other; a manifest the form cannot show stays in the YAML view, which says why."""
+the other; a manifest the form cannot show stays in the YAML view, which says why.
+
+With `--kubeflow` the form also writes Kubeflow's PyTorchJob (`kind`, render/kubeflow_form.py):
+the check, the YAML and Create then use that kind, and the job opens at its PyTorchJob page."""
 
 from __future__ import annotations
 
@@ -15,10 +18,12 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from torchjob.console.keys import PAGES, session_of
+from torchjob.api import kubeflow_types, types
+from torchjob.console.keys import PAGES, SETTINGS, session_of
 from torchjob.console.user_api import UserApi
 from torchjob.kube.errors import KubeError
-from torchjob.kube.resources import JOBS
+from torchjob.kube.informer import ResourceKind
+from torchjob.kube.resources import JOBS, KUBEFLOW_JOBS
 from torchjob.render.job_form import (
     CLEAN_UP_POLICIES,
     RESTART_POLICIES,
@@ -30,9 +35,20 @@ from torchjob.render.job_form import (
     form_of,
     manifest_of,
 )
+from torchjob.render.kubeflow_form import (
+    NoKubeflowPlace,
+    kubeflow_field_of_path,
+    kubeflow_form_of,
+    kubeflow_manifest_of,
+)
 
 FORM, YAML = "form", "yaml"
 ACCEPTED = "the cluster accepts this job"
+TRAINING_KIND, KUBEFLOW_KIND = types.KIND, kubeflow_types.KIND
+# The kinds the form writes: each one's name on the page, resource, and page of a job.
+KIND_LABELS = {TRAINING_KIND: "PyTorchTrainingJob", KUBEFLOW_KIND: "Kubeflow PyTorchJob"}
+RESOURCE_OF: dict[str, ResourceKind] = {TRAINING_KIND: JOBS, KUBEFLOW_KIND: KUBEFLOW_JOBS}
+ROUTE_OF = {TRAINING_KIND: "jobs", KUBEFLOW_KIND: "pytorchjobs"}
 
 
 @dataclass
@@ -42,9 +58,11 @@ class Problems:
     fields: dict[str, list[str]] = field(default_factory=dict)
     general: list[str] = field(default_factory=list)
     checked: bool = False
+    kind: str = TRAINING_KIND
 
     def add(self, path: str, message: str, view: str) -> None:
-        name = field_of_path(path) if view == FORM else None
+        of_path = kubeflow_field_of_path if self.kind == KUBEFLOW_KIND else field_of_path
+        name = of_path(path) if view == FORM else None
         if name:
             self.fields.setdefault(name, []).append(message)
         else:
@@ -66,40 +84,54 @@ class Draft:
     problems: Problems
     yaml_problem: str = ""
     not_shown: str = ""
+    kind: str = TRAINING_KIND
 
 
 def yaml_of(manifest: dict[str, Any]) -> str:
     return yaml.safe_dump(manifest, sort_keys=False, allow_unicode=True, width=100)
 
 
-def draft_of_form(form: JobForm) -> Draft:
-    problems = Problems()
+def draft_of_form(form: JobForm, kind: str = TRAINING_KIND) -> Draft:
+    """The form view's draft of `kind`; fields that make no manifest of it are said to be so
+    beside them."""
+    problems = Problems(kind=kind)
     try:
-        manifest = manifest_of(form)
+        manifest = kubeflow_manifest_of(form) if kind == KUBEFLOW_KIND else manifest_of(form)
     except UnreadableField as error:
         problems.fields.setdefault(error.field, []).append(error.message)
-        return Draft(FORM, form, "", None, problems)
-    return Draft(FORM, form, yaml_of(manifest), manifest, problems)
+        return Draft(FORM, form, "", None, problems, kind=kind)
+    except NoKubeflowPlace as refusal:
+        for name, message in refusal.fields.items():
+            problems.fields.setdefault(name, []).append(message)
+        return Draft(FORM, form, "", None, problems, kind=kind)
+    return Draft(FORM, form, yaml_of(manifest), manifest, problems, kind=kind)
 
 
-def draft_of_yaml(text: str) -> Draft:
-    """The YAML view's draft; a text that is no YAML mapping is said to be so beside it."""
+def draft_of_yaml(text: str, kubeflow: bool = False) -> Draft:
+    """The YAML view's draft, of the kind its apiVersion names (a PyTorchJob only where
+    `kubeflow` is on); a text that is no YAML mapping is said to be so beside it."""
     try:
         manifest = yaml.safe_load(text)
     except yaml.YAMLError as error:
         return Draft(YAML, JobForm(), text, None, Problems(), yaml_problem=str(error))
     if not isinstance(manifest, dict):
         problem = "the YAML must be one mapping: a PyTorchTrainingJob"
+        if kubeflow:
+            problem += " or a PyTorchJob"
         return Draft(YAML, JobForm(), text, None, Problems(), yaml_problem=problem)
-    return Draft(YAML, JobForm(), text, manifest, Problems())
+    written = manifest.get("apiVersion") == kubeflow_types.API_VERSION
+    kind = KUBEFLOW_KIND if kubeflow and written else TRAINING_KIND
+    return Draft(YAML, JobForm(), text, manifest, Problems(kind=kind), kind=kind)
 
 
 async def posted_draft(request: web.Request) -> Draft:
     posted = await request.post()
     fields = {key: value for key, value in posted.items() if isinstance(value, str)}
+    kubeflow = request.app[SETTINGS].kubeflow
     if fields.get("view") == YAML:
-        return draft_of_yaml(fields.get("yaml", ""))
-    return draft_of_form(form_from_fields(fields))
+        return draft_of_yaml(fields.get("yaml", ""), kubeflow)
+    kind = KUBEFLOW_KIND if kubeflow and fields.get("kind") == KUBEFLOW_KIND else TRAINING_KIND
+    return draft_of_form(form_from_fields(fields), kind)
 
 
 async def check_with_cluster(api: UserApi, namespace: str, draft: Draft, *, dry_run: bool) -> Any:
@@ -109,7 +141,8 @@ async def check_with_cluster(api: UserApi, namespace: str, draft: Draft, *, dry_
         return None
     draft.problems.checked = True
     try:
-        return await api.create(JOBS, namespace, draft.manifest, dry_run=dry_run)
+        resource = RESOURCE_OF[draft.kind]
+        return await api.create(resource, namespace, draft.manifest, dry_run=dry_run)
     except KubeError as error:
         if error.status >= 500 or error.status == 401:
             raise
@@ -130,8 +163,14 @@ def refusal_problems(error: KubeError, problems: Problems, view: str) -> None:
         problems.add(path, error.message or f"{error.status} {error.reason}", view)
 
 
-def page_context(request: web.Request, draft: Draft) -> dict[str, Any]:
+def page_context(
+    request: web.Request, draft: Draft, kinds: tuple[str, ...] | None = None
+) -> dict[str, Any]:
+    """The page's context; `kinds` offered in the Kind choice (by default every kind the console
+    serves: the apiserver decides whether the user may create it)."""
     namespace = request.match_info["namespace"]
+    if kinds is None:
+        kinds = tuple(KIND_LABELS) if request.app[SETTINGS].kubeflow else (TRAINING_KIND,)
     return {
         "session": session_of(request),
         "namespace": namespace,
@@ -143,22 +182,40 @@ def page_context(request: web.Request, draft: Draft) -> dict[str, Any]:
         "restart_policies": RESTART_POLICIES,
         "clean_up_policies": CLEAN_UP_POLICIES,
         "accepted": ACCEPTED,
+        # The choice is shown only where there is one to make.
+        "kinds": {kind: KIND_LABELS[kind] for kind in kinds} if len(kinds) > 1 else {},
     }
 
 
 def render(
-    request: web.Request, template: str, draft: Draft, status: int = 200, *, oob: bool = False
+    request: web.Request,
+    template: str,
+    draft: Draft,
+    status: int = 200,
+    *,
+    oob: bool = False,
+    kinds: tuple[str, ...] | None = None,
 ) -> web.Response:
     """A page or fragment of the draft; with `oob`, each field's messages for htmx to swap in
     beside the field (out of band), wherever the fragment itself goes."""
-    context = page_context(request, draft)
+    context = page_context(request, draft, kinds)
     return request.app[PAGES].response(template, status=status, oob=oob, **context)
 
 
+async def creatable_kinds(request: web.Request, namespace: str) -> tuple[str, ...]:
+    """The kinds the console serves that the user may create in `namespace`."""
+    served = tuple(KIND_LABELS) if request.app[SETTINGS].kubeflow else (TRAINING_KIND,)
+    checks = {kind: ("create", RESOURCE_OF[kind], "") for kind in served}
+    allowed = await UserApi(session_of(request).client).allowed(namespace, checks)
+    return tuple(kind for kind in served if allowed[kind])
+
+
 async def create_page(request: web.Request) -> web.Response:
-    """The empty form, to a user the apiserver would let create jobs here."""
+    """The empty form, to a user the apiserver would let create jobs here (of the kind named by
+    `?kind=`, where the user may create it)."""
     namespace = request.match_info["namespace"]
-    if not await UserApi(session_of(request).client).may("create", JOBS, namespace):
+    kinds = await creatable_kinds(request, namespace)
+    if not kinds:
         return request.app[PAGES].response(
             "error.html",
             status=403,
@@ -167,14 +224,16 @@ async def create_page(request: web.Request) -> web.Response:
             message=f"Your account may not create training jobs in the namespace {namespace}.",
             session=session_of(request),
         )
-    return render(request, "create.html", draft_of_form(JobForm()))
+    asked = request.query.get("kind", "")
+    kind = asked if asked in kinds else kinds[0]
+    return render(request, "create.html", draft_of_form(JobForm(), kind), kinds=kinds)
 
 
 async def to_yaml(request: web.Request) -> web.Response:
     """The YAML view of the posted form (the form again, with its problem, if it makes none)."""
     draft = await posted_draft(request)
     if draft.view == FORM and draft.manifest is not None:
-        draft = draft_of_yaml(draft.text)
+        draft = draft_of_yaml(draft.text, request.app[SETTINGS].kubeflow)
     return render(request, "fragments/create_editor.html", draft)
 
 
@@ -182,11 +241,12 @@ async def to_form(request: web.Request) -> web.Response:
     """The form view of the posted YAML, or the YAML still, saying why the form cannot show it."""
     draft = await posted_draft(request)
     if draft.view == YAML and draft.manifest is not None:
-        shown = form_of(draft.manifest)
+        kubeflow = draft.kind == KUBEFLOW_KIND
+        shown = kubeflow_form_of(draft.manifest) if kubeflow else form_of(draft.manifest)
         if isinstance(shown, NotShown):
             draft.not_shown = str(shown)
         else:
-            draft = draft_of_form(shown)
+            draft = draft_of_form(shown, draft.kind)
     return render(request, "fragments/create_editor.html", draft)
 
 
@@ -209,4 +269,4 @@ async def create(request: web.Request) -> web.StreamResponse:
     if created is None:
         return render(request, "create.html", draft, status=422)
     name = created["metadata"]["name"]
-    raise web.HTTPSeeOther(f"/ns/{namespace}/jobs/{name}")
+    raise web.HTTPSeeOther(f"/ns/{namespace}/{ROUTE_OF[draft.kind]}/{name}")

@@ -374,13 +374,13 @@ INDEX = re.compile(r"\[[0-9]+\]")
 GPU_KEY = re.compile(r"\.nvidia\.com/gpu$")
 
 
-def field_of_path(path: str) -> str | None:
+def field_of_path(path: str, fields: dict[str, str] = FIELD_OF_PATH) -> str | None:
     """The form field an error about API field `path` is shown beside, or None (the error then
-    goes above the form)."""
+    goes above the form); `fields` maps the API's field paths to form fields."""
     general = GPU_KEY.sub("[nvidia.com/gpu]", INDEX.sub("[]", path.strip()))
     while general:
-        if general in FIELD_OF_PATH:
-            return FIELD_OF_PATH[general]
+        if general in fields:
+            return fields[general]
         general = _parent(general)
     return None
 
