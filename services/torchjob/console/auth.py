@@ -165,4 +165,3 @@ def after_sign_in(target: str) -> str:
 
 def _next(request: web.Request) -> str:
     return after_sign_in(request.query.get("next", "/"))
-
