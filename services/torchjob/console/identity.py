@@ -7,7 +7,6 @@ no token at all, and the apiserver's address and CA are all it keeps of its kube
 from __future__ import annotations
 
 import base64
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,9 +111,3 @@ def token_expiry(token: str) -> float | None:
         return None
     expiry = claims.get("exp") if isinstance(claims, dict) else None
     return float(expiry) if isinstance(expiry, int | float) else None
-
-
-def seconds_left(expiry: float | None, now: float | None = None) -> float | None:
-    if expiry is None:
-        return None
-    return expiry - (time.time() if now is None else now)

@@ -18,7 +18,7 @@ from torchjob.console.sse import EventStream, event_stream
 from torchjob.console.user_api import UserApi, WatchEvent
 from torchjob.kube.errors import Gone, NotFound
 from torchjob.kube.informer import ResourceKind
-from torchjob.kube.resources import JOBS, KUBEFLOW_JOBS
+from torchjob.kube.resources import EVENTS, JOBS, KUBEFLOW_JOBS
 
 PAGE_SIZE = 50
 # The live list's rows are sent again at most this often.
@@ -220,8 +220,6 @@ async def _follow_job(
 async def _follow_events(
     request: web.Request, api: UserApi, stream: EventStream, pages: Any
 ) -> None:
-    from torchjob.kube.resources import EVENTS
-
     namespace, name = request.match_info["namespace"], request.match_info["name"]
     while True:
         answer = await api.list_objects(

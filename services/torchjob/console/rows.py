@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchjob.api.quantities import format_gpus, job_gpus
+from torchjob.api.queries import training_container_in
 from torchjob.lifecycle import summary
 
 Object = dict[str, Any]
@@ -71,15 +72,10 @@ def matches(row: JobRow, phase: str, text: str) -> bool:
 
 
 def training_container(job: Object) -> Object:
-    """The first replica type's training container (named `python`, else the first)."""
-    for replica in (job.get("spec") or {}).get("replicaSpecs") or []:
-        containers = ((replica.get("template") or {}).get("spec") or {}).get("containers") or []
-        for container in containers:
-            if container.get("name") == "python":
-                return dict(container)
-        if containers:
-            return dict(containers[0])
-    return {}
+    """The first replica type's training container, as the pod rewrite chooses it."""
+    replicas = (job.get("spec") or {}).get("replicaSpecs") or [{}]
+    _, container = training_container_in((replicas[0].get("template") or {}).get("spec") or {})
+    return dict(container or {})
 
 
 def torchrun_line(job: Object) -> str:

@@ -14,7 +14,7 @@ import orjson
 from torchjob.api.constants import FIELD_MANAGER
 from torchjob.kube.client import KubeClient
 from torchjob.kube.informer import ResourceKind
-from torchjob.kube.resources import EVENTS, JOBS, KUBEFLOW_JOBS, PODS
+from torchjob.kube.resources import EVENTS, JOBS, KUBEFLOW_JOBS
 
 MERGE_PATCH = "application/merge-patch+json"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
@@ -122,11 +122,6 @@ class UserApi:
         )
         items: list[Object] = answer.get("items") or []
         return sorted(items, key=_event_time)
-
-    async def pods_of(self, namespace: str, job: str, job_label: str) -> list[Object]:
-        answer = await self.list_objects(PODS, namespace, labelSelector=f"{job_label}={job}")
-        items: list[Object] = answer.get("items") or []
-        return sorted(items, key=lambda pod: pod["metadata"]["name"])
 
 
 def _event_time(event: Object) -> str:
