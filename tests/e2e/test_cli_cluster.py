@@ -15,10 +15,10 @@ from typing import Any
 import yaml
 from kubernetes_asyncio import client
 from support import ControlPlane
-from support.cli import BIN, TORCHJOB
+from support.cli import BIN, TORCHJOB, stand_in_kubectl, stop_forwarding
 from support.cluster import Job
 from support.controlplane import free_port
-from support.eventually import eventually, eventually_sync
+from support.eventually import eventually
 from support.processes import ServiceProcess
 
 from torchjob.api.admission import handle, mutate_job
@@ -469,31 +469,12 @@ def test_tensorboard_runs_kubectl_port_forward_and_stops_it(
         "spec": {"ports": [{"port": 6006}]},
     }
     control_plane.kubectl("create", "-f", "-", input=json.dumps(service))
-    fake = tmp_path / "kubectl"
-    fake.write_text(
-        "#!/bin/sh\n"
-        f'echo "$@" > {tmp_path}/argv\n'
-        f"echo $$ > {tmp_path}/pid\n"
-        'echo "Forwarding from 127.0.0.1:41234 -> 6006"\n'
-        "exec sleep 600\n"
-    )
-    fake.chmod(0o755)
+    fake = stand_in_kubectl(tmp_path, 6006)
     argv = [str(TORCHJOB), "tensorboard", "board", f"--kubectl={fake}"]
     argv += [f"--kubeconfig={control_plane.kubeconfig}", f"--namespace={admitted_namespace}"]
     forward = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert forward.stdout is not None
-        first = forward.stdout.readline()
-        assert first == f"TensorBoard of {admitted_namespace}/board: http://127.0.0.1:41234/\n"
-        forward.terminate()
-        out, err = forward.communicate(timeout=60)
-    finally:
-        if forward.poll() is None:
-            forward.kill()
-            forward.wait()
-    assert forward.returncode == 0, err
-    assert "Stopped forwarding." in out
-    assert (tmp_path / "argv").read_text().split() == [
+    first = f"TensorBoard of {admitted_namespace}/board: http://127.0.0.1:41234/\n"
+    assert stop_forwarding(forward, first, tmp_path, 60) == [
         "port-forward",
         f"--kubeconfig={control_plane.kubeconfig}",
         f"--namespace={admitted_namespace}",
@@ -501,5 +482,3 @@ def test_tensorboard_runs_kubectl_port_forward_and_stops_it(
         "service/board-tensorboard",
         ":6006",
     ]
-    pid = int((tmp_path / "pid").read_text())
-    eventually_sync(lambda: not Path(f"/proc/{pid}").exists(), "the stand-in kubectl stopped")

@@ -11,8 +11,7 @@ import subprocess
 from pathlib import Path
 
 from support import ControlPlane
-from support.cli import TORCHJOB
-from support.eventually import eventually_sync
+from support.cli import TORCHJOB, stand_in_kubectl, stop_forwarding
 
 TIMEOUT = 120.0
 
@@ -28,20 +27,6 @@ def console_command(control_plane: ControlPlane, namespace: str, kubectl: Path) 
     ]
 
 
-def stand_in_kubectl(directory: Path) -> Path:
-    """A kubectl that records its arguments and pid, reports a forwarded port, and waits."""
-    fake = directory / "kubectl"
-    fake.write_text(
-        "#!/bin/sh\n"
-        f'echo "$@" > {directory}/argv\n'
-        f"echo $$ > {directory}/pid\n"
-        'echo "Forwarding from 127.0.0.1:41234 -> 8000"\n'
-        "exec sleep 600\n"
-    )
-    fake.chmod(0o755)
-    return fake
-
-
 def clean_environment() -> dict[str, str]:
     """No kubeconfig but the one given, and not in a pod (the in-cluster URL is not asked for)."""
     env = {**os.environ, "KUBECONFIG": ""}
@@ -52,7 +37,7 @@ def clean_environment() -> dict[str, str]:
 def test_without_the_console_it_names_the_chart_value(
     control_plane: ControlPlane, namespace: str, tmp_path: Path
 ) -> None:
-    kubectl = stand_in_kubectl(tmp_path)
+    kubectl = stand_in_kubectl(tmp_path, 8000)
     result = subprocess.run(
         console_command(control_plane, namespace, kubectl),
         capture_output=True,
@@ -76,7 +61,7 @@ def test_it_forwards_to_the_console_service_and_stops_kubectl(
         "spec": {"ports": [{"name": "http", "port": 80, "targetPort": "http"}]},
     }
     control_plane.kubectl("create", "-f", "-", input=json.dumps(service))
-    kubectl = stand_in_kubectl(tmp_path)
+    kubectl = stand_in_kubectl(tmp_path, 8000)
     forward = subprocess.Popen(
         console_command(control_plane, namespace, kubectl),
         stdout=subprocess.PIPE,
@@ -84,18 +69,8 @@ def test_it_forwards_to_the_console_service_and_stops_kubectl(
         text=True,
         env=clean_environment(),
     )
-    try:
-        assert forward.stdout is not None
-        assert forward.stdout.readline() == "Console: http://127.0.0.1:41234/\n"
-        forward.terminate()
-        out, err = forward.communicate(timeout=TIMEOUT)
-    finally:
-        if forward.poll() is None:
-            forward.kill()
-            forward.wait()
-    assert forward.returncode == 0, err
-    assert "Stopped forwarding." in out
-    assert (tmp_path / "argv").read_text().split() == [
+    argv = stop_forwarding(forward, "Console: http://127.0.0.1:41234/\n", tmp_path, TIMEOUT)
+    assert argv == [
         "port-forward",
         f"--kubeconfig={control_plane.kubeconfig}",
         f"--namespace={namespace}",
@@ -103,5 +78,3 @@ def test_it_forwards_to_the_console_service_and_stops_kubectl(
         "service/torchjob-console",
         ":80",
     ]
-    pid = int((tmp_path / "pid").read_text())
-    eventually_sync(lambda: not Path(f"/proc/{pid}").exists(), "the stand-in kubectl stopped")

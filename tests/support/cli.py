@@ -19,6 +19,8 @@ from typing import IO, Any
 
 import yaml
 
+from support.eventually import eventually_sync
+
 BIN = Path(sys.executable).parent
 TESTS = Path(__file__).parents[1]
 SCRIPTS = TESTS / "local" / "scripts"  # run by torchrun in the real-torch tests
@@ -234,3 +236,41 @@ def still_alive(pids: set[int], timeout: float) -> set[int]:
     while (left := {p for p in pids if alive(p)}) and time.monotonic() < deadline:
         time.sleep(0.05)
     return left
+
+
+def stand_in_kubectl(directory: Path, target_port: int) -> Path:
+    """A kubectl that records its arguments and pid in `directory`, reports a forwarded port (to
+    `target_port`) as kubectl port-forward does, and waits: the real forwarding needs a kubelet."""
+    fake = directory / "kubectl"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" > {directory}/argv\n'
+        f"echo $$ > {directory}/pid\n"
+        f'echo "Forwarding from 127.0.0.1:41234 -> {target_port}"\n'
+        "exec sleep 600\n"
+    )
+    fake.chmod(0o755)
+    return fake
+
+
+def stop_forwarding(
+    forward: subprocess.Popen[str], first_line: str, directory: Path, timeout: float
+) -> list[str]:
+    """Reads a forwarding torchjob command's first line (`first_line` expected), stops it with
+    SIGTERM, and checks that it exited 0 saying so and took the stand-in kubectl with it; the
+    arguments the stand-in kubectl was given."""
+    try:
+        assert forward.stdout is not None
+        assert forward.stdout.readline() == first_line
+        forward.terminate()
+        out, err = forward.communicate(timeout=timeout)
+    finally:
+        if forward.poll() is None:
+            forward.kill()
+            forward.wait()
+    assert forward.returncode == 0, err
+    assert "Stopped forwarding." in out
+    argv = (directory / "argv").read_text().split()
+    pid = int((directory / "pid").read_text())
+    eventually_sync(lambda: not Path(f"/proc/{pid}").exists(), "the stand-in kubectl stopped")
+    return argv
