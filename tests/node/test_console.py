@@ -11,7 +11,7 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-from playwright.async_api import Page, expect
+from playwright.async_api import BrowserContext, Page, expect
 from support.cli import TORCHJOB
 from support.console import chromium, screenshot_path
 from support.node import Node, host_path_claim, wait_until
@@ -24,6 +24,7 @@ TRAINING_ARGUMENTS = "--epochs 20 --batch_size 2"
 TRAINING = 15 * 60_000  # ms: the example's epochs on two cores, with room
 SAMPLES = 120_000  # ms: metrics-server's first samples of new pods, then two of the page's
 DRAWN_PODS = f"{JOB}-worker-0 {JOB}-worker-1"
+MISSING_IMAGE = "localhost/torchjob/no-such-image:0"  # no registry is reachable either
 
 
 @pytest.fixture
@@ -69,6 +70,15 @@ def tensorboard_ready(node: Node, namespace: str) -> bool:
     return bool((status.get("tensorboard") or {}).get("ready"))
 
 
+async def sign_in(context: BrowserContext, console_url: str, token: str) -> Page:
+    page = await context.new_page()
+    await page.goto("/sign-in")
+    await page.get_by_label("Token").fill(token)
+    await page.get_by_role("button", name="Sign in").click()
+    await page.wait_for_url(f"{console_url}/")
+    return page
+
+
 async def create_from_form(page: Page, namespace: str, image: str) -> None:
     await page.goto(f"/ns/{namespace}/jobs/new")
     fields = {
@@ -106,11 +116,7 @@ async def test_the_example_from_the_form_trains_while_its_log_and_resources_show
             base_url=console_url, viewport={"width": 1366, "height": 800}
         )
         context.set_default_timeout(30_000)
-        page = await context.new_page()
-        await page.goto("/sign-in")
-        await page.get_by_label("Token").fill(token)
-        await page.get_by_role("button", name="Sign in").click()
-        await page.wait_for_url(f"{console_url}/")
+        page = await sign_in(context, console_url, token)
         await create_from_form(page, namespace, node.example_image)
         await expect(page.locator("#job-phase")).to_have_text("Running", timeout=TRAINING)
 
@@ -139,4 +145,37 @@ async def test_the_example_from_the_form_trains_while_its_log_and_resources_show
             await page.get_by_role("link", name="TensorBoard").click()
         board = await opened.value
         await expect(board).to_have_title(re.compile("TensorBoard"), timeout=60_000)
+        await context.close()
+
+
+async def test_an_image_that_cannot_be_pulled_shows_why_and_the_job_can_be_deleted(
+    node: Node, node_namespace: str, console_url: str
+) -> None:
+    """The kubelet's own words reach the page: the job's phase says ImagePullFailed, its page
+    says why it waits, the replica's log page says its container has not started; then the user
+    deletes it from the page."""
+    namespace = node_namespace
+    token = edit_token(node, namespace)
+    async with chromium() as browser:
+        context = await browser.new_context(base_url=console_url)
+        context.set_default_timeout(30_000)
+        page = await sign_in(context, console_url, token)
+        await page.goto(f"/ns/{namespace}/jobs/new")
+        fields = {"Name": "unpullable", "Image": MISSING_IMAGE, "Arguments": "train.py"}
+        for label, value in fields.items():
+            await page.get_by_label(label, exact=True).fill(value)
+        await expect(page.locator("#accepted")).to_be_visible()
+        await page.get_by_role("button", name="Create", exact=True).click()
+        await page.wait_for_url(f"**/ns/{namespace}/jobs/unpullable")
+        await expect(page.locator("#job-phase")).to_have_text("ImagePullFailed", timeout=120_000)
+        await expect(page.locator(".pending")).to_contain_text("ImagePullFailed")
+
+        log = await context.new_page()
+        await log.goto(f"/ns/{namespace}/pods/unpullable-worker-0/log")
+        await expect(log.get_by_text("Waiting for the container")).to_be_visible()
+
+        await page.get_by_text("Delete…").click()
+        await page.get_by_role("button", name="Delete unpullable").click()
+        await page.wait_for_url(f"**/ns/{namespace}/jobs")
+        wait_until("the job deleted", lambda: node.get("ptj", "unpullable", namespace) is None)
         await context.close()
