@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client import REGISTRY, Counter
 
+from torchjob.lifecycle.conditions import CONDITIONS
 from torchjob.reconciler import metrics
 from torchjob.reconciler.metrics import JobCollector, JobMetrics, running_gpus, transition
 from torchjob.runtime.metrics import CONTROLLER, Families
@@ -21,6 +24,10 @@ def meta(uid: str, namespace: str = "ns-metrics") -> dict[str, Any]:
         "uid": uid,
         "creationTimestamp": "2026-01-01T00:00:00Z",
     }
+
+
+DOCS = Path(__file__).parents[2] / "docs" / "observability.md"
+FAILED_ROW_REASONS = sorted(next(row.reasons for row in CONDITIONS if row.type == "Failed"))
 
 
 def sample(name: str, **labels: str) -> float:
@@ -51,6 +58,20 @@ def test_a_terminal_phase_is_counted_with_the_failed_reason() -> None:
     assert transition(failed, failed).outcome is None  # already written
     odd = {"phase": "Failed", "conditions": [condition("Failed", "True", "SomethingNew")]}
     assert transition({"phase": "Running"}, odd).failure_reason == "Other"
+
+
+@pytest.mark.parametrize("reason", FAILED_ROW_REASONS)
+def test_every_reason_the_failed_condition_can_give_is_counted_by_name(reason: str) -> None:
+    failed = {"phase": "Failed", "conditions": [condition("Failed", "True", reason)]}
+    assert transition({"phase": "Running"}, failed).failure_reason == reason
+
+
+def test_the_failed_counter_documents_every_reason_of_the_failed_condition() -> None:
+    row = next(
+        line for line in DOCS.read_text().splitlines() if "torchjob_jobs_failed_total` |" in line
+    )
+    missing = [reason for reason in FAILED_ROW_REASONS if reason not in row]
+    assert not missing, f"docs/observability.md's torchjob_jobs_failed_total row lacks {missing}"
 
 
 def test_first_running_only_from_a_job_that_never_ran() -> None:

@@ -28,8 +28,8 @@ from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from torchjob.api import constants
 from torchjob.api.types import JOB_PHASE_VALUES
+from torchjob.lifecycle.conditions import FAILED_REASONS
 from torchjob.lifecycle.observe import FINISHED_PHASES
 from torchjob.lifecycle.times import parse_time
 
@@ -41,17 +41,6 @@ PHASES = JOB_PHASE_VALUES
 KNOWN_ENDINGS = frozenset(
     {"OOMKilled", "Evicted", "ContainerCannotRun", "DeadlineExceeded", "Error", "Completed"}
 )
-FAILURE_REASONS = frozenset(
-    {
-        constants.REASON_MASTER_FAILED,
-        constants.REASON_REPLICA_FAILED,
-        constants.REASON_BACKOFF_LIMIT_EXCEEDED,
-        constants.REASON_DEADLINE_EXCEEDED,
-        constants.REASON_POD_CREATION_FAILED,
-        constants.REASON_SERVICE_CREATION_FAILED,
-    }
-)
-
 CREATED = Counter(
     "torchjob_jobs_created_total", "Jobs the reconciler first wrote a status for", ["namespace"]
 )
@@ -142,7 +131,9 @@ def transition(before: Mapping[str, Any], after: Mapping[str, Any]) -> Transitio
     reason = None
     if outcome == "Failed":
         said = str(new.get("Failed", {}).get("reason") or "")
-        reason = said if said in FAILURE_REASONS else "Other"
+        # The Failed condition's own reasons (lifecycle/conditions.py); anything else (a status
+        # an older version wrote) is "Other".
+        reason = said if said in FAILED_REASONS else "Other"
     first_running = (
         now == "Running"
         and was in (None, "Pending")
