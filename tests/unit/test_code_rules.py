@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+import tomllib
 from pathlib import Path
 from types import ModuleType
 
@@ -76,3 +77,17 @@ def test_long_functions_and_files_are_found(rules: ModuleType, tmp_path: Path) -
 def test_the_product_keeps_the_rules(rules: ModuleType) -> None:
     paths = sorted((ROOT / "services").rglob("*.py"))
     assert [str(breach) for breach in rules.breaches(paths)] == []
+
+
+def test_every_lifecycle_module_has_a_place_in_its_layer_contract() -> None:
+    """A module left out of the lifecycle's layers may import any other: name each one."""
+    with (ROOT / "pyproject.toml").open("rb") as file:
+        contracts = tomllib.load(file)["tool"]["importlinter"]["contracts"]
+    (lifecycle,) = [c for c in contracts if c.get("containers") == ["torchjob.lifecycle"]]
+    placed = {name.strip() for layer in lifecycle["layers"] for name in layer.split("|")}
+    modules = {
+        path.stem
+        for path in (ROOT / "services" / "torchjob" / "lifecycle").glob("*.py")
+        if path.stem != "__init__"
+    }
+    assert modules - placed == set()
