@@ -11,7 +11,9 @@ from datetime import UTC, datetime
 
 from kubernetes_asyncio import client
 from support.cluster import Cluster, Job, condition
+from support.eventually import eventually
 from support.jobs import JobBuilder, names
+from support.metrics import failures_counted
 from support.processes import ServiceProcess
 
 from torchjob.api import constants
@@ -57,3 +59,8 @@ async def test_a_silent_job_is_restarted_then_failed_with_no_progress(
     failed = await job.wait_phase("Failed")
     assert condition(failed, "Failed")["reason"] == constants.REASON_NO_PROGRESS
     assert failed["trainerStatus"]["progressPercentage"] == 20
+    await eventually(
+        lambda: failures_counted(reconciler, admitted_namespace) == {"NoProgress": 1.0},
+        "the failure counted as NoProgress",
+        explain=lambda: failures_counted(reconciler, admitted_namespace),
+    )

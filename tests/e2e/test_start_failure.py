@@ -10,6 +10,7 @@ from kubernetes_asyncio import client
 from support.cluster import Cluster, Job, condition
 from support.eventually import eventually
 from support.jobs import JobBuilder, names
+from support.metrics import failures_counted
 from support.processes import ServiceProcess
 
 from torchjob.api import constants
@@ -57,6 +58,11 @@ async def test_a_replica_that_cannot_start_is_named_then_fails_the_job_at_its_de
     assert (start["status"], start["reason"], start["message"]) == ("True", reason, told)
     failed = condition(status, "Failed")
     assert failed["reason"] == reason
+    await eventually(
+        lambda: failures_counted(reconciler, admitted_namespace) == {reason: 1.0},
+        f"the failure counted as {reason}",
+        explain=lambda: failures_counted(reconciler, admitted_namespace),
+    )
     assert failed["message"] == f"the start deadline ({DEADLINE}s) passed: {told}"
     await job.wait_pods(set())  # the running replica and the one that never started
 

@@ -10,6 +10,8 @@ from contextlib import contextmanager
 
 from prometheus_client.registry import Collector
 
+from support.processes import ServiceProcess
+
 # A sample line: its name, then labels or the value.
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]")
 _TYPE = re.compile(r"^# TYPE (\S+) (\S+)$")
@@ -106,3 +108,13 @@ def exported_in_process() -> dict[str, set[str]]:
         "reconciler": series_names(reconciler.decode()),
         "housekeeper": series_names(service_families("housekeeper").exposition().decode()),
     }
+
+
+def failures_counted(process: ServiceProcess, namespace: str) -> dict[str, float]:
+    """torchjob_jobs_failed_total of `namespace` in `process`'s /metrics, by reason."""
+    found = {}
+    for labels, value in process.samples("torchjob_jobs_failed_total").items():
+        if f'namespace="{namespace}"' in labels:
+            reason = re.search(r'reason="([^"]*)"', labels)
+            found[reason.group(1) if reason else ""] = value
+    return found
