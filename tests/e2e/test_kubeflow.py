@@ -376,6 +376,28 @@ async def test_backoff_limit_fails_the_job(
     assert status["completionTime"]
 
 
+async def test_kubectl_says_why_a_replica_cannot_start(
+    control_plane: ControlPlane,
+    kube_client: client.ApiClient,
+    admitted_namespace: str,
+    operator: Any,
+) -> None:
+    job = await KubeflowJob(
+        kube_client, admitted_namespace, pytorchjob("unpulled", workers=0)
+    ).create()
+    [master] = pod_names(job.name, 1, 0)
+    await job.wait_pods(pod_names(job.name, 1, 0))
+    await job.kubelet.cannot_start(master, "ImagePullBackOff", 'Back-off pulling image "nope:1"')
+
+    def start_column() -> str:
+        shown = control_plane.kubectl("get", "pytorchjobs", job.name, "-n", job.namespace)
+        header, row = shown.stdout.split("\n")[:2]
+        return dict(zip(header.split(), row.split(), strict=False)).get("START", "")
+
+    await eventually(start_column, "kubectl's START column", explain=start_column)
+    assert start_column() == "ImagePullFailed"
+
+
 async def test_active_deadline_fails_the_job(
     kube_client: client.ApiClient, admitted_namespace: str, operator: Any
 ) -> None:

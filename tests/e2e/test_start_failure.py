@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from kubernetes_asyncio import client
+from support import ControlPlane
 from support.cluster import Cluster, Job, condition
 from support.eventually import eventually
 from support.jobs import JobBuilder, names
@@ -26,6 +27,7 @@ DEADLINE = 4  # seconds: the job's start-deadline annotation
     ],
 )
 async def test_a_replica_that_cannot_start_is_named_then_fails_the_job_at_its_deadline(
+    control_plane: ControlPlane,
     kube_client: client.ApiClient,
     admitted_namespace: str,
     reconciler: ServiceProcess,
@@ -53,6 +55,9 @@ async def test_a_replica_that_cannot_start_is_named_then_fails_the_job_at_its_de
         return any(e.type == "Warning" and e.message == told for e in events)
 
     await job.wait(f"a Warning Event {told!r}", warned)
+    shown = control_plane.kubectl("get", "pytorchtrainingjob", job.name, "-n", job.namespace)
+    assert shown.stdout.split("\n")[0].split()[:3] == ["NAME", "PHASE", "START"], shown.stdout
+    assert shown.stdout.split("\n")[1].split()[2] == reason, shown.stdout
     status = await job.wait_phase("Failed")
     start = condition(status, "StartFailure")
     assert (start["status"], start["reason"], start["message"]) == ("True", reason, told)
