@@ -166,9 +166,10 @@ def test_kubeflow_resource_is_kubeflows(kubeflow_openapi: dict[str, Any]) -> Non
         "statusReplicasPath": ".status.replicaStatuses.Worker.active",
         "labelSelectorPath": ".status.replicaStatuses.Worker.selector",
     }
-    # Kubeflow's two columns, with the progress a training process reports between them.
+    # Kubeflow's two columns, with why a replica cannot start and the progress a training
+    # process reports between them.
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns == ["State", "Progress", "ETA", "Age"]
+    assert columns == ["State", "Start", "Progress", "ETA", "Age"]
 
 
 def test_kubeflow_replica_specs_are_a_map(kubeflow_openapi: dict[str, Any]) -> None:
