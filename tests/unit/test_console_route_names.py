@@ -5,13 +5,20 @@ name the client is given reaches that object and no other."""
 from __future__ import annotations
 
 import re
+import socket
+import ssl
 
 import pytest
 from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from yarl import URL
 
 from torchjob.api.names import is_dns_1035_label, is_dns_1123_label, is_dns_1123_subdomain
-from torchjob.console.app import add_routes
+from torchjob.console.app import add_routes, init_app
+from torchjob.console.identity import ApiServer
 from torchjob.console.route_names import RULES, refused_segment
+from torchjob.console.settings import parse
+from torchjob.kube.credentials import Credentials, StaticToken
 from torchjob.kube.resources import JOBS, PODS
 
 CRAFTED = [
@@ -105,3 +112,31 @@ def test_a_segment_that_walks_the_path_is_never_sent(name: str) -> None:
     if name:
         with pytest.raises(ValueError, match="segment"):
             PODS.path(name)
+
+
+async def test_a_crafted_name_is_answered_before_any_request_or_session() -> None:
+    """The console's own app, with an apiserver that cannot be reached: a request that got as
+    far as the apiserver would fail otherwise, and one that got to the session would be sent to
+    sign in."""
+    nowhere = Credentials("https://127.0.0.1:9", ssl.create_default_context(), StaticToken(None))
+    settings = parse(["--probe-port", str(unused_port()), "--host", "127.0.0.1"])
+    app = init_app(settings, ApiServer(nowhere))
+    async with TestClient(TestServer(app)) as client:
+        for path in (
+            "/ns/team/jobs/a%2F..%2F..%2Fconfigmaps%2Fkept",
+            "/ns/team/pytorchjobs/%2E%2E/stream",
+            "/ns/..%5C/jobs",
+            "/ns/team/pods/Kept/log",
+            "/ns/team/jobs/kept%00/resources/series",
+        ):
+            # As written: yarl would resolve '%2E%2E' before sending it.
+            exact = URL(f"http://127.0.0.1:{client.port}{path}", encoded=True)
+            answer = await client.session.get(exact, allow_redirects=False)
+            assert answer.status == 404, path
+            assert "is not a" in await answer.text(), path
+
+
+def unused_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
