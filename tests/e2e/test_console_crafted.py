@@ -173,7 +173,9 @@ async def test_the_alias_bomb_is_refused_and_the_consoles_memory_stays_flat(
     control_plane: ControlPlane, namespace: str, console: Console, browser: Browser
 ) -> None:
     context, _ = await signed_in(browser, console, tenant_token(control_plane, namespace, "edit"))
-    pid = console.process.process.pid
+    started = console.process.process
+    assert started is not None
+    pid = started.pid
     before = memory_of(pid)
     bomb = alias_bomb()
     assert len(bomb) < 1024
