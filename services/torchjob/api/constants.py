@@ -66,6 +66,7 @@ T9K_PVC_PREFIX: Final = "t9k://pvc/"
 
 # Kubernetes' own limits on names.
 DNS_LABEL_MAX: Final = 63  # a Service name, a label value, a DNS label
+DNS_SUBDOMAIN_MAX: Final = 253  # an object's name: a pod's, a job's
 GENERATE_NAME_SUFFIX: Final = 5  # characters the apiserver appends to metadata.generateName
 
 # Condition reasons: a closed, documented set.

@@ -11,11 +11,9 @@ torchjob does not honour is refused (`UNSUPPORTED`), as is a field the schema do
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
-from torchjob.api import constants
 from torchjob.api.admission import defaulting_handler, validating_handler
 from torchjob.api.defaults import JsonPatch, pointer
 from torchjob.api.field_errors import Cause, FieldError, Result
@@ -40,6 +38,7 @@ from torchjob.api.kubeflow_types import (
     RunPolicy,
 )
 from torchjob.api.model import Model, ModelError, child
+from torchjob.api.names import is_dns_1035_label
 from torchjob.api.pod_fields import UNKNOWN_FIELD
 from torchjob.api.types import PyTorchTrainingJob
 from torchjob.api.validation import RULE_ELASTIC_NEEDS_TORCHRUN, decoded_job, validate
@@ -50,7 +49,6 @@ DEFAULT_CLEAN_POD_POLICY: Final = "None"
 CLEAN_POD: Final = tuple(CLEAN_POD_POLICIES)
 RESTART_POLICIES: Final = ("OnFailure", "Always", "Never", "ExitCode")
 MANAGERS: Final = ("kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue")
-DNS_1035_LABEL: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 # Fields of Kubeflow's schema that torchjob does not honour, each with why: a job setting one is
 # refused rather than run without it (`*` stands for any key of a map). A field leaves the table
@@ -203,7 +201,7 @@ def _kubeflow_errors(job: PyTorchJob, warnings: list[str]) -> Iterator[FieldErro
     """The rules of Kubeflow's validating webhook (v1.9), in its order, with its meanings."""
     spec = job.spec or PyTorchJobSpec()
     name = (job.metadata or {}).get("name")
-    if isinstance(name, str) and name and not _is_dns_1035_label(name):
+    if isinstance(name, str) and name and not is_dns_1035_label(name):
         yield FieldError(
             "metadata.name",
             f"{name!r} must be a DNS-1035 label: at most 63 characters, lower-case letters, "
@@ -318,10 +316,6 @@ def _one_of(path: str, value: str, supported: tuple[str, ...]) -> Iterator[Field
         yield FieldError(
             path, f"{value!r} is not supported: supported values: {values}", Cause.NOT_SUPPORTED
         )
-
-
-def _is_dns_1035_label(name: str) -> bool:
-    return len(name) <= constants.DNS_LABEL_MAX and bool(DNS_1035_LABEL.fullmatch(name))
 
 
 def _container_errors(template: PodTemplateSpec | None, path: str) -> Iterator[FieldError]:

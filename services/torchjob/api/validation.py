@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from torchjob.api import constants, queries, schema_checks
 from torchjob.api.field_errors import Cause, FieldError, Result, counted
 from torchjob.api.model import Model, ModelError, child
+from torchjob.api.names import DNS_1035_LABEL
 from torchjob.api.types import (
     Elastic,
     PyTorchTrainingJob,
@@ -22,7 +23,6 @@ from torchjob.api.types import (
 # Rules another API tells apart (FieldError.rule).
 RULE_ELASTIC_NEEDS_TORCHRUN = "ElasticNeedsTorchrun"
 
-DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 FILESET = re.compile(
     rf"^{re.escape(constants.T9K_PVC_PREFIX)}"
     r"(?P<claim>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)(?P<subpath>/.*)?$"
@@ -155,7 +155,7 @@ def _name_errors(job: PyTorchTrainingJob) -> Iterator[FieldError]:
     spec = job.spec or PyTorchTrainingJobSpec()
     kind = next((r.type for r in spec.replica_specs or [] if r.type), "worker")
     written = metadata.get("name") or metadata.get("generateName")
-    if not DNS_LABEL.fullmatch(name):
+    if not DNS_1035_LABEL.fullmatch(name):
         yield FieldError(
             path,
             f"{written!r} would name the Service {f'{name}-{kind}-0'!r} of replica 0 of type "
@@ -194,7 +194,7 @@ def _replica_type_errors(
     if not kind:
         yield FieldError(child(path, "type"), "is required", Cause.REQUIRED)
         return
-    if not DNS_LABEL.match(kind):
+    if not DNS_1035_LABEL.fullmatch(kind):
         yield FieldError(
             child(path, "type"), f"{kind!r} must be a lower-case DNS label (a-z, 0-9, '-')"
         )

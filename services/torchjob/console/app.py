@@ -22,8 +22,10 @@ from torchjob.console import (
     namespaces,
     replicas,
     resources,
+    route_names,
     security,
     tensorboard,
+    yaml_input,
 )
 from torchjob.console.identity import ApiServer, locate
 from torchjob.console.keys import API_SERVER, PAGES, SESSIONS, SETTINGS
@@ -46,6 +48,8 @@ def init_app(settings: Settings, api_server: ApiServer | None = None) -> web.App
             security.secure_headers,
             security.show_errors,
             security.check_origin,
+            route_names.check_route_names,
+            yaml_input.refuse_unsafe_yaml,
             auth.require_session,
         ],
     )

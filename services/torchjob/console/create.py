@@ -19,6 +19,7 @@ import yaml
 from aiohttp import web
 
 from torchjob.api import kubeflow_types, types
+from torchjob.console import yaml_input
 from torchjob.console.keys import PAGES, SETTINGS, session_of
 from torchjob.console.user_api import UserApi
 from torchjob.kube.errors import KubeError
@@ -111,7 +112,7 @@ def draft_of_yaml(text: str, kubeflow: bool = False) -> Draft:
     """The YAML view's draft, of the kind its apiVersion names (a PyTorchJob only where
     `kubeflow` is on); a text that is no YAML mapping is said to be so beside it."""
     try:
-        manifest = yaml.safe_load(text)
+        manifest = yaml_input.load(text)
     except yaml.YAMLError as error:
         return Draft(YAML, JobForm(), text, None, Problems(), yaml_problem=str(error))
     if not isinstance(manifest, dict):

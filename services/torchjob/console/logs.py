@@ -14,7 +14,7 @@ import datetime
 import html
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 import aiohttp
 from aiohttp import web
@@ -37,7 +37,7 @@ Object = dict[str, Any]
 
 
 def log_path(namespace: str, pod: str) -> str:
-    return f"{PODS.path(namespace)}/{quote(pod, safe='')}/log"
+    return PODS.object_path(namespace, pod, "log")
 
 
 def chosen_container(pod: Object, asked: str) -> str:

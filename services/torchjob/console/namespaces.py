@@ -6,6 +6,7 @@ import asyncio
 
 from aiohttp import web
 
+from torchjob.api.names import is_dns_1123_label
 from torchjob.console.keys import PAGES, SETTINGS, session_of
 from torchjob.console.user_api import UserApi
 from torchjob.kube.errors import Forbidden
@@ -13,7 +14,6 @@ from torchjob.kube.informer import ResourceKind
 from torchjob.kube.resources import JOBS
 
 NAMESPACES = ResourceKind("", "v1", "namespaces")
-NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 
 
 async def namespaces_page(request: web.Request) -> web.Response:
@@ -42,6 +42,6 @@ async def namespaces_page(request: web.Request) -> web.Response:
 async def go_to_namespace(request: web.Request) -> web.Response:
     """The jobs of a namespace the user typed (one they may not list among the others)."""
     name = request.query.get("namespace", "").strip()
-    if not name or not set(name) <= NAME_CHARACTERS or len(name) > 63:
+    if not is_dns_1123_label(name):
         raise web.HTTPSeeOther("/")
     raise web.HTTPSeeOther(f"/ns/{name}/jobs")

@@ -26,16 +26,12 @@ from torchjob.console.replicas import page_context, read_job, training_view
 from torchjob.console.sse import event_stream
 from torchjob.console.user_api import UserApi
 from torchjob.kube.errors import KubeError
-from torchjob.kube.resources import PODS
+from torchjob.kube.resources import POD_METRICS, PODS
 
 SAMPLE_SECONDS = 15.0
 PROMETHEUS_SECONDS = 30.0
 NO_METRICS = (404, 503)
 Object = dict[str, Any]
-
-
-def pod_metrics_path(namespace: str) -> str:
-    return f"/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods"
 
 
 async def resources_page(request: web.Request) -> web.Response:
@@ -62,7 +58,7 @@ async def resources_stream(request: web.Request) -> web.StreamResponse:
         while True:
             try:
                 answer = await api.client.request_json(
-                    "GET", pod_metrics_path(namespace), query=query
+                    "GET", POD_METRICS.path(namespace), query=query
                 )
             except KubeError as error:
                 event = "unavailable" if error.status in NO_METRICS else "refused"

@@ -42,7 +42,7 @@ class UserApi:
         return answer
 
     async def get(self, kind: ResourceKind, namespace: str, name: str) -> Object:
-        answer: Object = await self.client.request_json("GET", f"{kind.path(namespace)}/{name}")
+        answer: Object = await self.client.request_json("GET", kind.object_path(namespace, name))
         return answer
 
     async def create(
@@ -59,7 +59,7 @@ class UserApi:
     async def patch(self, kind: ResourceKind, namespace: str, name: str, body: Object) -> None:
         await self.client.request(
             "PATCH",
-            f"{kind.path(namespace)}/{name}",
+            kind.object_path(namespace, name),
             query={"fieldManager": FIELD_MANAGER},
             body=body,
             content_type=MERGE_PATCH,
@@ -67,7 +67,7 @@ class UserApi:
 
     async def delete(self, kind: ResourceKind, namespace: str, name: str) -> None:
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
-        await self.client.request("DELETE", f"{kind.path(namespace)}/{name}", body=body)
+        await self.client.request("DELETE", kind.object_path(namespace, name), body=body)
 
     async def may(
         self, verb: str, kind: ResourceKind, namespace: str, subresource: str = ""

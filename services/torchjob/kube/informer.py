@@ -13,6 +13,7 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import orjson
@@ -58,8 +59,22 @@ class ResourceKind:
 
     def path(self, namespace: str | None) -> str:
         root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        scope = f"/namespaces/{namespace}" if namespace else ""
+        scope = f"/namespaces/{path_segment(namespace)}" if namespace else ""
         return f"{root}{scope}/{self.plural}"
+
+    def object_path(self, namespace: str | None, name: str, subresource: str = "") -> str:
+        """The path of the object `name`, or of its `subresource`: every segment is quoted, so a
+        name reaches that object and nothing else."""
+        path = f"{self.path(namespace)}/{path_segment(name)}"
+        return f"{path}/{path_segment(subresource)}" if subresource else path
+
+
+def path_segment(text: str) -> str:
+    """`text` as one segment of a URL's path. '.' and '..' would still walk the path, and the
+    apiserver refuses them as names too (path.ValidatePathSegmentName)."""
+    if text in ("", ".", ".."):
+        raise ValueError(f"{text!r} cannot be a segment of a path")
+    return quote(text, safe="")
 
 
 def controller_uid(obj: KubeObject) -> list[str]:

@@ -30,7 +30,7 @@ class Resources:
     async def replace(self, kind: ResourceKind, namespace: str, name: str, body: Any) -> None:
         """A PUT of the whole object: with the resourceVersion it was read at, a Conflict if it
         was written since."""
-        await self._call("PUT", _object_path(kind, namespace, name), body, manager=True)
+        await self._call("PUT", kind.object_path(namespace, name), body, manager=True)
 
     async def patch(
         self,
@@ -44,7 +44,7 @@ class Resources:
     ) -> str:
         """A patch of the object (or of its `subresource`, such as "status"), a JSON merge patch
         unless `content_type` says otherwise; the resourceVersion the object has after it."""
-        path = _object_path(kind, namespace, name, subresource)
+        path = kind.object_path(namespace, name, subresource)
         answer = await self._call("PATCH", path, body, manager=True, content_type=content_type)
         written = orjson.loads(answer) if answer else {}
         meta = written.get("metadata") if isinstance(written, dict) else None
@@ -73,13 +73,11 @@ class Resources:
         }
         kept = {key: value for key, value in options.items() if value or value == 0}
         body = {"apiVersion": "v1", "kind": "DeleteOptions", **kept} if kept else None
-        await self._call("DELETE", _object_path(kind, namespace, name), body)
+        await self._call("DELETE", kind.object_path(namespace, name), body)
 
     async def get(self, kind: ResourceKind, namespace: str, name: str) -> dict[str, Any]:
         """The object as the apiserver sends it."""
-        obj: dict[str, Any] = await self._api.request_json(
-            "GET", _object_path(kind, namespace, name)
-        )
+        obj: dict[str, Any] = await self._api.request_json("GET", kind.object_path(namespace, name))
         return obj
 
     async def _call(
@@ -95,8 +93,3 @@ class Resources:
         return await self._api.request(
             method, path, query=query, body=body, content_type=content_type
         )
-
-
-def _object_path(kind: ResourceKind, namespace: str, name: str, subresource: str = "") -> str:
-    path = f"{kind.path(namespace)}/{name}"
-    return f"{path}/{subresource}" if subresource else path
