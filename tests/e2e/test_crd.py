@@ -151,6 +151,15 @@ def test_printer_columns_show_phase_restarts_and_progress(
             "backoffCount": 2,
             "aggregate": {"running": 4, "succeeded": 0, "failed": 0},
             "trainerStatus": {"progressPercentage": 45, "estimatedRemainingSeconds": 130},
+            "conditions": [
+                {
+                    "type": "StartFailure",
+                    "status": "True",
+                    "reason": "ImagePullFailed",
+                    "message": "replica pytorch-example-worker-1 cannot start",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }
+            ],
         }
     }
     control_plane.kubectl(
@@ -166,9 +175,10 @@ def test_printer_columns_show_phase_restarts_and_progress(
     )
     table = control_plane.kubectl("get", "ptj", "-n", namespace).stdout.splitlines()
     header, row = table[0].split(), table[1].split()
-    assert header[:8] == [
+    assert header[:9] == [
         "NAME",
         "PHASE",
+        "START",
         "RUNNING",
         "SUCCEEDED",
         "FAILED",
@@ -176,7 +186,17 @@ def test_printer_columns_show_phase_restarts_and_progress(
         "PROGRESS",
         "ETA",
     ]
-    assert row[:8] == ["pytorch-example", "Running", "4", "0", "0", "2", "45", "130"]
+    assert row[:9] == [
+        "pytorch-example",
+        "Running",
+        "ImagePullFailed",
+        "4",
+        "0",
+        "0",
+        "2",
+        "45",
+        "130",
+    ]
 
 
 def test_expected_replicas_below_min_nodes_is_refused_by_the_schema(
