@@ -149,6 +149,8 @@ async def test_signing_in_again_ends_the_browsers_earlier_session(console: TestS
 
 async def test_a_bearer_header_speaks_for_its_request_alone(console: TestServer) -> None:
     cookie = await sign_in(console, "alice-token")
+    # Two words are no token: an empty one would be sent as none, and the review be anonymous.
+    assert (await fetch(console, "/whoami", Cookie=cookie, Authorization="Bearer a b"))[0] == 401
     status, text, headers = await fetch(
         console, "/whoami", Cookie=cookie, Authorization="Bearer forged"
     )

@@ -49,7 +49,7 @@ async def sign_in(request: web.Request) -> web.StreamResponse:
     form = await request.post()
     token = str(form.get("token") or "").strip().removeprefix("Bearer ").strip()
     pages = request.app[PAGES]
-    if not token or len(token) > MAX_TOKEN_CHARS or any(c.isspace() for c in token):
+    if not _one_token(token):
         return pages.response(
             "sign_in.html", status=400, message="Paste one bearer token.", next=_next(request)
         )
@@ -131,14 +131,20 @@ async def _handle_as(
 async def _as_bearer(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The request as the holder of its Authorization header, whatever cookie it also has."""
     token = _bearer_token(request) or ""
-    key = digest(token)
-    session = request.app[SESSIONS].find_by_header(key)
+    if not _one_token(token):
+        return _bearer_refused(request)
+    session = request.app[SESSIONS].find_by_header(digest(token))
     if session is None:
         try:
             session = await _open_token_session(request, token, by_header=True)
         except Unauthorized:
             return _bearer_refused(request)
     return await _handle_as(request, handler, session)
+
+
+def _one_token(token: str) -> bool:
+    """Whether `token` can be a bearer token: an empty one would be sent as no token at all."""
+    return bool(token) and len(token) <= MAX_TOKEN_CHARS and not any(c.isspace() for c in token)
 
 
 def _bearer_token(request: web.Request) -> str | None:
