@@ -131,10 +131,15 @@ def test_every_service_has_its_objects(rendered: tuple[str, list[Manifest]]) -> 
         assert "spec" not in lease
         command = container_command(component(manifests, "Deployment", part), f"{part}-pod")
         assert command.arg("--lease-name") == lease["metadata"]["name"]
+    cluster_scoped = (
+        "CustomResourceDefinition",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    )
     for m in manifests:
-        if m["kind"] not in ("CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding") and (
-            not m["kind"].endswith("WebhookConfiguration")
-        ):
+        if m["kind"] not in cluster_scoped and not m["kind"].endswith("WebhookConfiguration"):
             assert m["metadata"]["namespace"] == NAMESPACE, m["metadata"]["name"]
 
 
