@@ -107,7 +107,9 @@ def new_event(api: str, name: str, reporter: str) -> dict[str, Any]:
 
 
 def write(control_plane: ControlPlane, namespace: str, event: dict[str, Any], user: str) -> str:
-    """'' when `user` created the Event, else the apiserver's refusal."""
+    """'' when `user` created the Event in `namespace`, else the apiserver's refusal."""
+    about = "involvedObject" if "involvedObject" in event else "regarding"
+    event[about]["namespace"] = namespace
     result = control_plane.kubectl(
         "create", "-n", namespace, "-f", "-", input=json.dumps(event), as_user=user, check=False
     )
