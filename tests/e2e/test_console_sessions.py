@@ -6,6 +6,7 @@ for its own request only, never signing the browser out or switching its user.""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -39,6 +40,11 @@ async def opened(
         sent = {**headers, **({"Cookie": cookie} if cookie else {})}
         async with client.get(console.url + path, headers=sent, allow_redirects=False) as answer:
             yield answer
+
+
+async def ended(stream: aiohttp.ClientResponse) -> bytes:
+    """The rest of a stream, once it has ended (a stream that never ends fails the test)."""
+    return await asyncio.wait_for(stream.content.read(), timeout=TIMEOUT)
 
 
 @asynccontextmanager
@@ -138,7 +144,7 @@ async def test_live_views_end_at_sign_out(
         await other.goto("/")
         await other.get_by_role("button", name="Sign out").click()
         await other.wait_for_url(f"{console.url}/sign-in")
-        rest = await stream.content.read()  # the stream ends: read to its end
+        rest = await ended(stream)
         assert f"event: stream-error\ndata: {SIGNED_OUT}".encode() in rest
     await expect(page.get_by_text(SIGNED_OUT)).to_be_visible()
     await context.close()
@@ -163,7 +169,7 @@ async def test_a_followed_log_stops_when_its_token_is_revoked(
             assert b"epoch 1 loss 2.30" in await stream.content.readuntil(b"\n\n")
             control_plane.kubectl("delete", "serviceaccount", "revoked", "-n", namespace)
             # The log never ends by itself: only the revoked token's session can end it.
-            rest = await stream.content.read()
+            rest = await ended(stream)
             assert f"event: stream-error\ndata: {SIGNED_OUT}".encode() in rest, rest
         await expect(page.get_by_text(SIGNED_OUT)).to_be_visible(timeout=TIMEOUT * 1000)
         async with opened(console, f"/ns/{namespace}/jobs", cookie) as answer:
