@@ -131,10 +131,10 @@ def test_every_service_has_its_objects(rendered: tuple[str, list[Manifest]]) -> 
         assert "spec" not in lease
         command = container_command(component(manifests, "Deployment", part), f"{part}-pod")
         assert command.arg("--lease-name") == lease["metadata"]["name"]
+    # Webhook configurations and admission policies (Mutating…, Validating…) are cluster-scoped.
+    cluster_scoped = ("CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding")
     for m in manifests:
-        if m["kind"] not in ("CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding") and (
-            not m["kind"].endswith("WebhookConfiguration")
-        ):
+        if m["kind"] not in cluster_scoped and not m["kind"].startswith(("Mutating", "Validating")):
             assert m["metadata"]["namespace"] == NAMESPACE, m["metadata"]["name"]
 
 

@@ -3,6 +3,7 @@ when old, when its token expires, and on sign-out; and who a token says it is un
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 
@@ -10,7 +11,8 @@ import pytest
 
 from torchjob.console.auth import after_sign_in
 from torchjob.console.identity import Identity, token_expiry
-from torchjob.console.sessions import Sessions, digest
+from torchjob.console.sessions import Session, Sessions, digest
+from torchjob.kube.errors import Unauthorized
 
 
 class FakeClient:
@@ -92,3 +94,43 @@ def test_after_sign_in_the_browser_goes_to_a_path_of_the_console_only(
     asked: str, goes: str
 ) -> None:
     assert after_sign_in(asked) == goes
+
+
+async def test_a_revoked_token_ends_its_session_and_cancels_its_streams_at_the_next_check() -> None:
+    sessions = Sessions(idle=3600, max_age=3600)
+    revoked, kept = FakeClient(), FakeClient()
+    streaming = sessions.open(Identity("a"), revoked, "a")  # type: ignore[arg-type]
+    still_good = sessions.open(Identity("b"), kept, "b")  # type: ignore[arg-type]
+    quiet = sessions.open(Identity("c"), FakeClient(), "c")  # type: ignore[arg-type]
+
+    async def live_page(session: Session) -> None:
+        with sessions.streaming(session):
+            await asyncio.Event().wait()
+
+    async def review(client: object) -> object:
+        if client is revoked:
+            raise Unauthorized(401, "Unauthorized", "token revoked")
+        if client is kept:
+            return {}
+        raise AssertionError("a session without streams is not checked")
+
+    pages = [asyncio.create_task(live_page(s)) for s in (streaming, still_good)]
+    await asyncio.sleep(0)  # the pages open their streams
+    assert await sessions.check_streaming(review) == 1
+    assert streaming.ended and sessions.find(streaming.id) is None
+    assert sessions.find(still_good.id) is still_good and sessions.find(quiet.id) is quiet
+    await asyncio.wait([pages[0]], timeout=30)
+    assert pages[0].cancelled() and not pages[1].done()
+    pages[1].cancel()
+    await sessions.close_all()
+
+
+async def test_a_session_opened_for_an_authorization_header_is_never_a_cookies() -> None:
+    sessions = Sessions(idle=3600, max_age=3600)
+    header = sessions.open(Identity("a"), FakeClient(), digest("t"), by_header=True)  # type: ignore[arg-type]
+    assert sessions.find(header.id) is None
+    assert sessions.find_by_header(digest("t")) is header
+    assert sessions.find_by_header(digest("other")) is None
+    sessions.close(header.id)
+    assert sessions.find_by_header(digest("t")) is None
+    await sessions.close_all()

@@ -117,6 +117,12 @@ REASON_GANG_RESTART_LIMIT_EXCEEDED: Final = "GangRestartLimitExceeded"
 # Warning Event, and Failed condition when no restart is allowed: the job's progress reports
 # stopped for longer than its progress deadline.
 REASON_NO_PROGRESS: Final = "NoProgress"
+# The reporting controller of our services' Events (events.k8s.io reportingController). The
+# chart's event policy (charts/torchjob/templates/rbac/event-policy.yaml) lets only our
+# ServiceAccounts write Events that name one of them, and the console marks those as ours.
+REPORTER_RECONCILER: Final = "torchjob-reconciler"
+REPORTER_HOUSEKEEPER: Final = "torchjob-housekeeper"
+OUR_REPORTERS: Final = (REPORTER_RECONCILER, REPORTER_HOUSEKEEPER)
 # Event reasons of the reconciler's actions, as the built-in controllers name them.
 REASON_SUCCESSFUL_CREATE: Final = "SuccessfulCreate"
 REASON_SUCCESSFUL_DELETE: Final = "SuccessfulDelete"

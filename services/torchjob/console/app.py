@@ -36,7 +36,8 @@ from torchjob.runtime.probes import probe_app
 
 log = structlog.get_logger("torchjob.console")
 
-SWEEP_SECONDS = 60.0
+# How soon an ended session's streams stop: a revoked token, an idle or expired session.
+SWEEP_SECONDS = 15.0
 JOB = "/ns/{namespace}/{kind:jobs|pytorchjobs}/{name}"
 NEW_JOB = "/ns/{namespace}/jobs/new"
 
@@ -45,7 +46,6 @@ def init_app(settings: Settings, api_server: ApiServer | None = None) -> web.App
     app = web.Application(
         client_max_size=settings.max_body_bytes,
         middlewares=[
-            security.secure_headers,
             security.show_errors,
             security.check_origin,
             route_names.check_route_names,
@@ -53,6 +53,8 @@ def init_app(settings: Settings, api_server: ApiServer | None = None) -> web.App
             auth.require_session,
         ],
     )
+    # A signal, not a middleware: it also sees streamed answers and raised redirects.
+    app.on_response_prepare.append(security.secure_headers)
     app[SETTINGS] = settings
     app[API_SERVER] = api_server or locate(
         settings.kubeconfig, own_token=settings.auth_mode == AUTH_PROXY
@@ -115,7 +117,7 @@ async def _sessions(app: web.Application) -> AsyncIterator[None]:
     async def sweep() -> None:
         while True:
             await asyncio.sleep(SWEEP_SECONDS)
-            if ended := sessions.sweep():
+            if ended := sessions.sweep() + await sessions.check_streaming():
                 log.info("sessions ended", count=ended)
 
     task = asyncio.create_task(sweep())

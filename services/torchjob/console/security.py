@@ -4,7 +4,13 @@ apiserver's refusals shown as such, without the request's details.
 
 A change is any method but GET and HEAD. A browser sends Origin with every such request (a form's
 POST and htmx's alike); its absence, or another origin, is refused before the session is even
-looked up. SameSite=Strict on the session cookie refuses a cross-site request a second time."""
+looked up. SameSite=Strict on the session cookie refuses a cross-site request a second time.
+
+The headers are set as each answer is prepared (`secure_headers`, on the application's
+`on_response_prepare` signal), so that every answer of the console's origin has them: a page, a
+stream, a download, a redirect or error raised as an exception. Nothing served from this origin
+is exempt from the policy: content that brings its own scripts must be served from an origin of
+its own, by an application of its own with its own signal."""
 
 from __future__ import annotations
 
@@ -32,10 +38,9 @@ HEADERS = {
     "X-Frame-Options": "DENY",
     # no-referrer would make Chromium send `Origin: null` with a form, which the check refuses.
     "Referrer-Policy": "same-origin",
-    "Cache-Control": "no-store",
 }
-# A proxied TensorBoard brings its own scripts; it gets every header but the policy.
-OWN_POLICY_EXEMPT = "/tensorboard/"
+# Kept when the answer chose its own (the static files).
+DEFAULT_HEADERS = {"Cache-Control": "no-store"}
 
 
 def origin_of(request: web.Request) -> str:
@@ -61,14 +66,11 @@ def same_origin(request: web.Request) -> str | None:
     return None
 
 
-@web.middleware
-async def secure_headers(request: web.Request, handler: Handler) -> web.StreamResponse:
-    response = await handler(request)
-    for name, value in HEADERS.items():
-        if name == "Content-Security-Policy" and OWN_POLICY_EXEMPT in request.path:
-            continue
+async def secure_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """For `on_response_prepare`: the policy on every answer, whatever its handler set."""
+    response.headers.update(HEADERS)
+    for name, value in DEFAULT_HEADERS.items():
         response.headers.setdefault(name, value)
-    return response
 
 
 @web.middleware

@@ -9,6 +9,8 @@ from typing import Any
 import jinja2
 from aiohttp import web
 
+from torchjob.console.reporters import reporter_of
+
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
 HTML = "text/html"
@@ -40,6 +42,7 @@ class Pages:
             lstrip_blocks=True,
         )
         self.environment.filters["age"] = age
+        self.environment.filters["reporter"] = reporter_of
 
     def text(self, template: str, **context: Any) -> str:
         return self.environment.get_template(template).render(**context)

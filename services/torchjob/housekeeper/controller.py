@@ -67,7 +67,7 @@ def _relevant(job: dict[str, Any]) -> tuple[Any, ...]:
 class Housekeeper:
     def __init__(self, api: KubeClient, identity: str, *, kubeflow: bool = False) -> None:
         self.queue: WorkQueue[JobKey] = WorkQueue()
-        self.events = EventRecorder(api, "torchjob-housekeeper", identity)
+        self.events = EventRecorder(api, constants.REPORTER_HOUSEKEEPER, identity)
         self.executor = HousekeeperExecutor(api, self.events)
         self.jobs = Informer(api, JOBS, on_add=self._job_added, on_update=self._job_updated)
         # Kubeflow's PyTorchJobs, when served: their clean-up and TTL (docs/kubeflow.md).

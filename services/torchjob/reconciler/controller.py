@@ -66,7 +66,7 @@ class Reconciler:
     def __init__(self, api: KubeClient, settings: Settings) -> None:
         self.queue: WorkQueue[JobKey] = WorkQueue()
         self.expectations = Expectations()
-        self.events = EventRecorder(api, "torchjob-reconciler", settings.identity)
+        self.events = EventRecorder(api, constants.REPORTER_RECONCILER, settings.identity)
         self.metrics = metrics.JobMetrics()
         self.scheduling = settings.scheduling
         self.executor = ReconcilerExecutor(
