@@ -37,6 +37,7 @@ class Settings:
     session_idle_seconds: float
     session_max_seconds: float
     max_body_bytes: int
+    tensorboard_url: str | None
 
 
 def _positive(value: float) -> str | None:
@@ -107,6 +108,14 @@ CONSOLE_SETTINGS: tuple[Setting, ...] = (
         "the largest form or YAML accepted; larger ones are refused with 413",
         check=lambda value: None if value >= 1024 else "must be at least 1024",
     ),
+    Setting(
+        "--tensorboard-url",
+        f"{PREFIX}CONSOLE_TENSORBOARD_URL",
+        None,
+        "the base of the TensorBoards' own origins (https://tb.example.com): a job's TensorBoard "
+        "is served at https://<label>.tb.example.com, whose wildcard name and certificate route "
+        "here; unset, the console passes no TensorBoard on and shows how to reach it instead",
+    ),
 )
 
 
@@ -126,4 +135,5 @@ def parse(argv: list[str] | None = None) -> Settings:
     values["namespaces"] = _csv(values["namespaces"])
     values["external_url"] = (values["external_url"] or "").rstrip("/") or None
     values["prometheus_url"] = (values["prometheus_url"] or "").rstrip("/") or None
+    values["tensorboard_url"] = (values["tensorboard_url"] or "").rstrip("/") or None
     return Settings(**values)
