@@ -211,10 +211,23 @@ async def test_tensorboard_is_refused_without_a_spec_or_without_services_proxy(
     create_job(control_plane, namespace, "plain")
     create_job(control_plane, namespace, "boarded", stem="scheduler-tensorboard")
     context, page = await signed_in(browser, console, token)
-    answer = await page.goto(f"/ns/{namespace}/jobs/plain/tensorboard/")
+    answer = await page.goto(f"/ns/{namespace}/jobs/plain/tensorboard")
     assert answer is not None and answer.status == 404
     await expect(page.locator("main")).to_contain_text("has no TensorBoard")
-    answer = await page.goto(f"/ns/{namespace}/jobs/boarded/tensorboard/")
+    answer = await page.goto(f"/ns/{namespace}/jobs/boarded/tensorboard")
     assert answer is not None and answer.status == 403
     await expect(page.locator("main")).to_contain_text("services/proxy")
+    await context.close()
+    # With `edit`, and no origin set up for TensorBoards: how to reach it, and nothing passed on.
+    editor = tenant_token(control_plane, namespace, "edit")
+    context, page = await signed_in(browser, console, editor)
+    answer = await page.goto(f"/ns/{namespace}/jobs/boarded/tensorboard")
+    assert answer is not None and answer.status == 200
+    await expect(page.locator("#tensorboard-command")).to_have_text(
+        f"torchjob tensorboard boarded -n {namespace}"
+    )
+    await expect(page.locator("#tensorboard-address")).to_have_text(
+        f"http://boarded-tensorboard.{namespace}.svc:6006/"
+    )
+    assert (await page.request.get(f"/ns/{namespace}/jobs/boarded/tensorboard/")).status == 404
     await context.close()
