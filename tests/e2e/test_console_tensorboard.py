@@ -26,6 +26,7 @@ from support.console import (
     CHROMIUM,
     CHROMIUM_FLAGS,
     Console,
+    create_job,
     grant_job_roles,
     signed_in,
     start_console,
@@ -188,7 +189,7 @@ async def test_a_hijacked_tensorboard_reaches_nothing_of_its_viewer(
 ) -> None:
     tenants = admitted_namespace
     own = make_namespace(control_plane, f"{tenants[:50]}-viewer")
-    create_board_job(control_plane, own, "victim")
+    create_job(control_plane, own, "victim")
     create_board_job(control_plane, tenants, "board")
     stand_in.page = HIJACKED_PAGE.replace("CONSOLE", json.dumps(board_console.url)).replace(
         "NAMESPACE", json.dumps(own)
@@ -242,7 +243,7 @@ async def test_a_ticket_opens_its_own_jobs_tensorboard_only(
     host_a, host_b = urlsplit(a).netloc, urlsplit(b).netloc
     assert host_a != host_b
     ticket_a = urlsplit(a).query
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as http:
 
         async def board_status(host: str, path: str, **headers: str) -> int:
             async with http.get(
@@ -292,6 +293,17 @@ async def test_a_changed_tensorboard_selector_is_put_back(
         lambda: cluster.events("steered", constants.REASON_TENSORBOARD_RESTORED), "an event"
     )
     assert "spec.selector" in events[0].message
+
+    # Its label taken off, the Service is out of the housekeeper's sight: it is put back too.
+    control_plane.kubectl(
+        "label", "service", name, f"{constants.LABEL_TENSORBOARD}-", "-n", namespace
+    )
+
+    async def labelled() -> bool:
+        service = await core.read_namespaced_service(name, namespace)
+        return (service.metadata.labels or {}).get(constants.LABEL_TENSORBOARD) == "steered"
+
+    await eventually(labelled, "the label put back")
 
 
 async def _has(names_: Any, name: str) -> bool:
