@@ -4,7 +4,8 @@ the apiserver cannot serve a container's log: what is shown is the replicas' tab
 changes without a reload, a log page whose pod is deleted while it is open saying the log went with
 it, the apiserver's 403 for another namespace's pod, the resource tab saying the cluster serves no
 metrics.k8s.io, the Prometheus path against answers recorded from a real Prometheus with the
-namespace enforced, and the TensorBoard proxy's refusals. Real log streaming is the real node's
+namespace enforced, and the TensorBoard tab's refusals and, with no
+TensorBoard domain set, its directions instead of a proxy. Real log streaming is the real node's
 to show."""
 
 from __future__ import annotations
