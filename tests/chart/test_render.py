@@ -608,10 +608,8 @@ def test_the_tensorboards_get_a_wildcard_host_of_their_own() -> None:
     [rule] = ingress["spec"]["rules"]
     backend = rule["http"]["paths"][0]["backend"]["service"]
     assert rule["host"] == host
-    assert backend == {
-        "name": component(manifests, "Service", "console")["metadata"]["name"],
-        "port": {"name": "http"},
-    }
+    # The console's Service, named as its Deployment is.
+    assert backend == {"name": deployment["metadata"]["name"], "port": {"name": "http"}}
     # Without the domain, no board is passed on: no flag, no Ingress.
     plain = template(namespace=NAMESPACE, values_files=[CHART / "ci" / "console-values.yaml"])
     assert (
