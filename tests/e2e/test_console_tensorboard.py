@@ -200,7 +200,7 @@ async def test_a_hijacked_tensorboard_reaches_nothing_of_its_viewer(
 
     await page.goto(f"/ns/{tenants}/jobs/board")
     async with context.expect_page() as opened:
-        await page.get_by_role("link", name="TensorBoard").click()
+        await page.get_by_role("link", name="TensorBoard", exact=True).click()
     board = await opened.value
     await expect(board.locator("#out")).not_to_have_text("running")
     assert urlsplit(board.url).hostname != urlsplit(board_console.url).hostname
