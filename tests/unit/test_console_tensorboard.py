@@ -185,3 +185,13 @@ async def test_a_post_to_a_tensorboard_comes_from_its_own_origin_only(
     host = host_of(client, JOB_A)
     answer = await client.post("/data", headers={"Host": host, "Origin": "https://evil.example"})
     assert answer.status == 403
+
+
+def test_the_tensorboards_base_is_an_origin() -> None:
+    assert parse(["--tensorboard-url", "https://tb.example.com/"]).tensorboard_url == (
+        "https://tb.example.com"
+    )
+    assert parse([]).tensorboard_url is None
+    for wrong in ("tb.example.com", "https://tb.example.com/boards", "ftp://tb.example.com"):
+        with pytest.raises(SystemExit):
+            parse(["--tensorboard-url", wrong])

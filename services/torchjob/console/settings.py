@@ -3,6 +3,7 @@ as its default."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -42,6 +43,13 @@ class Settings:
 
 def _positive(value: float) -> str | None:
     return None if value > 0 else "must be positive"
+
+
+def _an_origin(value: str | None) -> str | None:
+    """The TensorBoards' base is an origin: each board's host is made from its host and port."""
+    if not value or re.fullmatch(r"https?://[a-z0-9.-]+(:[0-9]+)?/?", value):
+        return None
+    return "must be http(s)://host[:port], a domain in lower case, with no path"
 
 
 # The console's own settings, after every service's (common_settings).
@@ -115,6 +123,7 @@ CONSOLE_SETTINGS: tuple[Setting, ...] = (
         "the base of the TensorBoards' own origins (https://tb.example.com): a job's TensorBoard "
         "is served at https://<label>.tb.example.com, whose wildcard name and certificate route "
         "here; unset, the console passes no TensorBoard on and shows how to reach it instead",
+        check=_an_origin,
     ),
 )
 
