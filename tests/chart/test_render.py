@@ -593,3 +593,27 @@ def test_scheduling_values_become_the_reconciler_flags() -> None:
     assert given["--volcano-scheduler-name"] == "vc"
     assert given["--t9k-queues"] == "kueue"
     assert given["--t9k-priority-classes"] == "0=low,90=high"
+
+
+def test_the_tensorboards_get_a_wildcard_host_of_their_own() -> None:
+    manifests = template(
+        namespace=NAMESPACE, values_files=[CHART / "ci" / "console-tensorboard-values.yaml"]
+    )
+    deployment = component(manifests, "Deployment", "console")
+    args = container_command(deployment, "console-0").args
+    assert args[args.index("--tensorboard-url") + 1] == "https://tb.example-boards.com"
+    ingress = one(manifests, "Ingress")
+    host = "*.tb.example-boards.com"
+    assert ingress["spec"]["tls"] == [{"hosts": [host], "secretName": "tensorboards-wildcard-tls"}]
+    [rule] = ingress["spec"]["rules"]
+    backend = rule["http"]["paths"][0]["backend"]["service"]
+    assert rule["host"] == host
+    # The console's Service, named as its Deployment is.
+    assert backend == {"name": deployment["metadata"]["name"], "port": {"name": "http"}}
+    # Without the domain, no board is passed on: no flag, no Ingress.
+    plain = template(namespace=NAMESPACE, values_files=[CHART / "ci" / "console-values.yaml"])
+    assert (
+        "--tensorboard-url"
+        not in container_command(component(plain, "Deployment", "console"), "console-0").args
+    )
+    assert find(plain, "Ingress") == []

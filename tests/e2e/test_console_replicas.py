@@ -4,7 +4,8 @@ the apiserver cannot serve a container's log: what is shown is the replicas' tab
 changes without a reload, a log page whose pod is deleted while it is open saying the log went with
 it, the apiserver's 403 for another namespace's pod, the resource tab saying the cluster serves no
 metrics.k8s.io, the Prometheus path against answers recorded from a real Prometheus with the
-namespace enforced, and the TensorBoard proxy's refusals. Real log streaming is the real node's
+namespace enforced, and the TensorBoard tab's refusals and, with no
+TensorBoard domain set, its directions instead of a proxy. Real log streaming is the real node's
 to show."""
 
 from __future__ import annotations
@@ -211,10 +212,23 @@ async def test_tensorboard_is_refused_without_a_spec_or_without_services_proxy(
     create_job(control_plane, namespace, "plain")
     create_job(control_plane, namespace, "boarded", stem="scheduler-tensorboard")
     context, page = await signed_in(browser, console, token)
-    answer = await page.goto(f"/ns/{namespace}/jobs/plain/tensorboard/")
+    answer = await page.goto(f"/ns/{namespace}/jobs/plain/tensorboard")
     assert answer is not None and answer.status == 404
     await expect(page.locator("main")).to_contain_text("has no TensorBoard")
-    answer = await page.goto(f"/ns/{namespace}/jobs/boarded/tensorboard/")
+    answer = await page.goto(f"/ns/{namespace}/jobs/boarded/tensorboard")
     assert answer is not None and answer.status == 403
     await expect(page.locator("main")).to_contain_text("services/proxy")
+    await context.close()
+    # With `edit`, and no origin set up for TensorBoards: how to reach it, and nothing passed on.
+    editor = tenant_token(control_plane, namespace, "edit")
+    context, page = await signed_in(browser, console, editor)
+    answer = await page.goto(f"/ns/{namespace}/jobs/boarded/tensorboard")
+    assert answer is not None and answer.status == 200
+    await expect(page.locator("#tensorboard-command")).to_have_text(
+        f"torchjob tensorboard boarded -n {namespace}"
+    )
+    await expect(page.locator("#tensorboard-address")).to_have_text(
+        f"http://boarded-tensorboard.{namespace}.svc:6006/"
+    )
+    assert (await page.request.get(f"/ns/{namespace}/jobs/boarded/tensorboard/")).status == 404
     await context.close()

@@ -61,15 +61,16 @@ class Console:
         return f"http://127.0.0.1:{self.port}"
 
 
-def start_console(control_plane: ControlPlane, *extra_args: str) -> Console:
+def start_console(control_plane: ControlPlane, *extra_args: str, port: int = 0) -> Console:
     """The console as a process, with a token of its own ServiceAccount (which can read nothing)
-    in its kubeconfig: only the apiserver's address and CA are used of it in token mode."""
+    in its kubeconfig: only the apiserver's address and CA are used of it in token mode. On
+    `port` when given (a setting that names the console's own address needs it first)."""
     install_rbac(control_plane)
     control_plane.kubectl(
         "create", "serviceaccount", CONSOLE_ACCOUNT, "-n", SYSTEM_NAMESPACE, check=False
     )
     kubeconfig = control_plane.issue_service_account_kubeconfig(SYSTEM_NAMESPACE, CONSOLE_ACCOUNT)
-    port, probe_port = free_port(), free_port()
+    port, probe_port = port or free_port(), free_port()
     args = [
         *("--host", "127.0.0.1", "--port", str(port), "--probe-port", str(probe_port)),
         *("--kubeconfig", str(kubeconfig), "--log-level", "DEBUG", *extra_args),

@@ -255,3 +255,36 @@ def test_removed_tensorboard_spec_removes_the_tensorboard_and_its_status() -> No
     assert result.write_tensorboard_status
     assert result.tensorboard_status is None
     assert observe(WORKERS.decoded_spec(), {}).write_tensorboard_status is False
+
+
+def test_a_changed_service_selector_is_put_back_and_reported_once_per_change() -> None:
+    job = WORKERS.clone().spec(**TB).decoded_spec()
+    deployment, service = rendered(job)
+    hijacked = {**service, "spec": {**service["spec"], "selector": {"app": "mine"}}}
+    hijacked["metadata"] = {**service["metadata"], "resourceVersion": "7"}
+    result = observe(job, {}, tensorboard=TensorBoardObserved(deployment, hijacked, []))
+    assert result.update == [(service, hijacked)]
+    assert [(e.type, e.reason) for e in result.events] == [
+        ("Warning", constants.REASON_TENSORBOARD_RESTORED)
+    ]
+    assert "spec.selector" in result.events[0].message
+    assert result.events[0].key.endswith("-Service-7")
+
+
+def test_changed_pod_labels_of_the_deployment_are_put_back() -> None:
+    job = WORKERS.clone().spec(**TB).decoded_spec()
+    deployment, service = rendered(job)
+    template = {**deployment["spec"]["template"], "metadata": {"labels": {"app": "mine"}}}
+    changed = {**deployment, "spec": {**deployment["spec"], "template": template}}
+    result = observe(job, {}, tensorboard=TensorBoardObserved(changed, service, []))
+    assert result.update == [(deployment, changed)]
+    assert "spec.template.metadata.labels" in result.events[0].message
+
+
+def test_an_unchanged_tensorboard_is_left_alone() -> None:
+    job = WORKERS.clone().spec(**TB).decoded_spec()
+    deployment, service = rendered(job)
+    # What the apiserver adds beside what is rendered is not a change.
+    service["spec"]["clusterIP"] = "10.0.0.9"
+    result = observe(job, {}, tensorboard=TensorBoardObserved(deployment, service, []))
+    assert (result.create, result.update, result.events) == ([], [], [])

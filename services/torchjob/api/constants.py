@@ -138,6 +138,7 @@ REASON_STOPPING: Final = "StoppingReplicas"
 # Event reasons of the housekeeper.
 REASON_TENSORBOARD_CREATED: Final = "TensorBoardCreated"
 REASON_TENSORBOARD_UPDATED: Final = "TensorBoardUpdated"
+REASON_TENSORBOARD_RESTORED: Final = "TensorBoardRestored"
 REASON_TENSORBOARD_DELETED: Final = "TensorBoardDeleted"
 REASON_TENSORBOARD_FAILED: Final = "TensorBoardFailed"
 REASON_CLEAN_UP: Final = "CleanUp"

@@ -46,6 +46,8 @@ def init_app(settings: Settings, api_server: ApiServer | None = None) -> web.App
     app = web.Application(
         client_max_size=settings.max_body_bytes,
         middlewares=[
+            # First: a TensorBoard host's request never meets the console's own middlewares.
+            tensorboard.board_host,
             security.show_errors,
             security.check_origin,
             route_names.check_route_names,
@@ -97,8 +99,7 @@ def add_routes(app: web.Application) -> None:
     router.add_get(f"{JOB}/resources", resources.resources_page)
     router.add_get(f"{JOB}/resources/stream", resources.resources_stream)
     router.add_get(f"{JOB}/resources/series", resources.resources_series)
-    router.add_get(f"{JOB}/tensorboard/{{path:.*}}", tensorboard.tensorboard_proxy)
-    router.add_post(f"{JOB}/tensorboard/{{path:.*}}", tensorboard.tensorboard_proxy)
+    router.add_get(f"{JOB}/tensorboard", tensorboard.open_tensorboard)
 
 
 async def _probes(app: web.Application) -> AsyncIterator[None]:

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import structlog
 from aiohttp import web
 
-from torchjob.console.keys import PAGES, SETTINGS
+from torchjob.console.keys import ORIGIN_HEADERS, PAGES, SETTINGS
 from torchjob.kube.errors import KubeError
 
 log = structlog.get_logger("torchjob.console")
@@ -67,8 +67,9 @@ def same_origin(request: web.Request) -> str | None:
 
 
 async def secure_headers(request: web.Request, response: web.StreamResponse) -> None:
-    """For `on_response_prepare`: the policy on every answer, whatever its handler set."""
-    response.headers.update(HEADERS)
+    """For `on_response_prepare`: the policy on every answer, whatever its handler set; an
+    answer of another origin served by this process gets that origin's own (ORIGIN_HEADERS)."""
+    response.headers.update(request.get(ORIGIN_HEADERS, HEADERS))
     for name, value in DEFAULT_HEADERS.items():
         response.headers.setdefault(name, value)
 

@@ -3,6 +3,7 @@ as its default."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -37,10 +38,18 @@ class Settings:
     session_idle_seconds: float
     session_max_seconds: float
     max_body_bytes: int
+    tensorboard_url: str | None
 
 
 def _positive(value: float) -> str | None:
     return None if value > 0 else "must be positive"
+
+
+def _an_origin(value: str | None) -> str | None:
+    """The TensorBoards' base is an origin: each board's host is made from its host and port."""
+    if not value or re.fullmatch(r"https?://[a-z0-9.-]+(:[0-9]+)?/?", value):
+        return None
+    return "must be http(s)://host[:port], a domain in lower case, with no path"
 
 
 # The console's own settings, after every service's (common_settings).
@@ -107,6 +116,15 @@ CONSOLE_SETTINGS: tuple[Setting, ...] = (
         "the largest form or YAML accepted; larger ones are refused with 413",
         check=lambda value: None if value >= 1024 else "must be at least 1024",
     ),
+    Setting(
+        "--tensorboard-url",
+        f"{PREFIX}CONSOLE_TENSORBOARD_URL",
+        None,
+        "the base of the TensorBoards' own origins (https://tb.example.com): a job's TensorBoard "
+        "is served at https://<label>.tb.example.com, whose wildcard name and certificate route "
+        "here; unset, the console passes no TensorBoard on and shows how to reach it instead",
+        check=_an_origin,
+    ),
 )
 
 
@@ -126,4 +144,5 @@ def parse(argv: list[str] | None = None) -> Settings:
     values["namespaces"] = _csv(values["namespaces"])
     values["external_url"] = (values["external_url"] or "").rstrip("/") or None
     values["prometheus_url"] = (values["prometheus_url"] or "").rstrip("/") or None
+    values["tensorboard_url"] = (values["tensorboard_url"] or "").rstrip("/") or None
     return Settings(**values)

@@ -102,6 +102,9 @@ class HousekeeperExecutor:
         owners = existing.get("metadata", {}).get("ownerReferences") or []
         uid = job["metadata"]["uid"]
         if any(r.get("controller") and r.get("uid") == uid for r in owners):
+            # Ours, yet out of the cache: its label was taken off, which hides it from the
+            # informers (and from `torchjob tensorboard`); it is put back as rendered.
+            await self._update(obj, existing)
             return
         message = (
             f"a {obj['kind']} named {meta['name']} already exists and does not belong to the job"
@@ -118,9 +121,11 @@ class HousekeeperExecutor:
             **(meta.get("annotations") or {}),
             constants.ANNOTATION_SPEC_HASH: spec_hash(desired),
         }
+        labels = {**(meta.get("labels") or {}), **desired["metadata"]["labels"]}
         ops: Any = [
             {"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
             {"op": "add", "path": "/metadata/annotations", "value": annotations},
+            {"op": "add", "path": "/metadata/labels", "value": labels},
             *({"op": "add", "path": f"/spec/{k}", "value": v} for k, v in desired["spec"].items()),
         ]
         await self.resources.patch(

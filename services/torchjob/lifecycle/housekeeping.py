@@ -20,7 +20,7 @@ from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.lifecycle.observe import FINISHED_PHASES
 from torchjob.lifecycle.status import is_terminal
-from torchjob.lifecycle.tensorboard import stored_form, tensorboard_status
+from torchjob.lifecycle.tensorboard import drifted_fields, stored_form, tensorboard_status
 from torchjob.lifecycle.times import parse_time
 from torchjob.render.tensorboard import render_deployment, render_service, spec_hash
 
@@ -189,6 +189,9 @@ def _tensorboard(observed: HousekeepingObserved, out: HousekeepingPlan) -> None:
             out.create.append(desired)
         elif spec_hash(current) != spec_hash(desired):
             out.update.append((desired, current))
+        elif drifted := drifted_fields(desired, current):
+            out.update.append((desired, current))
+            out.events.append(_restored(current, drifted))
     digest = spec_hash(deployment)
     if seen.deployment is None:
         out.events.append(
@@ -212,6 +215,18 @@ def _tensorboard(observed: HousekeepingObserved, out: HousekeepingPlan) -> None:
         )
     status = tensorboard_status(meta, digest, seen.deployment, seen.service, seen.pods)
     _set_status(observed, out, status)
+
+
+def _restored(current: dict[str, Any], drifted: list[str]) -> HousekeepingEvent:
+    meta = current["metadata"]
+    return HousekeepingEvent(
+        "Warning",
+        constants.REASON_TENSORBOARD_RESTORED,
+        f"putting back {', '.join(drifted)} of the TensorBoard's {current['kind']} "
+        f"{meta['name']}: it was changed, and it decides which pods the TensorBoard is",
+        # Per change seen: a later change is reported again.
+        f"tensorboard-restored-{current['kind']}-{meta.get('resourceVersion', '')}",
+    )
 
 
 def _remove_tensorboard(observed: HousekeepingObserved, out: HousekeepingPlan) -> None:

@@ -7,6 +7,12 @@ from typing import Any
 from torchjob.render.tensorboard import spec_hash, tensorboard_url
 
 FIELDS = ("ready", "url", "reason", "message")
+# What picks the TensorBoard's pods, which the spec hash does not cover: a tenant who may edit
+# the Service could point it at a pod of their own. Each is put back when it differs.
+PICKING_FIELDS = {
+    "Service": (("spec", "selector"),),
+    "Deployment": (("spec", "selector"), ("spec", "template", "metadata", "labels")),
+}
 
 
 def tensorboard_status(
@@ -24,6 +30,21 @@ def tensorboard_status(
     if reason is None:
         return {"ready": True, "url": url, "reason": None, "message": None}
     return {"ready": False, "url": url, "reason": reason, "message": message}
+
+
+def drifted_fields(desired: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """The fields that pick the object's pods and differ from what is rendered, as dotted paths."""
+    return [
+        ".".join(path)
+        for path in PICKING_FIELDS.get(str(desired.get("kind")), ())
+        if _at(current, path) != _at(desired, path)
+    ]
+
+
+def _at(obj: dict[str, Any], path: tuple[str, ...]) -> Any:
+    for key in path:
+        obj = obj.get(key) or {} if isinstance(obj, dict) else {}
+    return obj or None
 
 
 def failed_status(message: str) -> dict[str, Any]:
