@@ -20,7 +20,7 @@ import orjson
 from aiohttp import web
 
 from torchjob.api.constants import LABEL_JOB_NAME
-from torchjob.console import series
+from torchjob.console import rows, series
 from torchjob.console.keys import PAGES, SETTINGS, session_of
 from torchjob.console.replicas import page_context, read_job, training_view
 from torchjob.console.sse import event_stream
@@ -39,14 +39,21 @@ def pod_metrics_path(namespace: str) -> str:
 
 
 async def resources_page(request: web.Request) -> web.Response:
+    """The charts' page. A finished job's pods are gone, and metrics.k8s.io keeps no history:
+    without Prometheus the page says so instead of waiting for samples."""
     _, job = await read_job(request)
     prometheus = request.app[SETTINGS].prometheus_url
     base = request.path.rstrip("/")
+    training = training_view(request.match_info.get("kind", "jobs"), job)
+    row = rows.job_row(job)
     context = page_context(
         request,
         job,
+        row=row,
         source="prometheus" if prometheus else "metrics",
         data_url=f"{base}/series" if prometheus else f"{base}/stream",
+        bounds=orjson.dumps(series.pod_bounds(training)).decode(),
+        collecting=bool(prometheus) or not row.finished,
     )
     return request.app[PAGES].response("resources.html", **context)
 

@@ -21,28 +21,83 @@
     return value.toFixed(0) + unit;
   }
 
+  // The request and limit lines of each chart, from the job's spec (series.pod_bounds).
+  const bounds = JSON.parse(root.dataset.bounds || "{}");
+  const pad = (n) => String(n).padStart(2, "0");
+
+  function clock(seconds, withSeconds) {
+    const moment = new Date(seconds * 1000);
+    const minutes = pad(moment.getHours()) + ":" + pad(moment.getMinutes());
+    return withSeconds ? minutes + ":" + pad(moment.getSeconds()) : minutes;
+  }
+
+  function zone() {
+    const offset = -new Date().getTimezoneOffset();
+    const sign = offset < 0 ? "-" : "+";
+    return "UTC" + sign + pad(Math.floor(Math.abs(offset) / 60)) + ":" + pad(Math.abs(offset) % 60);
+  }
+
+  function latest(name, times, byPod, pods, unit) {
+    const element = document.getElementById("latest-" + name);
+    if (!element || !times.length) return;
+    const said = pods.map((pod) => {
+      const values = byPod[pod];
+      for (let index = values.length - 1; index >= 0; index -= 1) {
+        if (values[index] !== null && values[index] !== undefined) return pod + ": " + format(values[index], unit);
+      }
+      return pod + ": no sample";
+    });
+    element.textContent = "Latest (" + clock(times[times.length - 1], true) + "): " + said.join(" · ");
+  }
+
   function draw(name, times, byPod) {
     const element = document.getElementById("chart-" + name);
     if (!element) return;
     const pods = Object.keys(byPod).sort();
-    const data = [times, ...pods.map((pod) => byPod[pod])];
+    const lines = bounds[name] || [];
+    const data = [times, ...pods.map((pod) => byPod[pod]), ...lines.map((line) => times.map(() => line.value))];
     element.dataset.pods = pods.join(" ");
     element.dataset.points = String(times.length);
+    element.dataset.bounds = lines.map((line) => line.label).join(", ");
+    const unit = element.dataset.unit;
+    latest(name, times, byPod, pods, unit);
     const known = charts[name];
     if (known && known.pods.join(" ") === pods.join(" ")) {
       known.plot.setData(data);
       return;
     }
     if (known) known.plot.destroy();
-    const unit = element.dataset.unit;
+    const value = (plot, number) => format(number, unit);
     const options = {
       width: Math.max(320, element.clientWidth || 900),
       height: 220,
-      series: [{}, ...pods.map((pod, index) => ({
-        label: pod, stroke: colours[index % colours.length], width: 2,
-        value: (plot, value) => format(value, unit),
-      }))],
-      axes: [{}, { size: 80, values: (plot, ticks) => ticks.map((tick) => format(tick, unit)) }],
+      scales: {
+        // From the first sample, not before; a minute wide at least.
+        x: {
+          time: true,
+          range: (plot) => {
+            const seconds = plot.data[0];
+            return [seconds[0], Math.max(seconds[seconds.length - 1], seconds[0] + 60)];
+          },
+        },
+      },
+      series: [
+        { label: "Time", value: (plot, seconds) => (seconds === null ? "" : clock(seconds, true)) },
+        ...pods.map((pod, index) => ({ label: pod, stroke: colours[index % colours.length], width: 2, value })),
+        ...lines.map((line) => ({
+          label: line.label, stroke: "#4d5660", width: 1, dash: line.kind === "limit" ? [2, 4] : [8, 6], value,
+        })),
+      ],
+      axes: [
+        {
+          label: "Local time (" + zone() + ")",
+          values: (plot, ticks) => {
+            const span = ticks.length > 1 ? ticks[ticks.length - 1] - ticks[0] : 0;
+            return ticks.map((tick) => clock(tick, span < 300));
+          },
+        },
+        { size: 80, values: (plot, ticks) => ticks.map((tick) => format(tick, unit)) },
+      ],
     };
     charts[name] = { plot: new uPlot(options, data, element), pods };
   }
@@ -100,7 +155,9 @@
     say(empty ? "Prometheus has no series of this job's pods." : "", false);
   }
 
-  if (root.dataset.source === "prometheus") {
+  if (!root.dataset.url) {
+    // A finished job without Prometheus: the page says why there is nothing to draw.
+  } else if (root.dataset.source === "prometheus") {
     readOnce(root.dataset.url).catch((error) => say("Prometheus' series could not be read: " + error, true));
   } else {
     follow(root.dataset.url);
