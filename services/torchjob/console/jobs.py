@@ -20,6 +20,7 @@ from torchjob.console.user_api import UserApi, WatchEvent
 from torchjob.kube.errors import Gone, KubeError, NotFound
 from torchjob.kube.informer import ResourceKind
 from torchjob.kube.resources import EVENTS, JOBS, PODS, job_resource
+from torchjob.lifecycle import summary
 from torchjob.render.job_kinds import kind_of
 
 PAGE_SIZE = 50
@@ -156,10 +157,10 @@ async def job_page(request: web.Request) -> web.Response:
 
 
 async def kubelet_said(api: UserApi, job: dict[str, Any]) -> list[tuple[str, str]]:
-    """While the job's replicas cannot start, what the kubelet said of each of its pods, whole
-    (the condition's message is cut short); nothing otherwise, or when the user may not list
-    pods."""
-    if not rows.pending_reason(job):
+    """While the job's replicas cannot start (its StartFailure condition), what the kubelet said
+    of each of its pods, whole (the condition's message is cut short); nothing otherwise, or when
+    the user may not list pods."""
+    if summary.start_failure(rows.training_view(job)) is None:
         return []
     meta = job["metadata"]
     selector = f"{LABEL_JOB_NAME}={meta['name']}"
