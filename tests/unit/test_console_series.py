@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import re
+from typing import Any
 
 import pytest
 from support.prometheus import fake_prometheus, recording
@@ -159,7 +160,7 @@ async def test_a_query_for_another_jobs_pods_gets_none_of_the_recorded_series() 
         assert all(series.matrix_chart(a)["series"] == {} for a in answers.values()), job
 
 
-def _replica(kind: str, *containers: dict[str, object]) -> dict[str, object]:
+def _replica(kind: str, *containers: dict[str, Any]) -> dict[str, Any]:
     return {"type": kind, "template": {"spec": {"containers": list(containers)}}}
 
 
