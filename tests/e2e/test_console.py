@@ -4,6 +4,7 @@ the user."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 from typing import Any
@@ -24,6 +25,7 @@ from support.kubelet_logs import log_kubelet
 from support.processes import ServiceProcess
 
 from torchjob.api.constants import LABEL_JOB_NAME, LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
+from torchjob.lifecycle.times import format_time
 
 LIVE = 10_000  # ms: a change reaches an open page within seconds, without a reload
 
@@ -44,16 +46,19 @@ async def test_list_and_job_page_follow_status_and_buttons_act_as_the_user(
     create_job(control_plane, namespace, "live")
     row = page.get_by_role("row", name="live")
     await expect(row).to_be_visible(timeout=LIVE)
-    patch_status(
-        control_plane, namespace, "live", {"phase": "Running", "aggregate": {"running": 2}}
-    )
+    started = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=12)
+    running = {"phase": "Running", "aggregate": {"running": 2}, "startTime": format_time(started)}
+    patch_status(control_plane, namespace, "live", running)
     await expect(row.get_by_text("Running")).to_be_visible(timeout=LIVE)
+    await expect(row).to_contain_text(re.compile(r"\d+m ago"))
     await page.screenshot(path=screenshot_path("console-jobs.png"))
 
     await page.get_by_role("link", name="live").click()
     await expect(page.locator("#job-phase")).to_have_text("Running")
-    patch_status(control_plane, namespace, "live", {"trainerStatus": {"progressPercentage": 40}})
+    report = {"progressPercentage": 40, "estimatedRemainingSeconds": 1080}
+    patch_status(control_plane, namespace, "live", {"trainerStatus": report})
     await expect(page.get_by_text("40%")).to_be_visible(timeout=LIVE)
+    await expect(page.locator("#job-eta")).to_have_text("18m left")
     await page.screenshot(path=screenshot_path("console-job.png"), full_page=True)
 
     await page.get_by_role("button", name="Pause…").click()
