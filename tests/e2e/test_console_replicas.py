@@ -22,7 +22,7 @@ from support.console import (
     start_console,
     tenant_token,
 )
-from support.jobs import job_manifest
+from support.jobs import JobBuilder, job_manifest
 from support.prometheus import fake_prometheus, recording
 
 from torchjob.api.constants import LABEL_JOB_NAME
@@ -179,8 +179,11 @@ async def test_prometheus_series_are_drawn_and_confined_to_the_users_namespace(
 ) -> None:
     token = tenant_token(control_plane, namespace, "edit")
     recorded = recording()
-    # The recorded job's name, so that its replicas' recorded series are this job's.
-    create_job(control_plane, namespace, recorded.job)
+    # The recorded job's name, so that its replicas' recorded series are this job's, with what
+    # each replica was given.
+    resources = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "300m"}}
+    manifest = JobBuilder.example("basic", recorded.job).container(resources=resources).build()
+    control_plane.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(manifest))
     recorded_times = series.matrix_chart(recorded.answers["cpu"])["times"]
     async with fake_prometheus() as prometheus:
         with_prometheus = start_console(control_plane, "--prometheus-url", prometheus.url)
@@ -196,6 +199,11 @@ async def test_prometheus_series_are_drawn_and_confined_to_the_users_namespace(
                 f"{recorded.job}-worker-1"
             )
             await expect(page.locator("#gpu")).to_be_hidden()
+            # The request and limit lines, and each pod's latest value.
+            await expect(cpu).to_have_attribute("data-bounds", "request, limit")
+            await expect(page.locator("#chart-memory")).to_have_attribute("data-bounds", "request")
+            await expect(page.locator("#latest-cpu")).to_contain_text(f"{recorded.job}-worker-1: ")
+            await expect(cpu.locator(".u-legend")).to_contain_text("limit")
             sent = [q["query"] for q in prometheus.queries]
             assert len(sent) == 3
             assert all(f'namespace="{namespace}"' in q for q in sent), sent

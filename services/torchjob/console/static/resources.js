@@ -21,6 +21,19 @@
     return value.toFixed(0) + unit;
   }
 
+  // An axis's tick labels, with as many decimals as the step between ticks needs: ticks 0.2 MiB
+  // apart must not all read "68 MiB".
+  function tickLabels(ticks, unit) {
+    if (unit !== "bytes" || ticks.length < 2) return ticks.map((tick) => format(tick, unit));
+    const largest = Math.max(...ticks.map(Math.abs));
+    const power = largest > 0 ? Math.min(4, Math.floor(Math.log(largest) / Math.log(1024))) : 0;
+    const size = 1024 ** power;
+    const step = Math.abs(ticks[1] - ticks[0]) / size;
+    const decimals = Math.max(0, Math.min(3, -Math.floor(Math.log10(step))));
+    const name = ["B", "KiB", "MiB", "GiB", "TiB"][power];
+    return ticks.map((tick) => (tick / size).toFixed(decimals) + " " + name);
+  }
+
   // The request and limit lines of each chart, from the job's spec (series.pod_bounds).
   const bounds = JSON.parse(root.dataset.bounds || "{}");
   const pad = (n) => String(n).padStart(2, "0");
@@ -91,12 +104,13 @@
       axes: [
         {
           label: "Local time (" + zone() + ")",
+          space: 90,
           values: (plot, ticks) => {
             const span = ticks.length > 1 ? ticks[ticks.length - 1] - ticks[0] : 0;
             return ticks.map((tick) => clock(tick, span < 300));
           },
         },
-        { size: 80, values: (plot, ticks) => ticks.map((tick) => format(tick, unit)) },
+        { size: 80, values: (plot, ticks) => tickLabels(ticks, unit) },
       ],
     };
     charts[name] = { plot: new uPlot(options, data, element), pods };
