@@ -61,7 +61,8 @@ async def resources_page(request: web.Request) -> web.Response:
 async def resources_stream(request: web.Request) -> web.StreamResponse:
     """A `sample` (JSON: time, cpu and memory by pod) every 15 s, read from metrics.k8s.io as
     the user; `unavailable` once when the cluster serves no metrics.k8s.io, `refused` when the
-    apiserver refuses the user; either ends the stream."""
+    apiserver refuses the user, `finished` when no pod reports and the job has finished; each
+    ends the stream."""
     api = UserApi(session_of(request).client)
     namespace, name = request.match_info["namespace"], request.match_info["name"]
     query = {"labelSelector": f"{LABEL_JOB_NAME}={name}"}
@@ -78,8 +79,16 @@ async def resources_stream(request: web.Request) -> web.StreamResponse:
                 break
             now = datetime.datetime.now(datetime.UTC)
             await stream.send("sample", orjson.dumps(series.metrics_sample(answer, now)).decode())
+            if not answer.get("items") and await _finished(request):
+                await stream.send("finished", "")
+                break
             await asyncio.sleep(SAMPLE_SECONDS)
     return stream.response
+
+
+async def _finished(request: web.Request) -> bool:
+    _, job = await read_job(request)
+    return rows.job_row(job).finished
 
 
 def problem(status: int, message: str) -> web.Response:

@@ -141,6 +141,10 @@
       }
       say(Object.keys(sample.cpu || {}).length ? "" : "No pod of this job reports metrics yet.", false);
     });
+    source.addEventListener("finished", () => {
+      source.close();
+      say("This job has finished: its pods are gone and their metrics are no longer collected.", false);
+    });
     source.addEventListener("unavailable", () => {
       source.close();
       say("This cluster serves no metrics.k8s.io (no metrics-server), so there is nothing to draw.", true);
