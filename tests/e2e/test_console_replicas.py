@@ -1,12 +1,12 @@
 """The console's Replicas, log, Resources and TensorBoard pages in a real Chromium on the real
 control plane, signed in with a tenant's token. There is no kubelet here (the test plays it), so
 the apiserver cannot serve a container's log: what is shown is the replicas' table following pod
-changes without a reload, a log page whose pod is deleted while it is open saying the log went with
-it, the apiserver's 403 for another namespace's pod, the resource tab saying the cluster serves no
-metrics.k8s.io, the Prometheus path against answers recorded from a real Prometheus with the
-namespace enforced, and the TensorBoard tab's refusals and, with no
-TensorBoard domain set, its directions instead of a proxy. Real log streaming is the real node's
-to show."""
+changes without a reload, a failed pull's whole message from the kubelet, a log page whose pod is
+deleted while it is open saying the log went with it, the apiserver's 403 for another namespace's
+pod, the resource tab saying the cluster serves no metrics.k8s.io, the Prometheus path against
+answers recorded from a real Prometheus with the namespace enforced, and the TensorBoard tab's
+refusals and, with no TensorBoard domain set, its directions instead of a proxy. Real log
+streaming is the real node's to show."""
 
 from __future__ import annotations
 
@@ -15,8 +15,15 @@ from typing import Any
 
 from playwright.async_api import Browser, expect
 from support import ControlPlane
-from support.console import Console, screenshot_path, signed_in, start_console, tenant_token
-from support.jobs import job_manifest
+from support.console import (
+    Console,
+    patch_status,
+    screenshot_path,
+    signed_in,
+    start_console,
+    tenant_token,
+)
+from support.jobs import JobBuilder, job_manifest
 from support.prometheus import fake_prometheus, recording
 
 from torchjob.api.constants import LABEL_JOB_NAME
@@ -173,8 +180,11 @@ async def test_prometheus_series_are_drawn_and_confined_to_the_users_namespace(
 ) -> None:
     token = tenant_token(control_plane, namespace, "edit")
     recorded = recording()
-    # The recorded job's name, so that its replicas' recorded series are this job's.
-    create_job(control_plane, namespace, recorded.job)
+    # The recorded job's name, so that its replicas' recorded series are this job's, with what
+    # each replica was given.
+    resources = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "300m"}}
+    manifest = JobBuilder.example("basic", recorded.job).container(resources=resources).build()
+    control_plane.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(manifest))
     recorded_times = series.matrix_chart(recorded.answers["cpu"])["times"]
     async with fake_prometheus() as prometheus:
         with_prometheus = start_console(control_plane, "--prometheus-url", prometheus.url)
@@ -190,6 +200,11 @@ async def test_prometheus_series_are_drawn_and_confined_to_the_users_namespace(
                 f"{recorded.job}-worker-1"
             )
             await expect(page.locator("#gpu")).to_be_hidden()
+            # The request and limit lines, and each pod's latest value.
+            await expect(cpu).to_have_attribute("data-bounds", "request, limit")
+            await expect(page.locator("#chart-memory")).to_have_attribute("data-bounds", "request")
+            await expect(page.locator("#latest-cpu")).to_contain_text(f"{recorded.job}-worker-1: ")
+            await expect(cpu.locator(".u-legend")).to_contain_text("limit")
             sent = [q["query"] for q in prometheus.queries]
             assert len(sent) == 3
             assert all(f'namespace="{namespace}"' in q for q in sent), sent
@@ -231,4 +246,50 @@ async def test_tensorboard_is_refused_without_a_spec_or_without_services_proxy(
         f"http://boarded-tensorboard.{namespace}.svc:6006/"
     )
     assert (await page.request.get(f"/ns/{namespace}/jobs/boarded/tensorboard/")).status == 404
+    await context.close()
+
+
+# What a kubelet says of an image it cannot pull: the cause comes last, past the 200 characters a
+# condition keeps.
+PULL_MESSAGE = (
+    'Failed to pull image "registry.example.com/team-a/trainer:v1.2.3-typo": failed to pull and '
+    'unpack image "registry.example.com/team-a/trainer:v1.2.3-typo": failed to resolve reference '
+    '"registry.example.com/team-a/trainer:v1.2.3-typo": registry.example.com/team-a/trainer:'
+    "v1.2.3-typo: not found"
+)
+
+
+async def test_a_failed_pull_shows_the_kubelets_whole_message(
+    control_plane: ControlPlane, namespace: str, console: Console, browser: Browser
+) -> None:
+    token = tenant_token(control_plane, namespace, "edit")
+    create_job(control_plane, namespace, "typo")
+    create_pod(control_plane, namespace, "typo", "typo-worker-0")
+    waiting = {"waiting": {"reason": "ErrImagePull", "message": PULL_MESSAGE}}
+    container = {"name": "pytorch", "image": "x", "imageID": "", "ready": False, "restartCount": 0}
+    statuses = [{**container, "state": waiting}]
+    patch_pod_status(
+        control_plane,
+        namespace,
+        "typo-worker-0",
+        {"phase": "Pending", "containerStatuses": statuses},
+    )
+    cut = f"replica typo-worker-0 cannot start: ErrImagePull: {PULL_MESSAGE}"[:197] + "..."
+    failure = {
+        "type": "StartFailure",
+        "status": "True",
+        "reason": "ImagePullFailed",
+        "message": cut,
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+    patch_status(control_plane, namespace, "typo", {"phase": "Pending", "conditions": [failure]})
+    assert not cut.endswith("not found...")
+
+    context, page = await signed_in(browser, console, token)
+    await page.goto(f"/ns/{namespace}/jobs/typo")
+    said = page.locator("#kubelet-said")
+    await expect(said).to_contain_text(f"typo-worker-0: pytorch: {PULL_MESSAGE}")
+    await expect(page.get_by_role("button", name="Pause…")).to_have_count(0)  # never ran
+    await page.goto(f"/ns/{namespace}/jobs/typo/replicas")
+    await expect(page.locator("#replica-worker-0")).to_contain_text(PULL_MESSAGE)
     await context.close()

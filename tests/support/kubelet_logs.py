@@ -2,12 +2,14 @@
 pod's log (`GET pods/<name>/log`) by asking the kubelet of the pod's node, found from the Node's
 addresses and `status.daemonEndpoints.kubeletEndpoint.port`. This server answers there, over
 HTTPS with a certificate of its own (the test apiserver is given no kubelet CA, so it does not
-check it), with the lines a test gives a container, and ends a followed log when the test says
-the container has stopped."""
+check it), with the lines a test gives a container (each with the time it was written before it
+when asked for `timestamps`, as a kubelet does), and ends a followed log when the test says the
+container has stopped."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import ssl
 import tempfile
@@ -26,12 +28,14 @@ class ContainerLog:
 
     def __init__(self) -> None:
         self.lines: list[str] = []
+        self.times: list[datetime.datetime] = []
         self.stopped = False
         self.changed = asyncio.Condition()
 
     async def write(self, line: str) -> None:
         async with self.changed:
             self.lines.append(line)
+            self.times.append(datetime.datetime.now(datetime.UTC))
             self.changed.notify_all()
 
     async def stop(self) -> None:
@@ -55,14 +59,17 @@ class LogKubelet:
         await response.prepare(request)
         sent = 0
         follow = request.query.get("follow") == "true"
+        timestamps = request.query.get("timestamps") == "true"
         while True:
             async with log.changed:
                 if sent == len(log.lines) and follow and not log.stopped:
                     await log.changed.wait()
-                new, sent = log.lines[sent:], len(log.lines)
+                new = list(zip(log.times[sent:], log.lines[sent:], strict=True))
+                sent = len(log.lines)
                 done = log.stopped or not follow
-            for line in new:
-                await response.write(f"{line}\n".encode())
+            for time, line in new:
+                stamp = time.strftime("%Y-%m-%dT%H:%M:%S.%f000Z ") if timestamps else ""
+                await response.write(f"{stamp}{line}\n".encode())
             if done and sent == len(log.lines):
                 break
         await response.write_eof()

@@ -119,8 +119,20 @@ async def test_a_followed_log_reaches_the_page_escaped_and_whole(client: KubeCli
     status, problem = await logs.follow_once(client, cast(EventStream, stream), path, query)
     assert (status, problem) == (0, "")
     text = "".join(data for _, data in stream.sent)
-    assert text == "epoch 1 &lt;loss&gt; 0.9\nepoch 2 &amp; done\n\ncut off\n"
+    assert text == "".join(
+        f'<span class="ln">{line}\n</span>'
+        for line in ("epoch 1 &lt;loss&gt; 0.9", "epoch 2 &amp; done", "", "cut off")
+    )
     assert {event for event, _ in stream.sent} == {"line"}
+
+
+def test_a_lines_time_is_set_apart_and_shown_to_the_millisecond() -> None:
+    shown = logs.html_lines("2026-01-01T00:00:05.123456789Z step <1>\nno time here\n")
+    assert shown == (
+        '<span class="ln"><time class="stamp" datetime="2026-01-01T00:00:05.123456789Z">'
+        "2026-01-01 00:00:05.123Z</time> step &lt;1&gt;\n</span>"
+        '<span class="ln">no time here\n</span>'
+    )
 
 
 async def test_a_refused_log_is_the_apiservers_refusal(client: KubeClient) -> None:

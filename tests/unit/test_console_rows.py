@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
-from torchjob.console.rows import job_row, matches, pending_reason, torchrun_line
+import pytest
+
+from torchjob.api.constants import LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
+from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB
+from torchjob.api.types import JOB_PHASE_VALUES
+from torchjob.console.rows import (
+    PHASES,
+    job_row,
+    kubelet_messages,
+    matches,
+    pending_reason,
+    replica_choices,
+    torchrun_line,
+)
 
 
 def job(**status: Any) -> dict[str, Any]:
@@ -90,3 +104,108 @@ def test_a_kubeflow_pytorchjob_shows_its_latest_condition_as_its_phase() -> None
     assert job_row(kubeflow).phase == "Running"
     kubeflow["status"] = {}
     assert job_row(kubeflow).phase == "Created"
+
+
+NOW = datetime.datetime(2026, 1, 1, 1, 0, tzinfo=datetime.UTC)
+
+
+def test_a_row_says_when_the_job_started_finished_and_how_long_it_ran() -> None:
+    running = job_row(job(phase="Running", startTime="2026-01-01T00:10:00Z"), NOW)
+    assert (running.started, running.finished_at, running.duration) == (
+        "2026-01-01T00:10:00Z",
+        "",
+        "50m",
+    )
+    done = job_row(
+        job(
+            phase="Succeeded",
+            startTime="2026-01-01T00:10:00Z",
+            completionTime="2026-01-01T00:12:30Z",
+        ),
+        NOW,
+    )
+    assert (done.finished_at, done.duration) == ("2026-01-01T00:12:30Z", "2m30s")
+    assert job_row(job(phase="Pending"), NOW).duration == ""
+
+
+@pytest.mark.parametrize(
+    ("phase", "paused", "report", "shown"),
+    [
+        ("Running", False, {"progressPercentage": 40, "estimatedRemainingSeconds": 130}, "2m10s"),
+        ("Running", True, {"progressPercentage": 40, "estimatedRemainingSeconds": 130}, ""),
+        ("Paused", True, {"progressPercentage": 40, "estimatedRemainingSeconds": 130}, ""),
+        ("Resuming", False, {"progressPercentage": 40, "estimatedRemainingSeconds": 130}, ""),
+        ("Succeeded", False, {"progressPercentage": 100, "estimatedRemainingSeconds": 0}, ""),
+        ("Running", False, {"progressPercentage": 100, "estimatedRemainingSeconds": 0}, ""),
+        ("Running", False, {"progressPercentage": 99, "estimatedRemainingSeconds": 0}, ""),
+        ("Running", False, {"progressPercentage": 40}, ""),
+    ],
+)
+def test_the_eta_is_shown_only_while_it_means_something(
+    phase: str, paused: bool, report: dict[str, Any], shown: str
+) -> None:
+    subject = job(phase=phase, trainerStatus=report)
+    subject["spec"]["runMode"] = {"pause": {"enabled": paused}}
+    assert job_row(subject, NOW).eta == shown
+
+
+def test_pause_is_offered_only_while_replicas_run() -> None:
+    assert job_row(job(phase="Running")).pausable
+    for phase in ("Pending", "Resuming", "Paused", "Succeeded", "Failed"):
+        assert not job_row(job(phase=phase)).pausable, phase
+    failing = job(phase="Pending", startTime="2026-01-01T00:10:00Z")
+    assert not job_row(failing).pausable  # its pods exist but never ran
+    pausing = job(phase="Running")
+    pausing["spec"]["runMode"] = {"pause": {"enabled": True}}
+    assert job_row(pausing).paused and not job_row(pausing).pausable
+
+
+def test_a_kubeflow_pytorchjob_pauses_by_its_run_policy_and_is_read_by_its_record() -> None:
+    kubeflow = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "kf", "uid": "u-2"},
+        "spec": {"pytorchReplicaSpecs": {}, "runPolicy": {"suspend": True}},
+        "status": {"torchjob": {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}},
+    }
+    row = job_row(kubeflow, NOW)
+    assert row.paused and not row.pausable
+
+
+def test_the_phase_filter_offers_every_phase_the_list_can_show() -> None:
+    for api, phases in PHASES.items():
+        assert "ImagePullFailed" in phases and "Unschedulable" in phases, api
+    assert set(JOB_PHASE_VALUES) <= set(PHASES[TRAINING_JOB])
+    assert {"Created", "Running", "Suspended", "Succeeded"} <= set(PHASES[KUBEFLOW_JOB])
+
+
+def test_the_kubelets_messages_are_whole() -> None:
+    cause = "rpc error: code = NotFound desc = failed to resolve reference " + "x" * 300
+    pod = {
+        "metadata": {"name": "j-worker-0"},
+        "status": {
+            "containerStatuses": [
+                {
+                    "name": "pytorch",
+                    "state": {"waiting": {"reason": "ErrImagePull", "message": cause}},
+                }
+            ]
+        },
+    }
+    quiet = {"metadata": {"name": "j-worker-1"}, "status": {"containerStatuses": []}}
+    assert kubelet_messages([quiet, pod]) == [("j-worker-0", f"pytorch: {cause}")]
+
+
+def test_a_log_pages_replicas_are_in_rank_order() -> None:
+    def pod(name: str, kind: str, index: str) -> dict[str, Any]:
+        labels = {LABEL_REPLICA_TYPE: kind, LABEL_REPLICA_INDEX: index}
+        return {"metadata": {"name": name, "labels": labels}}
+
+    pods = [pod("j-worker-10", "worker", "10"), pod("j-worker-2", "worker", "2")]
+    pods.append(pod("j-master-0", "master", "0"))
+    assert replica_choices(pods) == [
+        ("j-master-0", "master-0"),
+        ("j-worker-2", "worker-2"),
+        ("j-worker-10", "worker-10"),
+    ]
+    assert replica_choices([{"metadata": {"name": "bare"}}]) == [("bare", "bare")]

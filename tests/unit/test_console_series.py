@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import re
+from typing import Any
 
 import pytest
 from support.prometheus import fake_prometheus, recording
@@ -157,3 +158,31 @@ async def test_a_query_for_another_jobs_pods_gets_none_of_the_recorded_series() 
         async with fake_prometheus() as prometheus:
             answers = await query_ranges(prometheus.url, queries, window)
         assert all(series.matrix_chart(a)["series"] == {} for a in answers.values()), job
+
+
+def _replica(kind: str, *containers: dict[str, Any]) -> dict[str, Any]:
+    return {"type": kind, "template": {"spec": {"containers": list(containers)}}}
+
+
+def test_request_and_limit_lines_come_from_the_replicas_pods() -> None:
+    trainer = {"resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2"}}}
+    sidecar = {"resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "1", "memory": "1Gi"}}}
+    job = {"spec": {"replicaSpecs": [_replica("worker", trainer, sidecar)]}}
+    bounds = series.pod_bounds(job)
+    assert bounds["cpu"] == [
+        {"label": "request", "kind": "request", "value": 0.6},
+        {"label": "limit", "kind": "limit", "value": 3.0},
+    ]
+    # The sidecar's limit is its request too (the apiserver's defaulting); the trainer has no
+    # memory limit, so the pod has none, and no limit line is drawn.
+    assert bounds["memory"] == [{"label": "request", "kind": "request", "value": 2 * 2**30}]
+
+
+def test_replicas_of_different_bounds_each_get_a_line_named_by_type() -> None:
+    small = {"resources": {"requests": {"cpu": "1"}}}
+    large = {"resources": {"requests": {"cpu": "4"}}}
+    job = {"spec": {"replicaSpecs": [_replica("master", small), _replica("worker", large)]}}
+    labels = [line["label"] for line in series.pod_bounds(job)["cpu"]]
+    assert labels == ["request (master)", "request (worker)"]
+    same = {"spec": {"replicaSpecs": [_replica("master", small), _replica("worker", small)]}}
+    assert [line["label"] for line in series.pod_bounds(same)["cpu"]] == ["request"]

@@ -12,20 +12,25 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from torchjob.api.constants import LABEL_JOB_NAME
+from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB
 from torchjob.console import rows
 from torchjob.console.keys import PAGES, SETTINGS, session_of
 from torchjob.console.sse import EventStream, event_stream
 from torchjob.console.user_api import UserApi, WatchEvent
-from torchjob.kube.errors import Gone, NotFound
+from torchjob.kube.errors import Gone, KubeError, NotFound
 from torchjob.kube.informer import ResourceKind
-from torchjob.kube.resources import EVENTS, JOBS, KUBEFLOW_JOBS
+from torchjob.kube.resources import EVENTS, JOBS, PODS, job_resource
+from torchjob.lifecycle import summary
+from torchjob.render.job_kinds import kind_of
 
 PAGE_SIZE = 50
 # The live list's rows are sent again at most this often.
 ROWS_INTERVAL = 0.5
 # A filtered page reads at most this many chunks of the list before it offers "more".
 MAX_CHUNKS = 20
-ROUTE_KINDS = {"jobs": JOBS, "pytorchjobs": KUBEFLOW_JOBS}
+# The job API each route serves, and where its jobs live.
+ROUTE_APIS = {"jobs": TRAINING_JOB, "pytorchjobs": KUBEFLOW_JOB}
+ROUTE_KINDS = {route: job_resource(api) for route, api in ROUTE_APIS.items()}
 FINISHED = ("Succeeded", "Failed")
 
 
@@ -52,7 +57,7 @@ async def read_page(
         version = version or str(answer["metadata"].get("resourceVersion") or "")
         found += [
             row
-            for row in map(rows.job_row, answer.get("items") or [])
+            for row in (rows.job_row(job) for job in answer.get("items") or [])
             if rows.matches(row, phase, text)
         ]
         token = str(answer["metadata"].get("continue") or "")
@@ -76,7 +81,7 @@ async def job_list(request: web.Request) -> web.Response:
         route_kind=request.match_info.get("kind", "jobs"),
         rows=found,
         query=query,
-        phases=rows.PHASES,
+        phases=rows.PHASES[ROUTE_APIS[request.match_info.get("kind", "jobs")]],
         next_page=urlencode({**query, "continue": more}) if more else "",
         stream_url=f"{request.path}/stream?{urlencode({**query, 'resourceVersion': version})}",
         may=may,
@@ -139,18 +144,39 @@ async def job_page(request: web.Request) -> web.Response:
     api, namespace, kind = target(request)
     name = request.match_info["name"]
     job = await api.get(kind, namespace, name)
-    events, may = await asyncio.gather(
+    events, may, said = await asyncio.gather(
         api.events_of(namespace, name),
         api.allowed(
             namespace,
             {"patch": ("patch", kind, ""), "delete": ("delete", kind, "")},
         ),
+        kubelet_said(api, job),
     )
-    return request.app[PAGES].response("job.html", **_job_context(request, job, events, may))
+    context = _job_context(request, job, events, may, said)
+    return request.app[PAGES].response("job.html", **context)
+
+
+async def kubelet_said(api: UserApi, job: dict[str, Any]) -> list[tuple[str, str]]:
+    """While the job's replicas cannot start (its StartFailure condition), what the kubelet said
+    of each of its pods, whole (the condition's message is cut short); nothing otherwise, or when
+    the user may not list pods."""
+    if summary.start_failure(rows.training_view(job)) is None:
+        return []
+    meta = job["metadata"]
+    selector = f"{LABEL_JOB_NAME}={meta['name']}"
+    try:
+        answer = await api.list_objects(PODS, meta["namespace"], labelSelector=selector)
+    except KubeError:
+        return []
+    return rows.kubelet_messages(answer.get("items") or [])
 
 
 def _job_context(
-    request: web.Request, job: dict[str, Any], events: list[dict[str, Any]], may: dict[str, bool]
+    request: web.Request,
+    job: dict[str, Any],
+    events: list[dict[str, Any]],
+    may: dict[str, bool],
+    said: list[tuple[str, str]],
 ) -> dict[str, Any]:
     return {
         "session": session_of(request),
@@ -161,7 +187,7 @@ def _job_context(
         "container": rows.training_container(job),
         "torchrun": rows.torchrun_line(job),
         "pending": rows.pending_reason(job),
-        "paused": is_paused(job),
+        "kubelet_said": said,
         "events": events,
         "may": may,
         "job_label": LABEL_JOB_NAME,
@@ -194,10 +220,7 @@ async def _follow_job(
         except NotFound:
             await stream.send("job-gone", pages.text("fragments/job_gone.html", name=name))
             return
-        await stream.send(
-            "job-status",
-            pages.text("fragments/job_status.html", **_job_context(request, job, [], may)),
-        )
+        await _send_status(request, api, stream, job, may)
         version = str(job["metadata"]["resourceVersion"])
         with contextlib.suppress(Gone):
             async for event in api.watch(
@@ -207,14 +230,19 @@ async def _follow_job(
                     await stream.send("job-gone", pages.text("fragments/job_gone.html", name=name))
                     return
                 if event.type == "MODIFIED":
-                    await stream.send(
-                        "job-status",
-                        pages.text(
-                            "fragments/job_status.html",
-                            **_job_context(request, event.object, [], may),
-                        ),
-                    )
+                    await _send_status(request, api, stream, event.object, may)
                 version = _version_after(event, version)
+
+
+async def _send_status(
+    request: web.Request,
+    api: UserApi,
+    stream: EventStream,
+    job: dict[str, Any],
+    may: dict[str, bool],
+) -> None:
+    context = _job_context(request, job, [], may, await kubelet_said(api, job))
+    await stream.send("job-status", request.app[PAGES].text("fragments/job_status.html", **context))
 
 
 async def _follow_events(
@@ -238,20 +266,6 @@ async def _follow_events(
                 version = _version_after(event, version)
 
 
-def pause_patch(kind: ResourceKind, paused: bool) -> dict[str, Any]:
-    """A PyTorchTrainingJob pauses by `spec.runMode.pause`, a Kubeflow PyTorchJob is suspended."""
-    if kind == KUBEFLOW_JOBS:
-        return {"spec": {"runPolicy": {"suspend": paused}}}
-    return {"spec": {"runMode": {"pause": {"enabled": paused}}}}
-
-
-def is_paused(job: dict[str, Any]) -> bool:
-    spec = job.get("spec") or {}
-    if job.get("kind") == "PyTorchJob":
-        return bool((spec.get("runPolicy") or {}).get("suspend"))
-    return bool(((spec.get("runMode") or {}).get("pause") or {}).get("enabled"))
-
-
 async def job_action(request: web.Request) -> web.StreamResponse:
     """Pause, resume or delete, as the user; the apiserver's refusal is shown as such."""
     api, namespace, kind = target(request)
@@ -265,7 +279,12 @@ async def job_action(request: web.Request) -> web.StreamResponse:
         if request.headers.get("HX-Request"):
             return web.Response(status=204, headers={"HX-Redirect": f"/ns/{namespace}/jobs"})
         raise response
-    await api.patch(kind, namespace, name, pause_patch(kind, action == "pause"))
+    # What pausing means is the job kind's; the page offers it only when it stops running
+    # replicas (rows.JobRow.pausable), and the apiserver decides whether the user may.
+    patch = kind_of(ROUTE_APIS[request.match_info.get("kind", "jobs")]).pause_patch(
+        action == "pause"
+    )
+    await api.patch(kind, namespace, name, patch)
     if request.headers.get("HX-Request"):
         return web.Response(status=204)
     raise web.HTTPSeeOther(f"/ns/{namespace}/{request.match_info.get('kind', 'jobs')}/{name}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import html
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlencode
@@ -21,6 +22,7 @@ from aiohttp import web
 
 from torchjob.api.constants import LABEL_JOB_NAME
 from torchjob.api.queries import training_container_in
+from torchjob.console import rows
 from torchjob.console.keys import PAGES, session_of
 from torchjob.console.sse import EventStream, event_stream
 from torchjob.console.user_api import UserApi
@@ -34,6 +36,8 @@ TAIL_LINES = "1000"
 SILENT_SECONDS = 300.0
 RETRY_SECONDS = 2.0
 Object = dict[str, Any]
+# The time the apiserver puts before each line (`timestamps=true`): RFC 3339, nanoseconds, UTC.
+STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?Z")
 
 
 def log_path(namespace: str, pod: str) -> str:
@@ -65,10 +69,28 @@ def container_ended(pod: Object, container: str) -> str:
     return ""
 
 
+async def job_replicas(api: UserApi, namespace: str, job: str) -> list[tuple[str, str]]:
+    """The pods of the job's replicas (rows.replica_choices); none without a job or the right to
+    list pods."""
+    if not job:
+        return []
+    try:
+        answer = await api.list_objects(PODS, namespace, labelSelector=f"{LABEL_JOB_NAME}={job}")
+    except KubeError:
+        return []
+    return rows.replica_choices(answer.get("items") or [])
+
+
 async def log_page(request: web.Request) -> web.Response:
     api = UserApi(session_of(request).client)
     namespace, name = request.match_info["namespace"], request.match_info["pod"]
     pod = await api.get(PODS, namespace, name)
+    job_name = str((pod["metadata"].get("labels") or {}).get(LABEL_JOB_NAME) or "")
+    replicas = await job_replicas(api, namespace, job_name)
+    # Another rank of the same job: only a pod of the list just read, never a name as sent.
+    chosen = request.query.get("replica", name)
+    if chosen != name and chosen in (pod_name for pod_name, _ in replicas):
+        raise web.HTTPSeeOther(f"/ns/{namespace}/pods/{quote(chosen, safe='')}/log")
     container = chosen_container(pod, request.query.get("container", ""))
     previous = request.query.get("previous") == "true"
     base = f"/ns/{namespace}/pods/{name}/log"
@@ -81,7 +103,8 @@ async def log_page(request: web.Request) -> web.Response:
         session=session_of(request),
         namespace=namespace,
         pod=pod,
-        job_name=((pod["metadata"].get("labels") or {}).get(LABEL_JOB_NAME) or ""),
+        job_name=job_name,
+        replicas=replicas,
         containers=[c.get("name") for c in spec.get("containers") or []],
         container=container,
         previous=previous,
@@ -94,7 +117,20 @@ async def log_page(request: web.Request) -> web.Response:
 
 
 def html_lines(text: str) -> str:
-    return html.escape(text, quote=False)
+    """Each line of the log as an element of its own (the page filters them), its time apart."""
+    return "".join(_html_line(line) for line in text.splitlines())
+
+
+def _html_line(line: str) -> str:
+    stamp, _, rest = line.partition(" ")
+    found = STAMP.fullmatch(stamp)
+    if not found:
+        return f'<span class="ln">{html.escape(line, quote=False)}\n</span>'
+    shown = f"{found[1].replace('T', ' ')}{(found[2] or '')[:4]}Z"
+    return (
+        f'<span class="ln"><time class="stamp" datetime="{html.escape(stamp)}">{shown}</time> '
+        f"{html.escape(rest, quote=False)}\n</span>"
+    )
 
 
 async def log_chunks(
@@ -129,7 +165,7 @@ async def log_stream(request: web.Request) -> web.StreamResponse:
     container, uid = request.query.get("container", ""), request.query.get("uid", "")
     previous = request.query.get("previous") == "true"
     pages = request.app[PAGES]
-    query = {"container": container, "tailLines": TAIL_LINES, "timestamps": "false"}
+    query = {"container": container, "tailLines": TAIL_LINES, "timestamps": "true"}
     if previous:
         query["previous"] = "true"
     else:

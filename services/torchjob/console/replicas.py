@@ -15,6 +15,7 @@ from torchjob.api.kubeflow import as_training_job
 from torchjob.api.queries import training_container_in
 from torchjob.console.jobs import target
 from torchjob.console.keys import PAGES, session_of
+from torchjob.console.rows import kubelet_message
 from torchjob.console.sse import event_stream
 from torchjob.console.user_api import UserApi
 from torchjob.kube.errors import Gone
@@ -33,6 +34,7 @@ class ReplicaRow:
     node: str
     reason: str  # where the pod is now (pod_reason)
     last_exit: str  # how the training container's previous run ended, if it ran before
+    message: str = ""  # what the kubelet said of it, whole (rows.kubelet_message)
 
 
 def training_view(kind_route: str, job: Object) -> Object:
@@ -67,6 +69,7 @@ def replica_rows(job: Object, pods: list[Object]) -> list[ReplicaRow]:
                 node=str((pod.get("spec") or {}).get("nodeName") or ""),
                 reason=pod_reason(pod),
                 last_exit=last_exit(pod),
+                message=kubelet_message(pod),
             )
         )
     return rows

@@ -20,7 +20,7 @@ import orjson
 from aiohttp import web
 
 from torchjob.api.constants import LABEL_JOB_NAME
-from torchjob.console import series
+from torchjob.console import rows, series
 from torchjob.console.keys import PAGES, SETTINGS, session_of
 from torchjob.console.replicas import page_context, read_job, training_view
 from torchjob.console.sse import event_stream
@@ -35,14 +35,21 @@ Object = dict[str, Any]
 
 
 async def resources_page(request: web.Request) -> web.Response:
+    """The charts' page. A finished job's pods are gone, and metrics.k8s.io keeps no history:
+    without Prometheus the page says so instead of waiting for samples."""
     _, job = await read_job(request)
     prometheus = request.app[SETTINGS].prometheus_url
     base = request.path.rstrip("/")
+    training = training_view(request.match_info.get("kind", "jobs"), job)
+    row = rows.job_row(job)
     context = page_context(
         request,
         job,
+        row=row,
         source="prometheus" if prometheus else "metrics",
         data_url=f"{base}/series" if prometheus else f"{base}/stream",
+        bounds=orjson.dumps(series.pod_bounds(training)).decode(),
+        collecting=bool(prometheus) or not row.finished,
     )
     return request.app[PAGES].response("resources.html", **context)
 
@@ -50,7 +57,8 @@ async def resources_page(request: web.Request) -> web.Response:
 async def resources_stream(request: web.Request) -> web.StreamResponse:
     """A `sample` (JSON: time, cpu and memory by pod) every 15 s, read from metrics.k8s.io as
     the user; `unavailable` once when the cluster serves no metrics.k8s.io, `refused` when the
-    apiserver refuses the user; either ends the stream."""
+    apiserver refuses the user, `finished` when no pod reports and the job has finished; each
+    ends the stream."""
     api = UserApi(session_of(request).client)
     namespace, name = request.match_info["namespace"], request.match_info["name"]
     query = {"labelSelector": f"{LABEL_JOB_NAME}={name}"}
@@ -67,8 +75,16 @@ async def resources_stream(request: web.Request) -> web.StreamResponse:
                 break
             now = datetime.datetime.now(datetime.UTC)
             await stream.send("sample", orjson.dumps(series.metrics_sample(answer, now)).decode())
+            if not answer.get("items") and await _finished(request):
+                await stream.send("finished", "")
+                break
             await asyncio.sleep(SAMPLE_SECONDS)
     return stream.response
+
+
+async def _finished(request: web.Request) -> bool:
+    _, job = await read_job(request)
+    return rows.job_row(job).finished
 
 
 def problem(status: int, message: str) -> web.Response:

@@ -12,7 +12,7 @@ import math
 import re
 from typing import Any
 
-from torchjob.api.quantities import quantity
+from torchjob.api.quantities import pod_spec_requests, quantity
 
 Object = dict[str, Any]
 Chart = dict[str, Any]
@@ -126,3 +126,39 @@ def metrics_sample(pod_metrics: Object, now: datetime.datetime) -> Object:
             times.append(stamp.timestamp())
     sample["time"] = max(times) if len(times) == 1 else max(times[1:])
     return sample
+
+
+def pod_bounds(training_job: Object) -> dict[str, list[Object]]:
+    """The request and limit lines of the CPU and memory charts: what each replica's pod asks for
+    (pod_spec_requests, the scheduler's sum) and may use at most (its containers' limits summed;
+    none when a container has none), `{"cpu": [{"label", "kind", "value"}...], "memory": ...}`.
+    Replicas of the same bounds share a line; it names their types only when they differ."""
+    found: dict[tuple[str, str, float], list[str]] = {}
+    for replica in (training_job.get("spec") or {}).get("replicaSpecs") or []:
+        pod_spec = (replica.get("template") or {}).get("spec") or {}
+        requested = pod_spec_requests(pod_spec)
+        for chart in ("cpu", "memory"):
+            amounts = {
+                "request": float(getattr(requested, chart)),
+                "limit": _limit(pod_spec, chart),
+            }
+            for kind, value in amounts.items():
+                if value > 0:
+                    found.setdefault((chart, kind, value), []).append(str(replica.get("type")))
+    bounds: dict[str, list[Object]] = {"cpu": [], "memory": []}
+    for (chart, kind, value), types in found.items():
+        alone = sum(1 for other in found if other[:2] == (chart, kind)) == 1
+        label = kind if alone else f"{kind} ({', '.join(types)})"
+        bounds[chart].append({"label": label, "kind": kind, "value": value})
+    return bounds
+
+
+def _limit(pod_spec: Object, resource: str) -> float:
+    """The pod's containers' limits of `resource` summed; 0 (no line) when one has none."""
+    limits = [
+        ((c.get("resources") or {}).get("limits") or {}).get(resource)
+        for c in pod_spec.get("containers") or []
+    ]
+    if not limits or any(limit is None for limit in limits):
+        return 0.0
+    return float(sum(quantity(limit) for limit in limits))

@@ -51,6 +51,10 @@ class JobKind(Protocol):
         write in the same round."""
         ...
 
+    def pause_patch(self, paused: bool) -> dict[str, Any]:
+        """The merge patch of a job's spec that pauses it (`paused`) or resumes it."""
+        ...
+
 
 class TrainingJobKind:
     api: JobApi = TRAINING_JOB
@@ -75,6 +79,9 @@ class TrainingJobKind:
 
     def remember_shown(self, job: dict[str, Any], written: dict[str, Any]) -> None:
         return None  # the lifecycle's record is the status itself
+
+    def pause_patch(self, paused: bool) -> dict[str, Any]:
+        return {"spec": {"runMode": {"pause": {"enabled": paused}}}}
 
 
 class KubeflowJobKind:
@@ -106,6 +113,9 @@ class KubeflowJobKind:
 
     def remember_shown(self, job: dict[str, Any], written: dict[str, Any]) -> None:
         job[KUBEFLOW_STATUS] = merge_patched(job.get(KUBEFLOW_STATUS) or {}, written)
+
+    def pause_patch(self, paused: bool) -> dict[str, Any]:
+        return {"spec": {"runPolicy": {"suspend": paused}}}  # `training_spec` reads it as a pause
 
 
 KINDS: Final[Mapping[JobApi, JobKind]] = {
