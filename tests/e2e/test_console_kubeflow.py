@@ -59,7 +59,7 @@ async def test_a_tenant_creates_a_pytorchjob_from_the_form_and_lands_on_its_page
     values = {
         "Name": "mnist-kf",
         "Image": IMAGE,
-        "Arguments": "train.py --epochs 3",
+        "Command line": "python train.py --epochs 3",
         "Replicas": "2",
         "Processes per node": "2",
     }
