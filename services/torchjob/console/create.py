@@ -27,7 +27,6 @@ from torchjob.api import kubeflow_types, types
 from torchjob.api.defaults import default_job
 from torchjob.api.kubeflow_admission import default_pytorchjob
 from torchjob.console.keys import PAGES, SETTINGS, session_of
-from torchjob.console.security import refusal
 from torchjob.console.series import is_dns_label
 from torchjob.console.user_api import UserApi
 from torchjob.kube.errors import KubeError
@@ -310,24 +309,29 @@ async def starting_draft(request: web.Request, namespace: str, kinds: tuple[str,
     return draft_of_job(job, kind, view)
 
 
+def error_page(request: web.Request, status: int, reason: str, message: str) -> web.Response:
+    return request.app[PAGES].response(
+        "error.html",
+        status=status,
+        status_code=status,
+        reason=reason,
+        message=message,
+        session=session_of(request),
+    )
+
+
 async def create_page(request: web.Request) -> web.Response:
     """The form, to a user the apiserver would let create jobs here: empty, or filled with the
     job `?from=` names."""
     namespace = request.match_info["namespace"]
     kinds = await creatable_kinds(request, namespace)
     if not kinds:
-        return request.app[PAGES].response(
-            "error.html",
-            status=403,
-            status_code=403,
-            reason="Forbidden",
-            message=f"Your account may not create training jobs in the namespace {namespace}.",
-            session=session_of(request),
-        )
+        message = f"Your account may not create training jobs in the namespace {namespace}."
+        return error_page(request, 403, "Forbidden", message)
     try:
         draft = await starting_draft(request, namespace, kinds)
     except web.HTTPBadRequest as bad:
-        return refusal(request, 400, "Bad Request", bad.text or "")
+        return error_page(request, 400, "Bad Request", bad.text or "")
     claims = await claims_in(request, namespace)
     return render(request, "create.html", draft, kinds=kinds, claims=claims)
 
