@@ -320,7 +320,7 @@ async def test_switching_between_form_and_yaml_makes_no_front_end_error(
         await page.get_by_role("button", name="Form").click()
         await expect(page.get_by_label("Image", exact=True)).to_have_value(f"other/image:{turn}")
     await expect(page.locator("#accepted")).to_be_visible(timeout=CHECKED)
-    assert errors == []
+    assert errors == [], errors
     await context.close()
 
 
@@ -407,5 +407,5 @@ async def test_the_namespace_box_checks_what_is_typed(
     assert await box.evaluate("box => box.validity.patternMismatch")
     await box.fill("a-namespace-1")
     assert await box.evaluate("box => box.validity.valid")
-    assert errors == []
+    assert errors == [], errors
     await context.close()
