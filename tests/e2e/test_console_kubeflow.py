@@ -55,11 +55,15 @@ async def test_a_tenant_creates_a_pytorchjob_from_the_form_and_lands_on_its_page
     token = tenant_token(control_plane, namespace, "edit")
     context, page = await signed_in(browser, kubeflow_console, token)
     await page.goto(f"/ns/{namespace}/jobs/new")
+    help_text = page.locator("#hint-kind")
+    await expect(help_text).to_contain_text("torchjob's own job")
     await page.get_by_label("Kind", exact=True).select_option(label=KUBEFLOW)
+    # The help beside the choice says what the chosen kind is.
+    await expect(help_text).to_contain_text("as Kubeflow runs it")
     values = {
         "Name": "mnist-kf",
         "Image": IMAGE,
-        "Arguments": "train.py --epochs 3",
+        "Command line": "python train.py --epochs 3",
         "Replicas": "2",
         "Processes per node": "2",
     }

@@ -1,8 +1,9 @@
 """The console on the real node, reached as a user reaches it (`torchjob console` forwarding a
 local port): the example job created from the form by a tenant with `edit`, trained to Succeeded
 while its worker's log streams in the page and the Resources tab draws CPU and memory from
-metrics-server; then its TensorBoard opens from the job's page, through the apiserver's service
-proxy as the user."""
+metrics-server; then its TensorBoard opens from the job's page. And a data scientist's path with
+no terminal: the example from one command line with torchrun on and a claim picked from the list,
+a typo'd image fixed with Clone, the clone trained and its TensorBoard opened."""
 
 from __future__ import annotations
 
@@ -65,8 +66,8 @@ def edit_token(node: Node, namespace: str) -> str:
     return node.kubectl("create", "token", "trainer", "-n", namespace).stdout.strip()
 
 
-def tensorboard_ready(node: Node, namespace: str) -> bool:
-    status = node.job(namespace, JOB).get("status") or {}
+def tensorboard_ready(node: Node, namespace: str, job: str = JOB) -> bool:
+    status = node.job(namespace, job).get("status") or {}
     return bool((status.get("tensorboard") or {}).get("ready"))
 
 
@@ -84,7 +85,7 @@ async def create_from_form(page: Page, namespace: str, image: str) -> None:
     fields = {
         "Name": JOB,
         "Image": image,
-        "Arguments": f"train.py {TRAINING_ARGUMENTS} --log_dir runs/{JOB}",
+        "Command line": f"python train.py {TRAINING_ARGUMENTS} --log_dir runs/{JOB}",
         "Working directory": "/workspace",
         "Replicas": "2",
         "Processes per node": "2",
@@ -164,7 +165,7 @@ async def test_an_image_that_cannot_be_pulled_shows_why_and_the_job_can_be_delet
         context.set_default_timeout(30_000)
         page = await sign_in(context, console_url, token)
         await page.goto(f"/ns/{namespace}/jobs/new")
-        fields = {"Name": "unpullable", "Image": MISSING_IMAGE, "Arguments": "train.py"}
+        fields = {"Name": "unpullable", "Image": MISSING_IMAGE, "Command line": "python train.py"}
         for label, value in fields.items():
             await page.get_by_label(label, exact=True).fill(value)
         await expect(page.locator("#accepted")).to_be_visible()
@@ -181,4 +182,64 @@ async def test_an_image_that_cannot_be_pulled_shows_why_and_the_job_can_be_delet
         await page.get_by_role("button", name="Delete unpullable").click()
         await page.wait_for_url(f"**/ns/{namespace}/jobs")
         wait_until("the job deleted", lambda: node.get("ptj", "unpullable", namespace) is None)
+        await context.close()
+
+
+SCIENTIST = "mnist-first"
+
+
+def claim_bound(node: Node, namespace: str, claim: str) -> bool:
+    got = node.kubectl("get", "pvc", claim, "-n", namespace, "-o", "jsonpath={.status.phase}")
+    return got.stdout.strip() == "Bound"
+
+
+async def test_a_data_scientist_trains_fixes_a_typo_with_clone_and_opens_tensorboard(
+    node: Node, node_namespace: str, console_url: str
+) -> None:
+    namespace = node_namespace
+    host_path_claim(node, namespace, CLAIM)
+    wait_until("the claim bound", lambda: claim_bound(node, namespace, CLAIM))
+    token = edit_token(node, namespace)
+    async with chromium() as browser:
+        context = await browser.new_context(base_url=console_url)
+        context.set_default_timeout(30_000)
+        page = await sign_in(context, console_url, token)
+        await page.goto(f"/ns/{namespace}/jobs/new")
+        # The claim is picked from the namespace's, with its phase.
+        listed = page.locator(f'#claims option[value="{CLAIM}"]')
+        await expect(listed).to_have_attribute("label", f"{CLAIM} · Bound")
+        fields = {
+            "Name": SCIENTIST,
+            "Image": MISSING_IMAGE,  # the typo
+            "Command line": f"python train.py --epochs 2 --log_dir runs/{SCIENTIST}",
+            "Working directory": "/workspace",
+            "PVC claim name": CLAIM,
+            "Mount path": "/workspace/runs",
+        }
+        for label, value in fields.items():
+            await page.get_by_label(label, exact=True).fill(value)
+        await expect(page.get_by_label("Start the training with torchrun")).to_be_checked()
+        await page.get_by_label("Start a TensorBoard for the job").check()
+        await page.get_by_label("TensorBoard image", exact=True).fill(node.example_image)
+        await page.get_by_label("Log directory on the PVC", exact=True).fill(SCIENTIST)
+        await expect(page.locator("#accepted")).to_be_visible()
+        await page.get_by_role("button", name="Create", exact=True).click()
+        await page.wait_for_url(f"**/ns/{namespace}/jobs/{SCIENTIST}")
+        await expect(page.locator("#job-phase")).to_have_text("ImagePullFailed", timeout=120_000)
+
+        await page.get_by_role("link", name="Clone").click()
+        await page.wait_for_url(f"**/ns/{namespace}/jobs/new?from=jobs/{SCIENTIST}")
+        await expect(page.get_by_label("Name", exact=True)).to_have_value(f"{SCIENTIST}-2")
+        await page.get_by_label("Image", exact=True).fill(node.example_image)
+        await expect(page.locator("#accepted")).to_be_visible()
+        await page.get_by_role("button", name="Create", exact=True).click()
+        await page.wait_for_url(f"**/ns/{namespace}/jobs/{SCIENTIST}-2")
+        await expect(page.locator("#job-phase")).to_have_text("Succeeded", timeout=TRAINING)
+
+        clone = f"{SCIENTIST}-2"
+        wait_until("the TensorBoard ready", lambda: tensorboard_ready(node, namespace, clone))
+        async with page.expect_popup() as opened:
+            await page.get_by_role("link", name="TensorBoard").click()
+        board = await opened.value
+        await expect(board).to_have_title(re.compile("TensorBoard"), timeout=60_000)
         await context.close()

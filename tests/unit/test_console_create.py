@@ -7,21 +7,30 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from markupsafe import escape
+
+from torchjob.api.defaults import default_job
+from torchjob.api.kubeflow_admission import default_pytorchjob
 from torchjob.console.create import (
     FORM,
+    KIND_HELP,
     KIND_LABELS,
     KUBEFLOW_KIND,
     TRAINING_KIND,
     YAML,
+    Claim,
     Draft,
     Problems,
+    clone_source,
     draft_of_form,
+    draft_of_job,
     draft_of_yaml,
     refusal_problems,
 )
 from torchjob.console.templating import Pages
 from torchjob.kube.errors import Conflict, Forbidden, Invalid
-from torchjob.render.job_form import JobForm
+from torchjob.render.job_form import JobForm, manifest_of
+from torchjob.render.kubeflow_form import kubeflow_manifest_of
 
 WEBHOOK_REFUSAL = Invalid(
     422,
@@ -70,8 +79,8 @@ def test_yaml_that_is_not_one_mapping_is_said_to_be_so() -> None:
 
 
 def test_a_line_that_cannot_be_split_is_refused_beside_it_before_the_cluster_is_asked() -> None:
-    draft = draft_of_form(JobForm(args="train.py 'unclosed"))
-    assert draft.manifest is None and list(draft.problems.fields) == ["args"]
+    draft = draft_of_form(JobForm(command_line="train.py 'unclosed"))
+    assert draft.manifest is None and list(draft.problems.fields) == ["command_line"]
 
 
 def render(template: str, draft: Draft, **extra: object) -> str:
@@ -148,9 +157,86 @@ def test_the_yaml_views_kind_is_its_api_version_where_kubeflow_is_served() -> No
 
 def test_the_kind_choice_is_shown_only_where_there_is_one_to_make() -> None:
     draft = draft_of_form(JobForm(), KUBEFLOW_KIND)
-    html = render("fragments/create_editor.html", draft, kinds=KIND_LABELS)
+    html = render("fragments/create_editor.html", draft, kinds=KIND_LABELS, kind_help=KIND_HELP)
     assert '<label for="f-kind">Kind</label>' in html
-    assert '<option value="PyTorchJob" selected>Kubeflow PyTorchJob</option>' in html
+    assert re.search(
+        r'<option value="PyTorchJob" data-help="[^"]*" selected>Kubeflow PyTorchJob<', html
+    )
+    # The help said is the chosen kind's, and each option carries its own for the page's script.
+    assert f'aria-live="polite">{escape(KIND_HELP[KUBEFLOW_KIND])}</p>' in html
+    training = render(
+        "fragments/create_editor.html",
+        draft_of_form(JobForm()),
+        kinds=KIND_LABELS,
+        kind_help=KIND_HELP,
+    )
+    assert f'aria-live="polite">{escape(KIND_HELP[TRAINING_KIND])}</p>' in training
     alone = render("fragments/create_editor.html", draft, kinds={})
     assert 'id="f-kind"' not in alone
     assert '<input type="hidden" name="kind" value="PyTorchJob">' in alone
+
+
+def stored(manifest: dict[str, object], default: object = default_job) -> dict[str, object]:
+    """`manifest` as the cluster keeps it: defaulted, with its metadata and status."""
+    job, _ = default_job(manifest) if default is default_job else default_pytorchjob(manifest)
+    job["metadata"] = {"name": "train", "uid": "u-1", "resourceVersion": "7", "generation": 2}
+    job["status"] = {"phase": "ImagePullFailed"}
+    return job
+
+
+def test_a_clone_is_the_form_of_the_job_under_a_new_name_without_its_defaults() -> None:
+    form = JobForm(name="train", image="pytorh/pytorch:2", command_line="python train.py -e 3")
+    draft = draft_of_job(stored(manifest_of(form)), TRAINING_KIND, FORM)
+    assert draft.view == FORM and not draft.problems
+    assert draft.form == dataclasses.replace(form, name="train-2")
+    assert draft.manifest is not None and "status" not in draft.manifest
+
+
+def test_a_pytorchjob_with_workers_is_cloned_into_the_form_with_its_replicas() -> None:
+    form = JobForm(name="train", image="i", replicas="3", command_line="python train.py")
+    job = stored(kubeflow_manifest_of(form), default_pytorchjob)
+    draft = draft_of_job(job, KUBEFLOW_KIND, FORM)
+    assert draft.kind == KUBEFLOW_KIND and draft.form == dataclasses.replace(form, name="train-2")
+
+
+def test_edit_as_yaml_opens_the_clone_in_the_yaml_view() -> None:
+    form = JobForm(name="train", image="i", command_line="python train.py")
+    draft = draft_of_job(stored(manifest_of(form)), TRAINING_KIND, YAML)
+    assert draft.view == YAML and "name: train-2" in draft.text
+    assert "uid" not in draft.text and "status" not in draft.text and "OnFailure" not in draft.text
+
+
+def test_a_job_the_form_cannot_show_is_cloned_into_the_yaml_view_saying_why() -> None:
+    manifest = manifest_of(JobForm(name="train", image="i"))
+    manifest["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"].append(
+        {"name": "proxy", "image": "envoy"}
+    )
+    draft = draft_of_job(stored(manifest), TRAINING_KIND, FORM)
+    assert draft.view == YAML and "one container" in draft.not_shown and "envoy" in draft.text
+
+
+def test_from_names_a_served_kind_and_a_dns_label() -> None:
+    assert clone_source("jobs/train-1", kubeflow=False) == (TRAINING_KIND, "train-1")
+    assert clone_source("pytorchjobs/train", kubeflow=True) == (KUBEFLOW_KIND, "train")
+    for refused in (
+        "pytorchjobs/train",
+        "jobs/../secrets/x",
+        "jobs/Train",
+        "jobs/a%2Fb",
+        "jobs/",
+        "train",
+        "configmaps/train",
+        "jobs/train/extra",
+    ):
+        assert clone_source(refused, kubeflow=False) is None, refused
+
+
+def test_the_claim_field_offers_the_namespaces_claims_with_their_phase() -> None:
+    draft = draft_of_form(JobForm())
+    claims = [Claim("data", "Bound"), Claim("scratch", "Pending")]
+    html = render("fragments/create_editor.html", draft, claims=claims)
+    assert 'list="claims"' in html
+    assert '<option value="data" label="data · Bound">Bound</option>' in html
+    assert "pick one of the 2 listed" in html
+    unlisted = render("fragments/create_editor.html", draft, claims=None)
+    assert "may not list the namespace" in unlisted and 'label="data' not in unlisted

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from torchjob.api.defaults import default_job
 from torchjob.api.validation import validate
+from torchjob.render.command_line import container_command, line_of_container
 from torchjob.render.job_form import (
     CLEAN_UP_POLICIES,
     RESTART_POLICIES,
@@ -30,12 +31,23 @@ from torchjob.render.job_form import (
 NAMES = st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True)
 WORDS = st.lists(st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1))
 NUMBERS = st.integers(0, 10_000).map(str)
+# Command lines as people write them: a program (python or not), a script or module, options.
+LINES = st.tuples(
+    st.sampled_from(["python", "python3", "/usr/bin/python3.11", "bash", "./run.sh", "train.py"]),
+    st.lists(st.sampled_from(["-m", "pkg.train", "train.py", "-u", "--epochs", "3", "a b"])),
+).map(lambda line: [line[0], *line[1]])
 QUANTITIES = st.sampled_from(["", "1", "500m", "2", "4Gi", "512Mi"])
 PATHS = st.sampled_from(["", "/data", "/workspace", "logs", "runs/1"])
 
 
 def optional(values: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
     return st.just("") | values
+
+
+def shown_line(line: str, torchrun: bool) -> str:
+    """The command line the form shows for the container `line` makes (`python` before a
+    script torchrun starts)."""
+    return shlex.join(line_of_container(*container_command(shlex.split(line), torchrun), torchrun))
 
 
 FORMS = st.builds(
@@ -46,8 +58,7 @@ FORMS = st.builds(
     max_restarts=optional(NUMBERS),
     replicas=optional(NUMBERS),
     image=optional(st.sampled_from(["pytorch/pytorch:2.3", "t9kpublic/mnist:1"])),
-    command=WORDS.map(shlex.join),
-    args=WORDS.map(shlex.join),
+    command_line=(WORDS | LINES).map(shlex.join),
     working_dir=PATHS,
     cpu_request=QUANTITIES,
     memory_request=QUANTITIES,
@@ -67,11 +78,13 @@ FORMS = st.builds(
     queue=optional(NAMES),
     priority=optional(st.integers(0, 100).map(str)),
 ).map(
-    # TensorBoard's fields say nothing while it is off, and the manifest holds nothing of them.
-    lambda form: (
-        form
-        if form.tensorboard
-        else dataclasses.replace(form, tensorboard_image="", tensorboard_log_path="")
+    # TensorBoard's fields say nothing while it is off, and the manifest holds nothing of them;
+    # the command line is as the form shows it.
+    lambda form: dataclasses.replace(
+        form,
+        tensorboard_image=form.tensorboard_image if form.tensorboard else "",
+        tensorboard_log_path=form.tensorboard_log_path if form.tensorboard else "",
+        command_line=shown_line(form.command_line, form.torchrun),
     )
 )
 
@@ -97,7 +110,7 @@ def test_the_tutorials_form_makes_the_tutorials_job_and_nothing_more() -> None:
         max_restarts="3",
         replicas="2",
         image="t9kpublic/pytorch:2.1",
-        args="train.py --save_path='model state.pt'",
+        command_line="python train.py --save_path='model state.pt'",
         working_dir="/t9k/mnt",
         gpus="2",
         pvc_claim="tutorial",
@@ -128,8 +141,8 @@ def test_a_number_that_is_not_one_is_sent_as_written_for_the_cluster_to_judge() 
 
 def test_a_line_with_an_unclosed_quote_is_refused_beside_its_field() -> None:
     with pytest.raises(UnreadableField) as refused:
-        manifest_of(JobForm(args="train.py --name 'unclosed"))
-    assert refused.value.field == "args"
+        manifest_of(JobForm(command_line="train.py --name 'unclosed"))
+    assert refused.value.field == "command_line"
 
 
 def test_a_posted_form_reads_checkboxes_by_presence_and_trims_text() -> None:
@@ -190,7 +203,8 @@ def test_a_quantity_written_as_a_number_is_shown() -> None:
     [
         ("metadata.name", "name"),
         ("spec.replicaSpecs[0].template.spec.containers[0].image", "image"),
-        ("spec.replicaSpecs[0].template.spec.containers[0].args", "args"),
+        ("spec.replicaSpecs[0].template.spec.containers[0].args", "command_line"),
+        ("spec.replicaSpecs[0].template.spec.containers[0].command", "command_line"),
         ("spec.replicaSpecs[0].template.spec.containers[0].resources.limits", "gpus"),
         (
             "spec.replicaSpecs[0].template.spec.containers[0].resources.limits.nvidia.com/gpu",
@@ -209,3 +223,49 @@ def test_a_quantity_written_as_a_number_is_shown() -> None:
 )
 def test_an_error_is_shown_beside_the_field_its_path_names(path: str, field: str | None) -> None:
     assert field_of_path(path) == field
+
+
+@pytest.mark.parametrize(
+    ("line", "args"),
+    [
+        ("python train.py --epochs 30", ["train.py", "--epochs", "30"]),
+        ("python3 -m pkg.train --epochs 30", ["-m", "pkg.train", "--epochs", "30"]),
+        ("train.py --epochs 30", ["train.py", "--epochs", "30"]),
+        ("python -u train.py", ["--no-python", "python", "-u", "train.py"]),
+        ("bash run.sh 'two words'", ["--no-python", "bash", "run.sh", "two words"]),
+        ("", []),
+    ],
+)
+def test_with_torchrun_a_command_line_is_torchruns_arguments(line: str, args: list[str]) -> None:
+    manifest = manifest_of(JobForm(torchrun=True, command_line=line))
+    container = manifest["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]
+    assert "command" not in container  # the webhook writes torchrun's
+    assert container.get("args", []) == args
+
+
+def test_without_torchrun_a_command_line_is_the_command_and_its_args() -> None:
+    manifest = manifest_of(JobForm(torchrun=False, command_line="python train.py --epochs 30"))
+    container = manifest["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]
+    assert (container["command"], container["args"]) == (["python"], ["train.py", "--epochs", "30"])
+
+
+@given(WORDS | LINES, st.booleans())
+def test_the_line_read_back_makes_the_same_command_and_args(
+    words: list[str], torchrun: bool
+) -> None:
+    made = container_command(words, torchrun)
+    assert container_command(line_of_container(*made, torchrun), torchrun) == made
+
+
+def test_a_script_written_as_torchruns_argument_is_shown_as_python_runs_it() -> None:
+    manifest = manifest_of(JobForm(torchrun=True, command_line="train.py --epochs 3"))
+    shown = form_of(manifest)
+    assert isinstance(shown, JobForm) and shown.command_line == "python train.py --epochs 3"
+
+
+def test_torchrun_options_written_in_args_leave_the_job_to_the_yaml_view() -> None:
+    manifest = manifest_of(JobForm(torchrun=True, command_line="python train.py"))
+    container = manifest["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]
+    container["args"] = ["--standalone", "train.py"]
+    shown = form_of(manifest)
+    assert isinstance(shown, NotShown) and "containers[0].args" in str(shown)

@@ -32,7 +32,6 @@ KUBEFLOW_FORMS = FORMS.map(
         queue="",
         priority="",
         max_restarts="",
-        command="" if form.torchrun else form.command,
     )
 )
 IMAGE = "pytorch/pytorch:2.3.1-cuda12.1-cudnn8-runtime"
@@ -68,7 +67,7 @@ def test_the_tutorials_form_makes_a_pytorchjob_kubeflow_admission_accepts() -> N
         proc_per_node="2",
         replicas="2",
         image=IMAGE,
-        args="train.py --epochs 3",
+        command_line="python train.py --epochs 3",
         restart_policy="ExitCode",
         backoff_limit="3",
         active_deadline_seconds="600",
@@ -107,13 +106,11 @@ def test_the_clean_up_policy_is_kubeflows_clean_pod_policy(ours: str, kubeflows:
 
 
 def test_one_replica_is_a_master_alone_and_torchrun_off_runs_the_command() -> None:
-    form = JobForm(replicas="1", torchrun=False, command="python train.py")
+    form = JobForm(replicas="1", torchrun=False, command_line="python train.py")
     specs = kubeflow_manifest_of(form)["spec"]["pytorchReplicaSpecs"]
     assert set(specs) == {"Master"}
-    assert specs["Master"]["template"]["spec"]["containers"][0]["command"] == [
-        "python",
-        "train.py",
-    ]
+    container = specs["Master"]["template"]["spec"]["containers"][0]
+    assert (container["command"], container["args"]) == (["python"], ["train.py"])
 
 
 def test_a_count_that_is_no_number_is_sent_as_written_for_the_cluster_to_judge() -> None:
@@ -125,16 +122,10 @@ def test_a_count_that_is_no_number_is_sent_as_written_for_the_cluster_to_judge()
 
 
 def test_what_a_pytorchjob_has_no_place_for_is_refused_beside_each_field() -> None:
-    form = JobForm(tensorboard=True, queue="q", priority="5", max_restarts="3", command="python")
+    form = JobForm(tensorboard=True, queue="q", priority="5", max_restarts="3")
     with pytest.raises(NoKubeflowPlace) as refused:
         kubeflow_manifest_of(form)
-    assert set(refused.value.fields) == {
-        "tensorboard",
-        "queue",
-        "priority",
-        "max_restarts",
-        "command",
-    }
+    assert set(refused.value.fields) == {"tensorboard", "queue", "priority", "max_restarts"}
     assert "no TensorBoard" in refused.value.fields["tensorboard"]
 
 

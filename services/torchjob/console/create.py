@@ -8,7 +8,12 @@ The page holds one of the two views at a time (`view`): the form, whose fields m
 the other; a manifest the form cannot show stays in the YAML view, which says why.
 
 With `--kubeflow` the form also writes Kubeflow's PyTorchJob (`kind`, render/kubeflow_form.py):
-the check, the YAML and Create then use that kind, and the job opens at its PyTorchJob page."""
+the check, the YAML and Create then use that kind, and the job opens at its PyTorchJob page.
+
+`?from=<jobs|pytorchjobs>/<name>` fills the page with an existing job, read as the user, under a
+new name (render/job_clone.py): Clone opens it in the form, `&as=yaml` (Edit as YAML) in the YAML
+view. The PVC field offers the namespace's claims, with their phase, where the user may list
+them."""
 
 from __future__ import annotations
 
@@ -19,12 +24,16 @@ import yaml
 from aiohttp import web
 
 from torchjob.api import kubeflow_types, types
+from torchjob.api.defaults import default_job
+from torchjob.api.kubeflow_admission import default_pytorchjob
+from torchjob.api.names import is_dns_1123_subdomain
 from torchjob.console import yaml_input
 from torchjob.console.keys import PAGES, SETTINGS, session_of
 from torchjob.console.user_api import UserApi
 from torchjob.kube.errors import KubeError
 from torchjob.kube.informer import ResourceKind
-from torchjob.kube.resources import JOBS, KUBEFLOW_JOBS
+from torchjob.kube.resources import CLAIMS, JOBS, KUBEFLOW_JOBS
+from torchjob.render.job_clone import Defaulting, cloned
 from torchjob.render.job_form import (
     CLEAN_UP_POLICIES,
     RESTART_POLICIES,
@@ -50,6 +59,28 @@ TRAINING_KIND, KUBEFLOW_KIND = types.KIND, kubeflow_types.KIND
 KIND_LABELS = {TRAINING_KIND: "PyTorchTrainingJob", KUBEFLOW_KIND: "Kubeflow PyTorchJob"}
 RESOURCE_OF: dict[str, ResourceKind] = {TRAINING_KIND: JOBS, KUBEFLOW_KIND: KUBEFLOW_JOBS}
 ROUTE_OF = {TRAINING_KIND: "jobs", KUBEFLOW_KIND: "pytorchjobs"}
+KIND_OF_ROUTE = {route: kind for kind, route in ROUTE_OF.items()}
+DEFAULTING: dict[str, Defaulting] = {TRAINING_KIND: default_job, KUBEFLOW_KIND: default_pytorchjob}
+# What each kind is, said beside the Kind choice while it is chosen.
+KIND_HELP = {
+    TRAINING_KIND: "torchjob's own job: its replicas all run the same pod; with torchrun on, "
+    "torchrun starts the command line on each of them and connects them. It can have a "
+    "TensorBoard and a T9k Scheduler queue.",
+    KUBEFLOW_KIND: "A PyTorchJob runs as Kubeflow runs it: a Master and Workers, each running the "
+    "same pod; with torchrun on, its container's command is torchrun. It has no TensorBoard and "
+    "no T9k Scheduler queue.",
+}
+# What a clone keeps even where it is the default, to be shown in the form: a PyTorchJob's replica
+# counts, which the form writes for a Master with Workers.
+KEPT_IN_CLONES = {TRAINING_KIND: frozenset[str](), KUBEFLOW_KIND: frozenset({"replicas"})}
+
+
+@dataclass(frozen=True, order=True)
+class Claim:
+    """A PersistentVolumeClaim the PVC field offers, with its phase (Bound, Pending, Lost)."""
+
+    name: str
+    phase: str
 
 
 @dataclass
@@ -165,10 +196,14 @@ def refusal_problems(error: KubeError, problems: Problems, view: str) -> None:
 
 
 def page_context(
-    request: web.Request, draft: Draft, kinds: tuple[str, ...] | None = None
+    request: web.Request,
+    draft: Draft,
+    kinds: tuple[str, ...] | None = None,
+    claims: list[Claim] | None = None,
 ) -> dict[str, Any]:
     """The page's context; `kinds` offered in the Kind choice (by default every kind the console
-    serves: the apiserver decides whether the user may create it)."""
+    serves: the apiserver decides whether the user may create it), `claims` in the PVC field
+    (None: the user may not list them)."""
     namespace = request.match_info["namespace"]
     if kinds is None:
         kinds = tuple(KIND_LABELS) if request.app[SETTINGS].kubeflow else (TRAINING_KIND,)
@@ -185,6 +220,8 @@ def page_context(
         "accepted": ACCEPTED,
         # The choice is shown only where there is one to make.
         "kinds": {kind: KIND_LABELS[kind] for kind in kinds} if len(kinds) > 1 else {},
+        "kind_help": KIND_HELP,
+        "claims": claims,
     }
 
 
@@ -196,10 +233,11 @@ def render(
     *,
     oob: bool = False,
     kinds: tuple[str, ...] | None = None,
+    claims: list[Claim] | None = None,
 ) -> web.Response:
     """A page or fragment of the draft; with `oob`, each field's messages for htmx to swap in
     beside the field (out of band), wherever the fragment itself goes."""
-    context = page_context(request, draft, kinds)
+    context = page_context(request, draft, kinds, claims)
     return request.app[PAGES].response(template, status=status, oob=oob, **context)
 
 
@@ -211,23 +249,92 @@ async def creatable_kinds(request: web.Request, namespace: str) -> tuple[str, ..
     return tuple(kind for kind in served if allowed[kind])
 
 
+async def claims_in(request: web.Request, namespace: str) -> list[Claim] | None:
+    """The namespace's PersistentVolumeClaims, read as the user; None where they may not."""
+    try:
+        listed = await UserApi(session_of(request).client).list_objects(CLAIMS, namespace)
+    except KubeError as error:
+        if error.status == 403:
+            return None
+        raise
+    items = [item for item in listed.get("items") or [] if isinstance(item, dict)]
+    return sorted(
+        Claim(str(item["metadata"]["name"]), str((item.get("status") or {}).get("phase") or "?"))
+        for item in items
+    )
+
+
+def clone_source(source: str, kubeflow: bool) -> tuple[str, str] | None:
+    """The kind and name of the job `?from=<route>/<name>` names, of a kind the console serves
+    (PyTorchJobs only with `kubeflow`); None where it names none."""
+    route, _, name = source.partition("/")
+    kind = KIND_OF_ROUTE.get(route)
+    served = kind == TRAINING_KIND or (kind == KUBEFLOW_KIND and kubeflow)
+    if kind is None or not served or not is_dns_1123_subdomain(name):
+        return None
+    return kind, name
+
+
+def draft_of_job(job: dict[str, Any], kind: str, view: str) -> Draft:
+    """The draft of a new job like `job`, in `view`: the form where it can show the clone (else
+    the YAML, saying why)."""
+    kubeflow = kind == KUBEFLOW_KIND
+    show = kubeflow_form_of if kubeflow else form_of
+    for keep in (KEPT_IN_CLONES[kind], frozenset()):
+        manifest = cloned(job, DEFAULTING[kind], keep)
+        shown = show(manifest)
+        if not isinstance(shown, NotShown):
+            break
+    if view == FORM and not isinstance(shown, NotShown):
+        return draft_of_form(shown, kind)
+    draft = draft_of_yaml(yaml_of(manifest), kubeflow)
+    if view == FORM:
+        draft.not_shown = str(shown)
+    return draft
+
+
+async def starting_draft(request: web.Request, namespace: str, kinds: tuple[str, ...]) -> Draft:
+    """The page's first draft: the job `?from=` names, cloned, or the empty form of the kind
+    `?kind=` names (where the user may create it)."""
+    if "from" not in request.query and "as" not in request.query:
+        asked = request.query.get("kind", "")
+        return draft_of_form(JobForm(), asked if asked in kinds else kinds[0])
+    source = clone_source(request.query.get("from", ""), request.app[SETTINGS].kubeflow)
+    view = request.query.get("as", FORM)
+    if source is None or view not in (FORM, YAML):
+        raise web.HTTPBadRequest(
+            text="from names a job as jobs/<name> or pytorchjobs/<name>; as is form or yaml"
+        )
+    kind, name = source
+    job = await UserApi(session_of(request).client).get(RESOURCE_OF[kind], namespace, name)
+    return draft_of_job(job, kind, view)
+
+
+def error_page(request: web.Request, status: int, reason: str, message: str) -> web.Response:
+    return request.app[PAGES].response(
+        "error.html",
+        status=status,
+        status_code=status,
+        reason=reason,
+        message=message,
+        session=session_of(request),
+    )
+
+
 async def create_page(request: web.Request) -> web.Response:
-    """The empty form, to a user the apiserver would let create jobs here (of the kind named by
-    `?kind=`, where the user may create it)."""
+    """The form, to a user the apiserver would let create jobs here: empty, or filled with the
+    job `?from=` names."""
     namespace = request.match_info["namespace"]
     kinds = await creatable_kinds(request, namespace)
     if not kinds:
-        return request.app[PAGES].response(
-            "error.html",
-            status=403,
-            status_code=403,
-            reason="Forbidden",
-            message=f"Your account may not create training jobs in the namespace {namespace}.",
-            session=session_of(request),
-        )
-    asked = request.query.get("kind", "")
-    kind = asked if asked in kinds else kinds[0]
-    return render(request, "create.html", draft_of_form(JobForm(), kind), kinds=kinds)
+        message = f"Your account may not create training jobs in the namespace {namespace}."
+        return error_page(request, 403, "Forbidden", message)
+    try:
+        draft = await starting_draft(request, namespace, kinds)
+    except web.HTTPBadRequest as bad:
+        return error_page(request, 400, "Bad Request", bad.text or "")
+    claims = await claims_in(request, namespace)
+    return render(request, "create.html", draft, kinds=kinds, claims=claims)
 
 
 async def to_yaml(request: web.Request) -> web.Response:
@@ -248,7 +355,8 @@ async def to_form(request: web.Request) -> web.Response:
             draft.not_shown = str(shown)
         else:
             draft = draft_of_form(shown, draft.kind)
-    return render(request, "fragments/create_editor.html", draft)
+    claims = await claims_in(request, request.match_info["namespace"])
+    return render(request, "fragments/create_editor.html", draft, claims=claims)
 
 
 async def check(request: web.Request) -> web.Response:
@@ -268,6 +376,7 @@ async def create(request: web.Request) -> web.StreamResponse:
     api = UserApi(session_of(request).client)
     created = await check_with_cluster(api, namespace, draft, dry_run=False)
     if created is None:
-        return render(request, "create.html", draft, status=422)
+        claims = await claims_in(request, namespace)
+        return render(request, "create.html", draft, status=422, claims=claims)
     name = created["metadata"]["name"]
     raise web.HTTPSeeOther(f"/ns/{namespace}/{ROUTE_OF[draft.kind]}/{name}")

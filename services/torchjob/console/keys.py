@@ -22,6 +22,7 @@ def session_of(request: web.Request) -> Session:
     session: Session = request[SESSION]
     return session
 
+
 # The headers every answer to the request gets when it is not one of the console's own origin
 # (a TensorBoard host's): set by the middleware that tells the origin apart, read by the signal
 # that puts headers on every answer.

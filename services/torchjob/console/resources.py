@@ -20,6 +20,7 @@ import orjson
 from aiohttp import web
 
 from torchjob.api.constants import LABEL_JOB_NAME
+from torchjob.api.names import is_dns_1123_label
 from torchjob.console import rows, series
 from torchjob.console.keys import PAGES, SETTINGS, session_of
 from torchjob.console.replicas import page_context, read_job, training_view
@@ -101,7 +102,7 @@ async def resources_series(request: web.Request) -> web.Response:
     namespace, name = request.match_info["namespace"], request.match_info["name"]
     if not prometheus:
         return problem(404, "the console reads no Prometheus (--prometheus-url is not set)")
-    if not (series.is_dns_label(namespace) and series.is_dns_label(name)):
+    if not (is_dns_1123_label(namespace) and is_dns_1123_label(name)):
         return problem(404, "a namespace and a job name are DNS labels")
     api = UserApi(session_of(request).client)
     if not await api.may("get", PODS, namespace):

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import datetime
 import math
-import re
 from typing import Any
 
+from torchjob.api.names import is_dns_1123_label
 from torchjob.api.quantities import pod_spec_requests, quantity
 
 Object = dict[str, Any]
 Chart = dict[str, Any]
 
-DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 # What a chart of each kind shows, in its unit.
 CHARTS = {"cpu": "CPU (cores)", "memory": "Memory (bytes)", "gpu": "GPU utilisation (%)"}
 # Prometheus answers at most 11,000 points a series; a chart needs far fewer.
@@ -25,10 +24,6 @@ MAX_POINTS = 500
 MIN_STEP_SECONDS = 15
 # The regular expression operators of RE2 (PromQL's =~), escaped to match themselves.
 REGEX_OPERATORS = frozenset("\\.+*?()|[]{}^$")
-
-
-def is_dns_label(name: str) -> bool:
-    return bool(DNS_LABEL.fullmatch(name))
 
 
 def regex_literal(text: str) -> str:
@@ -44,14 +39,14 @@ def promql_string(text: str) -> str:
 def replica_pod_pattern(job: str, replica_types: list[str]) -> str:
     """A regular expression of the job's replica pods (`<job>-<type>-<index>`) and no one
     else's: not the pods of a job whose name starts with this one's, nor its TensorBoard's."""
-    types = [regex_literal(t) for t in replica_types if is_dns_label(t)] or ["[a-z0-9-]+"]
+    types = [regex_literal(t) for t in replica_types if is_dns_1123_label(t)] or ["[a-z0-9-]+"]
     return f"{regex_literal(job)}-({'|'.join(types)})-[0-9]+"
 
 
 def prometheus_queries(namespace: str, job: str, replica_types: list[str]) -> dict[str, str]:
     """The queries of each chart, confined to `namespace` and the job's pods. Both names must be
     DNS labels (the caller answers 404 otherwise)."""
-    if not (is_dns_label(namespace) and is_dns_label(job)):
+    if not (is_dns_1123_label(namespace) and is_dns_1123_label(job)):
         raise ValueError("a namespace and a job name are DNS labels")
     pods = (
         f"namespace={promql_string(namespace)},"

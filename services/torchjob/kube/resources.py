@@ -23,6 +23,7 @@ EVENTS = ResourceKind("events.k8s.io", "v1", "events")
 SECRETS = ResourceKind("", "v1", "secrets")
 LEASES = ResourceKind("coordination.k8s.io", "v1", "leases")
 POD_METRICS = ResourceKind("metrics.k8s.io", "v1beta1", "pods")
+CLAIMS = ResourceKind("", "v1", "persistentvolumeclaims")
 # The PodGroup kinds of each gang mode (render/scheduling.py).
 GROUP_RESOURCES: dict[GangMode, ResourceKind] = {
     mode: ResourceKind(kind.group, kind.version, kind.plural) for mode, kind in GROUP_KINDS.items()

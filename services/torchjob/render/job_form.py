@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchjob.api.types import API_VERSION, KIND
+from torchjob.render.command_line import container_command, line_of_container
 
 REPLICA_TYPE = "worker"
 CONTAINER = "pytorch"
@@ -40,8 +41,7 @@ class JobForm:
     max_restarts: str = ""
     replicas: str = ""
     image: str = ""
-    command: str = ""
-    args: str = ""
+    command_line: str = ""
     working_dir: str = ""
     cpu_request: str = ""
     memory_request: str = ""
@@ -133,8 +133,9 @@ def _replica_spec(form: JobForm) -> Manifest:
 def _container(form: JobForm) -> Manifest:
     container: Manifest = {"name": CONTAINER}
     _put(container, "image", form.image)
-    _put(container, "command", _words("command", form.command))
-    _put(container, "args", _words("args", form.args))
+    command, args = container_command(_words("command_line", form.command_line), form.torchrun)
+    _put(container, "command", command)
+    _put(container, "args", args)
     _put(container, "workingDir", form.working_dir)
     requests = {"cpu": form.cpu_request, "memory": form.memory_request}
     limits = {"cpu": form.cpu_limit, "memory": form.memory_limit, GPU: form.gpus}
@@ -253,8 +254,7 @@ def _read_form(
         max_restarts=_text(torchrun.get("maxRestarts")),
         replicas=_text(replica.get("replicas")),
         image=_text(container.get("image")),
-        command=shlex.join(container.get("command") or []),
-        args=shlex.join(container.get("args") or []),
+        command_line=_command_line(container, torchrun.get("enabled") is True),
         working_dir=_text(container.get("workingDir")),
         cpu_request=_text(requests.get("cpu")),
         memory_request=_text(requests.get("memory")),
@@ -274,6 +274,14 @@ def _read_form(
         queue=_text(t9k.get("queue")),
         priority=_text(t9k.get("priority")),
     )
+
+
+def _command_line(container: Manifest, torchrun: bool) -> str:
+    command, args = container.get("command") or [], container.get("args") or []
+    words = [*command, *args] if isinstance(command, list) and isinstance(args, list) else [None]
+    if not all(isinstance(word, str) for word in words):
+        raise TypeError("a command or its args hold a word that is not text")
+    return shlex.join(line_of_container(list(command), list(args), torchrun))
 
 
 def _data_claim(pod: Manifest) -> str:
@@ -347,8 +355,8 @@ FIELD_OF_PATH = {
     "spec.replicaSpecs[].replicas": "replicas",
     "spec.replicaSpecs[].restartPolicy": "restart_policy",
     f"{CONTAINER_PATH}.image": "image",
-    f"{CONTAINER_PATH}.command": "command",
-    f"{CONTAINER_PATH}.args": "args",
+    f"{CONTAINER_PATH}.command": "command_line",
+    f"{CONTAINER_PATH}.args": "command_line",
     f"{CONTAINER_PATH}.workingDir": "working_dir",
     f"{CONTAINER_PATH}.resources.requests.cpu": "cpu_request",
     f"{CONTAINER_PATH}.resources.requests.memory": "memory_request",

@@ -5,8 +5,9 @@ and the form field an error about a PyTorchJob's field names.
 The form's replicas are a Master (rank 0) and, beyond one, Workers; every replica runs the same
 pod, in Kubeflow's container `pytorch`. With torchrun on the container's command is `torchrun`,
 which reads the `PET_*` settings Kubeflow's environment gives it (`spec.nprocPerNode` among
-them). What a PyTorchJob has no place for (a TensorBoard, a T9k Scheduler queue and priority,
-torchrun's restarts outside an elastic job) is refused beside its field, never dropped."""
+them), and the form's command line its arguments (render/command_line.py). What a PyTorchJob
+has no place for (a TensorBoard, a T9k Scheduler queue and priority, torchrun's restarts outside
+an elastic job) is refused beside its field, never dropped."""
 
 from __future__ import annotations
 
@@ -42,8 +43,6 @@ NO_PLACE = {
     "a PyTorchTrainingJob",
     "max_restarts": "Kubeflow's PyTorchJob sets torchrun's restarts only in an elastic job "
     "(spec.elasticPolicy.maxRestarts, in the YAML view): leave it empty",
-    "command": "With torchrun on, the container's command is torchrun: leave it empty, or turn "
-    "torchrun off",
 }
 
 
@@ -62,7 +61,6 @@ def no_place_fields(form: JobForm) -> dict[str, str]:
         "queue": bool(form.queue),
         "priority": bool(form.priority),
         "max_restarts": bool(form.max_restarts),
-        "command": form.torchrun and bool(form.command),
     }
     return {name: NO_PLACE[name] for name, given in filled.items() if given}
 
@@ -204,7 +202,7 @@ KUBEFLOW_FIELD_OF_PATH = {
         if path.startswith(TRAINING_REPLICA_PATH) or path.startswith("metadata.")
     },
     "spec.nprocPerNode": "proc_per_node",
-    f"{CONTAINER_PATH}.command": "command",
+    f"{CONTAINER_PATH}.command": "command_line",
     "spec.runPolicy.backoffLimit": "backoff_limit",
     "spec.runPolicy.activeDeadlineSeconds": "active_deadline_seconds",
     "spec.runPolicy.cleanPodPolicy": "clean_up_policy",
