@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import pytest
@@ -14,6 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from torchjob.console import auth, security, sse
+from torchjob.console.identity import ApiServer
 from torchjob.console.keys import API_SERVER, PAGES, SESSIONS, SETTINGS, session_of
 from torchjob.console.sessions import COOKIE, Sessions
 from torchjob.console.settings import parse
@@ -78,7 +79,7 @@ def console_app() -> web.Application:
     )
     app.on_response_prepare.append(security.secure_headers)
     app[SETTINGS] = parse([])
-    app[API_SERVER] = FakeApiServer()  # type: ignore[assignment]
+    app[API_SERVER] = cast(ApiServer, FakeApiServer())
     app[SESSIONS] = Sessions(idle=3600, max_age=3600)
     app[PAGES] = Pages()
     app.router.add_get("/sign-in", auth.sign_in_page)
@@ -94,7 +95,8 @@ def console_app() -> web.Application:
 
 @pytest.fixture
 async def console() -> AsyncIterator[TestServer]:
-    async with TestServer(console_app()) as server:
+    server = TestServer(console_app())
+    async with server:
         yield server
 
 
