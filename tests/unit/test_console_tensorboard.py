@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from torchjob.console import tensorboard
+from torchjob.console import security, tensorboard
 from torchjob.console.board_passes import Board, BoardPasses
 from torchjob.console.identity import Identity
 from torchjob.console.keys import SESSIONS, SETTINGS
@@ -125,6 +125,7 @@ async def console_page(request: web.Request) -> web.Response:
 @pytest.fixture
 async def client() -> AsyncIterator[TestClient[web.Request, web.Application]]:
     app = web.Application(middlewares=[tensorboard.board_host])
+    app.on_response_prepare.append(security.secure_headers)  # as the console's app has it
     app[SETTINGS] = parse(["--tensorboard-url", f"https://{DOMAIN}"])
     app[SESSIONS] = Sessions(idle=3600, max_age=3600)
     app[tensorboard.PASSES] = BoardPasses()
@@ -148,6 +149,9 @@ async def test_a_tensorboard_host_never_reaches_the_console_or_its_session(
     assert board.status == 401 and "a console page" not in await board.text()
     assert board.headers["X-Frame-Options"] == "SAMEORIGIN"
     assert board.headers["X-Content-Type-Options"] == "nosniff"
+    # Each origin its own headers: the console's policy on its page, the board's on the board.
+    assert console.headers["Content-Security-Policy"] == security.HEADERS["Content-Security-Policy"]
+    assert board.headers["Content-Security-Policy"] == "frame-ancestors 'self'"
     assert "Set-Cookie" not in board.headers
 
 
