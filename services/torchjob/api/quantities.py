@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from torchjob.api.objects import FINISHED_POD_PHASES
 from torchjob.api.queries import GPU_RESOURCE, training_container_in
 
-FINISHED_POD_PHASES = ("Succeeded", "Failed")
 _SUFFIXES = {
     "n": Decimal("1e-9"),
     "u": Decimal("1e-6"),
