@@ -23,6 +23,7 @@ SETTINGS_CLASSES = {
     "runtime/service.py": "Settings",
     "webhook/settings.py": "Settings",
     "reconciler/settings.py": "Settings",
+    "console/settings.py": "Settings",
 }
 PARSERS: dict[str, Callable[[list[str]], object]] = {
     "webhook": webhook.parse,
