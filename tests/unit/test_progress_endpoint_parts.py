@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 import pytest
+from cachetools import TLRUCache
 from support.fake_time import FakeTime, settle
 
 from torchjob.api.job_api import TRAINING_JOB
@@ -19,7 +20,7 @@ from torchjob.kube.informer import ResourceKind
 from torchjob.kube.rest import Resources
 from torchjob.webhook import settings
 from torchjob.webhook.progress_app import JobVersion, finished, job_with_outcome, write_report
-from torchjob.webhook.progress_auth import Expiring, expiry_of
+from torchjob.webhook.progress_auth import expiring, expiry_of
 from torchjob.webhook.progress_limit import JobRateLimit
 from torchjob.webhook.progress_writer import CoalescingWriter
 
@@ -153,13 +154,15 @@ def test_a_tokens_expiry_is_its_exp_claim() -> None:
 
 
 def test_remembered_verdicts_expire_and_are_bounded() -> None:
-    kept: Expiring[str, int] = Expiring(capacity=2)
-    kept.put("a", 1, expires_at=10)
-    assert kept.get("a", now=9) == 1
-    assert kept.get("a", now=10) is None
+    now = [9.0]
+    kept: TLRUCache[str, tuple[float, int]] = expiring(2, lambda: now[0])
+    kept["a"] = (10.0, 1)
+    assert kept.get("a") == (10.0, 1)
+    now[0] = 10.0
+    assert kept.get("a") is None
     for key in ("a", "b", "c"):
-        kept.put(key, 1, expires_at=100)
-    assert len(kept) == 2 and kept.get("a", now=0) is None
+        kept[key] = (100.0, 1)
+    assert len(kept) == 2 and kept.get("a") is None
 
 
 def test_finished_jobs_of_both_apis() -> None:

@@ -107,12 +107,12 @@ def test_a_body_without_a_trainer_status_is_refused(body: Any) -> None:
         ("progressPercentage", 101, "from 0 to 100, not 101"),
         ("progressPercentage", -1, "from 0 to 100, not -1"),
         ("progressPercentage", 100.5, "from 0 to 100"),
-        ("estimatedRemainingSeconds", -5, "0 or more, not -5"),
-        ("estimatedRemainingSeconds", 2**31, f"at most {2**31 - 1}"),
-        ("estimatedRemainingSeconds", 1e300, f"at most {2**31 - 1}"),
+        ("estimatedRemainingSeconds", -5, f"from 0 to {2**31 - 1}, not -5"),
+        ("estimatedRemainingSeconds", 2**31, f"from 0 to {2**31 - 1}"),
+        ("estimatedRemainingSeconds", 1e300, f"from 0 to {2**31 - 1}"),
         # An integer too large for a float, as JSON may carry it.
         pytest.param(
-            "estimatedRemainingSeconds", 10**400, f"at most {2**31 - 1}", id="a-401-digit-eta"
+            "estimatedRemainingSeconds", 10**400, f"from 0 to {2**31 - 1}", id="a-401-digit-eta"
         ),
         ("progressPercentage", True, "a number, not True"),
         ("estimatedRemainingSeconds", False, "a number, not False"),

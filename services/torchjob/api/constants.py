@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Final
 
-from torchjob.api.types import GROUP
+from torchjob.api.types import GROUP, JobPhase
+
+# The phases a job never leaves once it has ended (lifecycle/finishing.py says when it may): the
+# one list of them; a pod's are `objects.FINISHED_POD_PHASES`.
+FINISHED_JOB_PHASES: Final[tuple[JobPhase, ...]] = ("Succeeded", "Failed")
 
 LABEL_JOB_NAME: Final = f"{GROUP}/job-name"
 LABEL_REPLICA_TYPE: Final = f"{GROUP}/replica-type"

@@ -8,6 +8,8 @@ from typing import Any, Literal, TypedDict
 
 # A pod's phase (`status.phase`), as the kubelet reports it.
 PodPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]
+# The pod phases after which a pod's containers run no more.
+FINISHED_POD_PHASES: tuple[PodPhase, ...] = ("Succeeded", "Failed")
 
 
 class OwnerReference(TypedDict, total=False):

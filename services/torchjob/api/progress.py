@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from torchjob.api.job_api import JOB_APIS, JobApi
-from torchjob.api.types import GROUP
+from torchjob.api.model import INT_BOUNDS, Limits, Model
+from torchjob.api.types import GROUP, Metric, TrainerStatus
 
 ENV_URL: Final = "KUBEFLOW_TRAINER_SERVER_URL"
 ENV_CA_CERT: Final = "KUBEFLOW_TRAINER_SERVER_CA_CERT"  # a file path
@@ -38,10 +39,33 @@ ANNOTATION_PROGRESS: Final = f"{GROUP}/progress"
 ANNOTATION_PROGRESS_CA: Final = f"{GROUP}/progress-ca"
 OFF_WORDS: Final = frozenset({"false", "off", "no", "0", "disabled"})
 
-# Bounds on what one report may hold: Kubeflow Trainer's, so its clients' reports fit.
 MAX_BODY_BYTES: Final = 64 * 1024
-MAX_METRICS: Final = 256
-MAX_METRIC_TEXT: Final = 64
+
+
+def limits_of(model: type[Model], key: str) -> Limits:
+    """The bounds the proto gives field `key` of `model`, as the generated model holds them."""
+    return next(info.limits or Limits() for info in model.FIELDS if info.key == key)
+
+
+def _bound(value: int | None) -> int:
+    if value is None:
+        raise ValueError("the proto gives status.trainerStatus no such bound")
+    return value
+
+
+# Bounds on what one report may hold: the proto's on TrainerStatus (Kubeflow Trainer's, so its
+# clients' reports fit), which the apiserver keeps too; lifecycle/progress.read_report checks them.
+PERCENTAGE_RANGE: Final = (
+    _bound(limits_of(TrainerStatus, "progressPercentage").minimum),
+    _bound(limits_of(TrainerStatus, "progressPercentage").maximum),
+)
+# An int32 field: at most what one holds.
+SECONDS_RANGE: Final = (
+    _bound(limits_of(TrainerStatus, "estimatedRemainingSeconds").minimum),
+    INT_BOUNDS["int32"][1],
+)
+MAX_METRICS: Final = _bound(limits_of(TrainerStatus, "metrics").max_items)
+MAX_METRIC_TEXT: Final = _bound(limits_of(Metric, "name").max_length)
 
 _STATUS_PATH = re.compile(
     r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/namespaces/(?P<namespace>[^/]+)"

@@ -1,5 +1,11 @@
 """Resource figures as the cluster commands show them: Kubernetes quantities read as numbers,
-what pods and jobs request, and the figures formatted as `kubectl top` prints them. Pure."""
+what pods and jobs request, and the figures formatted as `kubectl top` prints them. Pure.
+
+`quantity` is our own reader, not a client library's: kubernetes-asyncio (36) has no
+`parse_quantity` (the synchronous `kubernetes` package has, a second client to install for one
+function), the services may not import kubernetes-asyncio (import-linter) while the console reads
+quantities too, and a figure shown to a person reads an unreadable quantity as 0 where
+`parse_quantity` raises."""
 
 from __future__ import annotations
 
@@ -7,9 +13,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from torchjob.api.objects import FINISHED_POD_PHASES
 from torchjob.api.queries import GPU_RESOURCE, training_container_in
 
-FINISHED_POD_PHASES = ("Succeeded", "Failed")
 _SUFFIXES = {
     "n": Decimal("1e-9"),
     "u": Decimal("1e-6"),

@@ -15,15 +15,15 @@ from typing import Any
 import yaml
 
 from torchjob.api import types
-from torchjob.api.constants import LABEL_TENSORBOARD
+from torchjob.api.constants import FINISHED_JOB_PHASES, LABEL_TENSORBOARD
 from torchjob.cli.connection import CliError, Cluster, Target, connect, context_namespace
 from torchjob.cli.manifest import InvalidManifest, admit, read_manifest
 from torchjob.cli.views import description, tables
 from torchjob.cli.views.submission import Submission, SubmissionError, build_job
 from torchjob.lifecycle import summary
+from torchjob.lifecycle.status import TERMINAL_CONDITIONS
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_TIMEOUT = 0, 1, 2, 124
-FINISHED = ("Succeeded", "Failed")
 POLL_SECONDS = 2.0
 
 
@@ -252,7 +252,7 @@ async def _set_paused(args: argparse.Namespace, paused: bool) -> int:
     async with connect(target_of(args)) as cluster:
         job = await cluster.get_job(args.job)
         phase = summary.phase(job)
-        if phase in FINISHED:
+        if phase in FINISHED_JOB_PHASES:
             raise CliError(
                 f"job {args.job} has ended ({phase}); there is nothing to {args.command}"
             )
@@ -266,7 +266,7 @@ async def _set_paused(args: argparse.Namespace, paused: bool) -> int:
         sys.stdout.write(f"pytorchtrainingjob.{types.GROUP}/{args.job} {verb}\n")
         if not args.wait:
             return EXIT_SUCCEEDED
-        wanted = ("Paused",) if paused else ("Running", *FINISHED)
+        wanted = ("Paused",) if paused else ("Running", *FINISHED_JOB_PHASES)
         final = await _until_phase(cluster, args.job, wanted, args.timeout)
         sys.stdout.write(f"job {args.job}: {final}\n")
     return EXIT_SUCCEEDED
@@ -284,13 +284,13 @@ async def wait(args: argparse.Namespace) -> int:
 async def follow_until_finished(cluster: Cluster, name: str, limit: float | None) -> int:
     """Report each phase change on stderr until the job ends; exit 0 when it succeeded, 1 when
     it failed, 124 when `limit` seconds passed first."""
-    phase = await _until_phase(cluster, name, FINISHED, limit)
+    phase = await _until_phase(cluster, name, FINISHED_JOB_PHASES, limit)
     job = await cluster.get_job(name)
     condition: dict[str, Any] = next(
         (
             c
             for c in (job.get("status") or {}).get("conditions") or []
-            if c.get("type") in ("Completed", "Failed") and c.get("status") == "True"
+            if c.get("type") in TERMINAL_CONDITIONS and c.get("status") == "True"
         ),
         {},
     )

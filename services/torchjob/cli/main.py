@@ -49,6 +49,7 @@ from torchjob.cli.views.local import (
     training_container_named,
 )
 from torchjob.lifecycle.backoff import BASE_DELAY, MAX_DELAY, RestartBackoff
+from torchjob.lifecycle.status import TERMINAL_CONDITIONS
 from torchjob.render.topology import replicas_of, service_host, world_size
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -249,7 +250,7 @@ def local_gpus() -> list[str] | None:
 def _summary(job: AdmittedJob, result: RunResult, console: Console) -> None:
     status = result.status
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
-    final = conditions.get("Completed") or conditions.get("Failed")
+    final = next((conditions[t] for t in TERMINAL_CONDITIONS if t in conditions), None)
     if result.interrupted:
         reason, message = "Interrupted", "stopped by a signal before the job finished"
     elif final is not None and final.get("status") == "True":

@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 import structlog
+from cachetools import TTLCache
 
 from torchjob.kube.client import KubeClient
 from torchjob.kube.errors import Conflict, KubeError, NotFound
@@ -53,7 +53,6 @@ class _Series:
 
     name: str | None = None
     count: int = 0
-    last_seen: float = 0.0
     writers: int = 0
     lock: asyncio.Lock | None = None
 
@@ -102,10 +101,12 @@ class EventRecorder:
         self._resources = Resources(api_client)
         self._component = component
         self._host = host
-        self._window = series_window
-        self._clock = clock
-        # Least recently recorded first, so stale and surplus series are dropped from the front.
-        self._series: OrderedDict[_SeriesKey, _Series] = OrderedDict()
+        # A series recorded again within the window goes on; one not recorded for longer, or
+        # the least recently recorded beyond MAX_SERIES, is forgotten (a record in progress
+        # keeps its own).
+        self._series: TTLCache[_SeriesKey, _Series] = TTLCache(
+            MAX_SERIES, ttl=series_window, timer=clock
+        )
 
     async def record(
         self, obj: dict[str, Any], event_type: EventType, reason: str, message: str
@@ -160,22 +161,11 @@ class EventRecorder:
                 series.lock = None
 
     def _series_for(self, key: _SeriesKey) -> _Series:
-        now = self._clock()
         series = self._series.get(key)
-        if series is None or now - series.last_seen > self._window:
+        if series is None:
             series = _Series()
-            self._series[key] = series
-        series.last_seen = now
-        self._series.move_to_end(key)
-        self._forget_stale(now)
+        self._series[key] = series  # its window starts again
         return series
-
-    def _forget_stale(self, now: float) -> None:
-        while self._series:
-            oldest = next(iter(self._series.values()))
-            if len(self._series) <= MAX_SERIES and now - oldest.last_seen <= self._window:
-                return
-            self._series.popitem(last=False)
 
     async def _write(
         self,

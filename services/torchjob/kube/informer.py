@@ -22,6 +22,7 @@ from prometheus_client import Counter
 
 from torchjob.kube.client import CONNECT_TIMEOUT, KubeClient
 from torchjob.kube.errors import Gone, KubeError, from_status
+from torchjob.lifecycle.times import doubled_delay
 
 KubeObject = dict[str, Any]
 IndexFunc = Callable[[KubeObject], list[str]]
@@ -95,14 +96,14 @@ class _Backoff:
     def __init__(self, base: float, cap: float) -> None:
         self._base = base
         self._cap = cap
-        self._next = base
+        self._tries = 0
 
     def reset(self) -> None:
-        self._next = self._base
+        self._tries = 0
 
     def next(self) -> float:
-        delay = self._next
-        self._next = min(self._cap, self._next * 2)
+        delay = doubled_delay(self._base, self._cap, self._tries)
+        self._tries += 1
         # Jitter keeps informers that lost the apiserver together from returning together.
         return delay * random.uniform(0.8, 1.2)
 

@@ -12,13 +12,12 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
+from torchjob.lifecycle.times import doubled_delay
+
 K = TypeVar("K", bound=Hashable)
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
-
-# 2**62 times any sensible base is far beyond any cap, and larger exponents overflow a float.
-_MAX_DOUBLINGS = 62
 
 
 class QueueShutDown(Exception):
@@ -89,7 +88,7 @@ class WorkQueue(Generic[K]):
         self.add_after(key, self.backoff(failures))
 
     def backoff(self, failures: int) -> float:
-        return min(self._backoff_cap, self._backoff_base * 2.0 ** min(failures, _MAX_DOUBLINGS))
+        return doubled_delay(self._backoff_base, self._backoff_cap, failures)
 
     def retries(self, key: K) -> int:
         """How often `key` was added rate-limited since it was last forgotten."""

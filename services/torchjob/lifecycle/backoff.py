@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from torchjob.lifecycle.observe import PodView
+from torchjob.lifecycle.times import doubled_delay
 
 BASE_DELAY = 10.0  # seconds before a first restart; the reconciler's --restart-backoff
 MAX_DELAY = 360.0  # the longest wait, reached at the 7th restart in a row
 RESET_AFTER = 600.0  # a run this long or longer starts the row again
-_MAX_DOUBLINGS = 32  # far past MAX_DELAY for any base; keeps 2**n a small number
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +36,7 @@ class RestartBackoff:
 
     def delay(self, in_a_row: int) -> float:
         """Seconds before the `in_a_row`-th restart in a row (1 for the first)."""
-        doublings = min(max(in_a_row - 1, 0), _MAX_DOUBLINGS)
-        return min(self.cap, self.base * 2.0**doublings)
+        return doubled_delay(self.base, self.cap, in_a_row - 1)
 
 
 DEFAULT_BACKOFF = RestartBackoff()

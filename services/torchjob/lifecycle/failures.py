@@ -9,12 +9,13 @@ shows the refusal all along.
 
 from __future__ import annotations
 
+from torchjob.lifecycle.times import doubled_delay
+
 RETRY_BASE = 1.0  # seconds before the first retry
 RETRY_CAP = 300.0  # the longest wait, reached at the 10th refusal in a row
-_MAX_DOUBLINGS = 32
 
 
 def retry_delay(in_a_row: int) -> float:
     """Seconds before trying again after the `in_a_row`-th refused round in a row (1 for the
     first)."""
-    return min(RETRY_CAP, RETRY_BASE * 2.0 ** min(max(in_a_row - 1, 0), _MAX_DOUBLINGS))
+    return doubled_delay(RETRY_BASE, RETRY_CAP, in_a_row - 1)

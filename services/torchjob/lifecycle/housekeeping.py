@@ -17,8 +17,8 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from torchjob.api import constants
+from torchjob.api.objects import FINISHED_POD_PHASES
 from torchjob.api.types import PyTorchTrainingJobSpec
-from torchjob.lifecycle.observe import FINISHED_PHASES
 from torchjob.lifecycle.status import is_terminal
 from torchjob.lifecycle.tensorboard import drifted_fields, stored_form, tensorboard_status
 from torchjob.lifecycle.times import parse_time
@@ -37,7 +37,7 @@ class Owned:
 
     @property
     def finished(self) -> bool:
-        return self.phase in FINISHED_PHASES
+        return self.phase in FINISHED_POD_PHASES
 
 
 def view_owned(obj: dict[str, Any], *, pod: bool) -> Owned:

@@ -9,6 +9,7 @@ from typing import Any, Literal, NamedTuple
 
 from torchjob.api import constants, queries
 from torchjob.api.objects import (
+    FINISHED_POD_PHASES,
     ContainerStateTerminated,
     ContainerStatus,
     ObjectMeta,
@@ -17,8 +18,6 @@ from torchjob.api.objects import (
 )
 from torchjob.lifecycle.times import parse_time
 
-# The pod phases after which a pod's containers run no more.
-FINISHED_PHASES: tuple[PodPhase, ...] = ("Succeeded", "Failed")
 # Terminated reasons that say no more than the exit code does; any other is worth naming.
 PLAIN_REASONS = frozenset({"Error", "Completed"})
 
@@ -91,7 +90,7 @@ class PodView:
 
     @property
     def finished(self) -> bool:
-        return self.phase in FINISHED_PHASES
+        return self.phase in FINISHED_POD_PHASES
 
     @property
     def placed(self) -> bool:

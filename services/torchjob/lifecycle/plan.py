@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from torchjob.api import constants, queries
+from torchjob.api.objects import FINISHED_POD_PHASES
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.lifecycle import finishing, gang, no_progress, start_failure
 from torchjob.lifecycle.backoff import (
@@ -33,7 +34,6 @@ from torchjob.lifecycle.backoff import (
 from torchjob.lifecycle.conditions import Event
 from torchjob.lifecycle.nodes import judge_nodes
 from torchjob.lifecycle.observe import (
-    FINISHED_PHASES,
     PodView,
     describe_failure,
     ending,
@@ -437,7 +437,7 @@ def _announce(state: _Planning, pending: PendingRestart, wait: float) -> None:
     had its Event (it is recorded once that status is written)."""
     pod = pending.pod
     seen = recorded(state.observed.status, pod.name)
-    if seen.get("uid") == pod.uid and seen.get("phase") in FINISHED_PHASES:
+    if seen.get("uid") == pod.uid and seen.get("phase") in FINISHED_POD_PHASES:
         return
     when = f"in {seconds_text(wait)}" if wait > 0 else "now"
     # The restart this is: of the replica, in a row, and of the job, against backoffLimit.

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from torchjob.api.progress import MAX_METRIC_TEXT, MAX_METRICS
+from torchjob.api.progress import MAX_METRIC_TEXT, MAX_METRICS, PERCENTAGE_RANGE, SECONDS_RANGE
 from torchjob.lifecycle.times import format_micro_time, parse_time
 
 FIELD: Final = "trainerStatus"
@@ -63,14 +63,14 @@ def read_report(body: Any) -> Progress:
         raise ReportError(FIELD, "required, an object")
     _check_time(report.get("lastUpdatedTime"))
     return Progress(
-        percentage=_whole(report, "progressPercentage", high=100),
-        remaining_seconds=_whole(report, "estimatedRemainingSeconds", high=None),
+        percentage=_whole(report, "progressPercentage", PERCENTAGE_RANGE),
+        remaining_seconds=_whole(report, "estimatedRemainingSeconds", SECONDS_RANGE),
         metrics=_metrics(report.get("metrics")),
     )
 
 
-def _whole(report: dict[str, Any], key: str, *, high: int | None) -> int | None:
-    """A whole number from 0 to `high`; a fraction is cut to its whole part (the Kubeflow SDK
+def _whole(report: dict[str, Any], key: str, bounds: tuple[int, int]) -> int | None:
+    """A whole number within `bounds`; a fraction is cut to its whole part (the Kubeflow SDK
     sends an ETA as the caller computed it, which may be a float)."""
     value = report.get(key)
     field = f"{FIELD}.{key}"
@@ -83,11 +83,9 @@ def _whole(report: dict[str, Any], key: str, *, high: int | None) -> int | None:
         or (isinstance(value, float) and not math.isfinite(value))
     ):
         raise ReportError(field, f"must be a number, not {value!r}"[:120])
-    if value < 0 or (high is not None and value > high):
-        bound = f"from 0 to {high}" if high is not None else "0 or more"
-        raise ReportError(field, f"must be {bound}, not {value}"[:120])
-    if value > 2**31 - 1:
-        raise ReportError(field, f"must be at most {2**31 - 1}, not {value}"[:120])
+    low, high = bounds
+    if not low <= value <= high:
+        raise ReportError(field, f"must be from {low} to {high}, not {value}"[:120])
     return int(value)
 
 

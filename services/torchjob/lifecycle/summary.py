@@ -12,7 +12,7 @@ from torchjob.lifecycle.progress import FIELD as PROGRESS_FIELD
 from torchjob.render.topology import replica_name
 
 NO_VALUE = "-"  # a progress cell without a report
-FINISHED_PHASES = ("Succeeded", "Failed")
+FINISHED_PHASES = constants.FINISHED_JOB_PHASES  # the name the console reads
 
 
 def total_replicas(job: dict[str, Any]) -> int:
@@ -29,7 +29,7 @@ def start_failure(job: dict[str, Any]) -> str | None:
     """Why the unfinished job's replicas cannot start (ImagePullFailed, ContainerConfigInvalid,
     Unschedulable: its StartFailure condition), or None while nothing keeps them from it."""
     status = job.get("status") or {}
-    if phase(job) in FINISHED_PHASES:
+    if phase(job) in constants.FINISHED_JOB_PHASES:
         return None
     for condition in status.get("conditions") or []:
         if condition.get("type") == "StartFailure" and condition.get("status") == "True":
@@ -60,7 +60,7 @@ def eta_text(job: dict[str, Any]) -> str:
     """The training time left as the training process last estimated it (`2m10s`, `1h5m`);
     `-` without an estimate, and once the job has finished (an estimate then says nothing)."""
     seconds = reported_progress(job).get("estimatedRemainingSeconds")
-    if phase(job) in FINISHED_PHASES or not _whole_number(seconds):
+    if phase(job) in constants.FINISHED_JOB_PHASES or not _whole_number(seconds):
         return NO_VALUE
     return duration(max(0, seconds))
 

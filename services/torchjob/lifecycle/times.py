@@ -30,3 +30,14 @@ def seconds_text(seconds: float) -> str:
     if minutes:
         return f"{minutes}m{rest}s" if rest else f"{minutes}m"
     return f"{rest}s"
+
+
+# 2**62 times any sensible base is far beyond any cap, and larger exponents overflow a float.
+_MAX_DOUBLINGS = 62
+
+
+def doubled_delay(base: float, cap: float, doublings: int) -> float:
+    """`base` doubled `doublings` times (none for 0 or less), at most `cap`: the wait of a retry
+    or a restart that waits twice as long each time in a row, as client-go's rate limiters and
+    the kubelet's CrashLoopBackOff do. The one such rule: every capped doubling reads it."""
+    return min(cap, base * 2.0 ** min(max(doublings, 0), _MAX_DOUBLINGS))

@@ -33,6 +33,6 @@ def _phase_events(old: Mapping[str, Any], new: dict[str, Any]) -> list[Event]:
     phase: JobPhase | None = new.get("phase")
     if old.get("phase") == phase or (phase == "Pending" and not old.get("phase")):
         return []  # a new job is pending by the user's own act: no news
-    if phase in ("Succeeded", "Failed"):
+    if phase in constants.FINISHED_JOB_PHASES:
         return []
     return [Event("Normal", f"Job{phase}", f"the job is {str(phase).lower()}")]

@@ -28,12 +28,11 @@ from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from torchjob.api.constants import FINISHED_JOB_PHASES
 from torchjob.api.types import JOB_PHASE_VALUES
 from torchjob.lifecycle.conditions import FAILED_REASONS
-from torchjob.lifecycle.observe import FINISHED_PHASES
 from torchjob.lifecycle.times import parse_time
 
-TERMINAL = FINISHED_PHASES
 PHASES = JOB_PHASE_VALUES
 
 # How a replica's pod ended, as its restart is labelled: the container's terminated reason when
@@ -127,7 +126,7 @@ def transition(before: Mapping[str, Any], after: Mapping[str, Any]) -> Transitio
     """What the status `after`, written over `before`, records that `before` did not."""
     was, now = before.get("phase"), after.get("phase")
     old, new = _conditions(before), _conditions(after)
-    outcome = str(now) if now in TERMINAL and was not in TERMINAL else None
+    outcome = str(now) if now in FINISHED_JOB_PHASES and was not in FINISHED_JOB_PHASES else None
     reason = None
     if outcome == "Failed":
         said = str(new.get("Failed", {}).get("reason") or "")
@@ -144,13 +143,13 @@ def transition(before: Mapping[str, Any], after: Mapping[str, Any]) -> Transitio
     )
     restarts = max(0, int(after.get("backoffCount") or 0) - int(before.get("backoffCount") or 0))
     endings: list[tuple[str, str]] = []
-    if now not in TERMINAL:
+    if now not in FINISHED_JOB_PHASES:
         ended_before = {
             str(r.get("uid")): r.get("phase") for r in _replicas(before) if r.get("uid")
         }
         for replica in _replicas(after):
             uid, phase = replica.get("uid"), replica.get("phase")
-            if uid and phase in TERMINAL and ended_before.get(str(uid)) != phase:
+            if uid and phase in FINISHED_JOB_PHASES and ended_before.get(str(uid)) != phase:
                 endings.append((str(uid), _ending(replica)))
     return Transition(
         created=not was and bool(now),

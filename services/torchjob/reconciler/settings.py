@@ -26,6 +26,7 @@ from torchjob.runtime import service
 from torchjob.runtime.settings import (
     PREFIX,
     Setting,
+    default_of,
     environment,
     leader_settings,
     parser_of,
@@ -35,31 +36,6 @@ from torchjob.runtime.settings import (
 DEFAULT_WORKERS = 4
 SUCCESS_GRACE = 30.0  # --success-grace: the reconciler's, not the pure rules' default of 0
 MAX_GANG_RESTART_TIMES = 64  # status.gangRestartTimes holds at most this many (the CRD's bound)
-
-
-@dataclass(frozen=True, slots=True)
-class Settings(service.Settings):
-    scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
-    restart_backoff: float = BASE_DELAY
-    start_deadline: int = DEFAULT_START_DEADLINE
-    node_lost_grace: float = DEFAULT_NODE_LOST_GRACE
-    success_grace: float = SUCCESS_GRACE
-    replica_restarts_before_gang: int = REPLICA_RESTARTS_BEFORE_GANG
-    gang_restart_limit: int = GANG_RESTART_LIMIT
-    gang_restart_window: float = GANG_RESTART_WINDOW
-    progress_deadline: int = PROGRESS_DEADLINE
-
-    def restart_rules(self) -> RestartRules:
-        """How the planner restarts replicas, as these settings say."""
-        return RestartRules(
-            backoff=RestartBackoff(base=self.restart_backoff),
-            replica_restarts_before_gang=self.replica_restarts_before_gang,
-            gang_restart_limit=self.gang_restart_limit,
-            gang_restart_window=self.gang_restart_window,
-            progress_deadline=self.progress_deadline,
-            start_deadline=self.start_deadline,
-            success_grace=self.success_grace,
-        )
 
 
 def _backoff_problem(seconds: float) -> str | None:
@@ -97,17 +73,19 @@ def priority_classes(text: str) -> tuple[tuple[int, str], ...]:
     return tuple(sorted(pairs))
 
 
+# The pure layer's defaults (render/scheduling.py), which a job planned without settings gets too.
+_SCHEDULING = SchedulingSettings()
 SCHEDULING: tuple[Setting, ...] = (
     Setting(
         "--scheduler-name",
         f"{PREFIX}T9K_SCHEDULER_NAME",
-        constants.T9K_SCHEDULER_NAME,
+        _SCHEDULING.t9k_scheduler,
         "the scheduler of jobs that ask for the T9k scheduler",
     ),
     Setting(
         "--gang-scheduling",
         f"{PREFIX}GANG_SCHEDULING",
-        "auto",
+        _SCHEDULING.gang,
         "how the pods of a job that does not choose are placed together: native "
         "(Kubernetes' PodGroup), volcano, coscheduling, none, or auto (native when the "
         "apiserver serves scheduling.k8s.io/v1beta1 PodGroups, else none)",
@@ -116,19 +94,19 @@ SCHEDULING: tuple[Setting, ...] = (
     Setting(
         "--volcano-scheduler-name",
         f"{PREFIX}VOLCANO_SCHEDULER_NAME",
-        "volcano",
+        _SCHEDULING.volcano_scheduler,
         "schedulerName of pods in Volcano PodGroups",
     ),
     Setting(
         "--coscheduling-scheduler-name",
         f"{PREFIX}COSCHEDULING_SCHEDULER_NAME",
-        "scheduler-plugins-scheduler",
+        _SCHEDULING.coscheduling_scheduler,
         "schedulerName of pods in scheduler-plugins' coscheduling PodGroups",
     ),
     Setting(
         "--t9k-queues",
         f"{PREFIX}T9K_QUEUES",
-        "t9k",
+        _SCHEDULING.t9k_queues,
         "spec.scheduler.t9kScheduler goes to the T9k scheduler (t9k), or names a Kueue "
         "LocalQueue (kueue)",
         choices=("t9k", "kueue"),
@@ -219,6 +197,31 @@ SUCCESS_GRACE_SETTING = Setting(
     "they are stopped and the job is marked Succeeded (a worker about to exit 0 keeps its log)",
     check=_not_negative,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Settings(service.Settings):
+    scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
+    restart_backoff: float = RESTART_BACKOFF.default
+    start_deadline: int = START_DEADLINE.default
+    node_lost_grace: float = NODE_LOST_GRACE.default
+    success_grace: float = SUCCESS_GRACE_SETTING.default
+    replica_restarts_before_gang: int = default_of(RESTARTS, "replica_restarts_before_gang")
+    gang_restart_limit: int = default_of(RESTARTS, "gang_restart_limit")
+    gang_restart_window: float = default_of(RESTARTS, "gang_restart_window")
+    progress_deadline: int = default_of(RESTARTS, "progress_deadline")
+
+    def restart_rules(self) -> RestartRules:
+        """How the planner restarts replicas, as these settings say."""
+        return RestartRules(
+            backoff=RestartBackoff(base=self.restart_backoff),
+            replica_restarts_before_gang=self.replica_restarts_before_gang,
+            gang_restart_limit=self.gang_restart_limit,
+            gang_restart_window=self.gang_restart_window,
+            progress_deadline=self.progress_deadline,
+            start_deadline=self.start_deadline,
+            success_grace=self.success_grace,
+        )
 
 
 def declared() -> tuple[Setting, ...]:

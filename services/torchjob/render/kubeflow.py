@@ -60,6 +60,8 @@ SUSPENDED: Final = KubeflowCondition("Suspended", SUSPENDED_REASON, "PyTorchJobR
 SUCCEEDED: Final = KubeflowCondition("Succeeded", "PyTorchJobSucceeded")
 FAILED: Final = KubeflowCondition("Failed", "PyTorchJobFailed")
 KUBEFLOW_CONDITIONS: Final = (CREATED, RUNNING, RESTARTING, SUSPENDED, SUCCEEDED, FAILED)
+# The conditions a PyTorchJob shows once it has ended (it has no phase of its own).
+FINISHED_CONDITIONS: Final = (SUCCEEDED.type, FAILED.type)
 
 
 def kubeflow_labels(job_name: str, replica: Replica) -> dict[str, str]:

@@ -30,6 +30,7 @@ from torchjob.runtime import logging as runtime_logging
 from torchjob.runtime import metrics as runtime_metrics
 from torchjob.runtime.health import Health
 from torchjob.runtime.probes import probe_app
+from torchjob.runtime.settings import KUBEFLOW
 
 log = structlog.get_logger("torchjob.runtime.service")
 
@@ -64,7 +65,7 @@ class Settings:
     kubeconfig: str | None
     log_level: str
     # Kubeflow's PyTorchJob (kubeflow.org/v1) is served too (docs/kubeflow.md).
-    kubeflow: bool = False
+    kubeflow: bool = KUBEFLOW.default
 
 
 # Builds the controller; it may first ask the apiserver what it serves.

@@ -125,6 +125,20 @@ def warn_of_undeclared(
         stderr.write(f"warning: {name} is set, but no setting of this service reads it{meant}\n")
 
 
+KUBEFLOW = Setting(
+    "--kubeflow",
+    f"{PREFIX}KUBEFLOW",
+    False,
+    "also run Kubeflow's PyTorchJobs (kubeflow.org/v1), whose CRD must be installed",
+)
+
+
+def default_of(declared: Iterable[Setting], field: str) -> Any:
+    """The default of the setting that fills `field`: what a settings dataclass gives a field
+    it does not require, read from the declaration so that it is written once."""
+    return next(setting.default for setting in declared if setting.field == field)
+
+
 def common_settings(namespace_help: str) -> tuple[Setting, ...]:
     """What every service takes: its namespace, probe port, kubeconfig, log level and whether it
     runs Kubeflow's PyTorchJobs too."""
@@ -138,12 +152,7 @@ def common_settings(namespace_help: str) -> tuple[Setting, ...]:
         ),
         Setting("--kubeconfig", "KUBECONFIG", None, "a kubeconfig file; else in-cluster"),
         Setting("--log-level", f"{PREFIX}LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
-        Setting(
-            "--kubeflow",
-            f"{PREFIX}KUBEFLOW",
-            False,
-            "also run Kubeflow's PyTorchJobs (kubeflow.org/v1), whose CRD must be installed",
-        ),
+        KUBEFLOW,
     )
 
 

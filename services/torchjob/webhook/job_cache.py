@@ -3,11 +3,10 @@ once per stored version rather than once per replica pod."""
 
 from __future__ import annotations
 
-import collections
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
+from cachetools import LRUCache
 
 from torchjob.render.pod_admission_handler import decode_job
 from torchjob.render.pod_rewrite import PreparedJob
@@ -22,17 +21,12 @@ class DecodedJobs:
     it: they only read it."""
 
     def __init__(self, capacity: int = 256, parsed_capacity: int = 16) -> None:
-        self._capacity = capacity
-        # A parsed job is several times the size of its model: only the jobs whose pods are
-        # being admitted now are kept parsed.
-        self._parsed_capacity = parsed_capacity
-        self._decoded: collections.OrderedDict[tuple[str, str], PreparedJob] = (
-            collections.OrderedDict()
-        )
+        self._decoded: LRUCache[tuple[str, str], PreparedJob] = LRUCache(capacity)
         # By namespace and name: the cache's JSON of the job (held, so that its identity stands
-        # for its version) and the job parsed from it.
-        self._parsed: collections.OrderedDict[tuple[str, str], tuple[bytes, dict[str, Any]]] = (
-            collections.OrderedDict()
+        # for its version) and the job parsed from it. A parsed job is several times the size of
+        # its model: only the jobs whose pods are being admitted now are kept parsed.
+        self._parsed: LRUCache[tuple[str, str], tuple[bytes, dict[str, Any]]] = LRUCache(
+            parsed_capacity
         )
         # The stored job decoded last, by identity: the replicas of a job come one after another,
         # each with the job parsed once (`parsed`), and then need no lookup by version.
@@ -50,9 +44,10 @@ class DecodedJobs:
         )
         if not (isinstance(uid, str) and isinstance(resource_version, str)):
             return decode_job(job)  # not a stored object: nothing names this version
-        prepared = _remembered(
-            self._decoded, (uid, resource_version), lambda: decode_job(job), self._capacity
-        )
+        key = (uid, resource_version)
+        prepared = self._decoded.get(key)
+        if prepared is None:
+            prepared = self._decoded[key] = decode_job(job)
         self._last = (job, prepared)
         return prepared
 
@@ -61,31 +56,8 @@ class DecodedJobs:
         key = (namespace, name)
         kept = self._parsed.get(key)
         if kept is None or kept[0] is not packed:
-            kept = (packed, orjson.loads(packed))
-        _remember(self._parsed, key, kept, self._parsed_capacity)
+            kept = self._parsed[key] = (packed, orjson.loads(packed))
         return kept[1]
 
     def __len__(self) -> int:
         return len(self._decoded)
-
-
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-def _remembered(
-    kept: collections.OrderedDict[K, V], key: K, make: Callable[[], V], capacity: int
-) -> V:
-    value = kept.get(key)
-    if value is None:
-        value = make()
-    _remember(kept, key, value, capacity)
-    return value
-
-
-def _remember(kept: collections.OrderedDict[K, V], key: K, value: V, capacity: int) -> None:
-    """Keep `value` as the most recently used, and at most `capacity` values in all."""
-    kept[key] = value
-    kept.move_to_end(key)
-    if len(kept) > capacity:
-        kept.popitem(last=False)

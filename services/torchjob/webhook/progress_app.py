@@ -25,6 +25,7 @@ from aiohttp import hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import Counter
 
+from torchjob.api.constants import FINISHED_JOB_PHASES
 from torchjob.api.job_api import TRAINING_JOB, JobApi
 from torchjob.api.progress import MAX_BODY_BYTES, JobRef, job_of_path
 from torchjob.kube.errors import Conflict
@@ -40,6 +41,7 @@ from torchjob.lifecycle.progress import (
     read_report,
     supersedes,
 )
+from torchjob.render.kubeflow import FINISHED_CONDITIONS, SUCCEEDED
 from torchjob.webhook.keys import API, JOBS, KUBEFLOW_JOBS, PROGRESS, SETTINGS, TLS
 from torchjob.webhook.progress_auth import Authenticator, Refused, unauthorized
 from torchjob.webhook.progress_limit import JobRateLimit, Tarpit
@@ -53,7 +55,6 @@ REQUESTS = Counter(
 )
 FAMILIES: Final = frozenset({"torchjob_progress_requests", "torchjob_progress_writes"})
 
-FINISHED: Final = frozenset({"Succeeded", "Failed"})
 READ_CHUNK: Final = 16 * 1024
 # Reads and conditional writes of one report before it waits for the job's next slot.
 WRITE_ATTEMPTS: Final = 3
@@ -204,14 +205,16 @@ def outcome(job: dict[str, Any]) -> str | None:
     status = job.get("status")
     if not isinstance(status, dict):
         return None
-    if status.get("phase") in FINISHED:
+    if status.get("phase") in FINISHED_JOB_PHASES:
         return str(status["phase"])
     held = {
         c.get("type")
         for c in status.get("conditions") or ()
-        if isinstance(c, dict) and c.get("type") in FINISHED and c.get("status") == "True"
+        if isinstance(c, dict)
+        and c.get("type") in FINISHED_CONDITIONS
+        and c.get("status") == "True"
     }
-    return ("Succeeded" if "Succeeded" in held else "Failed") if held else None
+    return ("Succeeded" if SUCCEEDED.type in held else "Failed") if held else None
 
 
 def finished(job: dict[str, Any]) -> bool:

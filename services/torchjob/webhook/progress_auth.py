@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import collections
 import hashlib
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, TypeVar
 
 import aiohttp
 import orjson
 import structlog
+from cachetools import TLRUCache
 
 from torchjob.api.constants import LABEL_JOB_NAME
 from torchjob.api.progress import JobRef
@@ -77,30 +77,14 @@ class Caller:
     pod_uid: str
 
 
-class Expiring(Generic[K, V]):
-    """At most `capacity` values, each until its expiry; the oldest is dropped first."""
+def expiring(capacity: int, clock: Clock) -> TLRUCache[K, tuple[float, V]]:
+    """At most `capacity` values, each kept with the time it expires at (the pair's first) and
+    gone from then on; the least recently used is dropped first."""
+    return TLRUCache(capacity, ttu=_expiry_kept, timer=clock)
 
-    def __init__(self, capacity: int) -> None:
-        self._capacity = capacity
-        self._kept: collections.OrderedDict[K, tuple[float, V]] = collections.OrderedDict()
 
-    def get(self, key: K, now: float) -> V | None:
-        kept = self._kept.get(key)
-        if kept is None:
-            return None
-        if kept[0] <= now:
-            del self._kept[key]
-            return None
-        return kept[1]
-
-    def put(self, key: K, value: V, expires_at: float) -> None:
-        self._kept[key] = (expires_at, value)
-        self._kept.move_to_end(key)
-        if len(self._kept) > self._capacity:
-            self._kept.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._kept)
+def _expiry_kept(_key: object, kept: tuple[float, object], _now: float) -> float:
+    return kept[0]
 
 
 class Authenticator:
@@ -118,8 +102,12 @@ class Authenticator:
         self._clock = clock
         self._max_reviews = max_reviews
         self.reviewing = 0
-        self.accepted: Expiring[tuple[bytes, str, str], bool] = Expiring(capacity)
-        self.refused: Expiring[tuple[bytes, str], Refused] = Expiring(capacity)
+        self.accepted: TLRUCache[tuple[bytes, str, str], tuple[float, bool]] = expiring(
+            capacity, clock
+        )
+        self.refused: TLRUCache[tuple[bytes, str], tuple[float, Refused]] = expiring(
+            capacity, clock
+        )
 
     async def authenticate(
         self, token: str, job: JobRef, job_uid_of: Callable[[], str | None]
@@ -129,12 +117,12 @@ class Authenticator:
         job is refused again before the job is even looked up."""
         digest = hashlib.sha256(token.encode()).digest()
         now = self._clock()
-        if (refusal := self.refused.get((digest, job.path), now)) is not None:
-            raise refusal
+        if (refused := self.refused.get((digest, job.path))) is not None:
+            raise refused[1]
         if (refusal := claims_refusal(token, job, now)) is not None:
             raise refusal
         job_uid = job_uid_of()
-        if job_uid is not None and self.accepted.get((digest, job.path, job_uid), now):
+        if job_uid is not None and (digest, job.path, job_uid) in self.accepted:
             return
         if self.reviewing >= self._max_reviews:
             raise Refused(429, "TooManyRequests", "too many tokens under review; retry", 1)
@@ -159,10 +147,10 @@ class Authenticator:
             await self._check_pod(caller, job, job_uid)
         except Refused as refusal:
             if refusal.code in (401, 403):
-                self.refused.put((digest, job.path), refusal, self._clock() + REFUSED_SECONDS)
+                self.refused[digest, job.path] = (self._clock() + REFUSED_SECONDS, refusal)
             raise
         until = min(self._clock() + ACCEPTED_SECONDS, expiry_of(token) or float("inf"))
-        self.accepted.put((digest, job.path, job_uid), True, until)
+        self.accepted[digest, job.path, job_uid] = (until, True)
 
     async def _review(self, token: str, job: JobRef) -> Caller:
         review = {

@@ -4,9 +4,10 @@ proved it runs in the job's pods takes from its job's bucket, so no stranger can
 from __future__ import annotations
 
 import asyncio
-import collections
 import time
 from collections.abc import Callable, Hashable
+
+from cachetools import LRUCache
 
 Clock = Callable[[], float]
 
@@ -32,8 +33,8 @@ class JobRateLimit:
         self.rate = rate
         self.burst = burst
         self._clock = clock
-        self._capacity = capacity
-        self._buckets: collections.OrderedDict[Hashable, _Bucket] = collections.OrderedDict()
+        # The jobs that reported last; a job forgotten starts again with a full bucket.
+        self._buckets: LRUCache[Hashable, _Bucket] = LRUCache(capacity)
 
     def take(self, job: Hashable) -> float:
         """Take one of the job's tokens: 0 when there was one, else the seconds until there is
@@ -42,10 +43,7 @@ class JobRateLimit:
         bucket = self._buckets.get(job)
         if bucket is None:
             bucket = self._buckets[job] = _Bucket(float(self.burst), now)
-            if len(self._buckets) > self._capacity:
-                self._buckets.popitem(last=False)
         else:
-            self._buckets.move_to_end(job)
             elapsed = max(0.0, now - bucket.updated)
             bucket.tokens = min(float(self.burst), bucket.tokens + elapsed * self.rate)
             bucket.updated = now

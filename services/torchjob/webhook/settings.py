@@ -7,9 +7,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from torchjob.runtime.settings import (
+    KUBEFLOW,
     PREFIX,
     Setting,
     common_settings,
+    default_of,
     environment,
     parser_of,
     values_of,
@@ -59,6 +61,60 @@ class Limits:
         return None
 
 
+def _positive(value: float) -> str | None:
+    return None if value > 0 else "must be positive"
+
+
+def _port(value: int) -> str | None:
+    return None if 0 < value < 65536 else "must be a port from 1 to 65535"
+
+
+# The progress endpoint (progress_app.py): where training processes report, and what they may cost.
+PROGRESS_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "--progress",
+        f"{PREFIX}PROGRESS",
+        True,
+        "serve the progress endpoint and point the pods' training containers at it",
+    ),
+    Setting(
+        "--progress-port",
+        f"{PREFIX}PROGRESS_PORT",
+        9444,
+        "the HTTPS port training processes report progress to",
+        check=_port,
+    ),
+    Setting(
+        "--progress-url",
+        f"{PREFIX}PROGRESS_URL",
+        None,
+        "the base URL pods report progress to",
+        documented_default="https://<service-name>.<namespace>.svc:<progress-port>",
+    ),
+    Setting(
+        "--progress-write-seconds",
+        f"{PREFIX}PROGRESS_WRITE_SECONDS",
+        10.0,
+        "at most one progress write per job this often per replica; the latest report wins",
+        check=_positive,
+    ),
+    Setting(
+        "--progress-rate",
+        f"{PREFIX}PROGRESS_RATE",
+        1.0,
+        "progress reports accepted per second per job; beyond the burst 429 with Retry-After",
+        check=_positive,
+    ),
+    Setting(
+        "--progress-burst",
+        f"{PREFIX}PROGRESS_BURST",
+        10,
+        "progress reports accepted at once per job",
+        check=lambda value: None if value >= 1 else "must be at least 1",
+    ),
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     namespace: str
@@ -79,16 +135,16 @@ class Settings:
     log_level: str
     limits: Limits = field(default_factory=Limits)
     # Kubeflow's PyTorchJobs are admitted too, and their pods read from a cache of them.
-    kubeflow: bool = False
+    kubeflow: bool = KUBEFLOW.default
     # cert-manager mode: the CA that signs --cert-file (else ca.crt beside it, when there is one).
     ca_file: str | None = None
     # The progress endpoint (progress_app.py): served, and named to the pod rewrite, when on.
-    progress: bool = True
-    progress_port: int = 9444
+    progress: bool = default_of(PROGRESS_SETTINGS, "progress")
+    progress_port: int = default_of(PROGRESS_SETTINGS, "progress_port")
     progress_url: str | None = None
-    progress_write_seconds: float = 10.0
-    progress_rate: float = 1.0
-    progress_burst: int = 10
+    progress_write_seconds: float = default_of(PROGRESS_SETTINGS, "progress_write_seconds")
+    progress_rate: float = default_of(PROGRESS_SETTINGS, "progress_rate")
+    progress_burst: int = default_of(PROGRESS_SETTINGS, "progress_burst")
 
     @property
     def dns_names(self) -> list[str]:
@@ -144,60 +200,6 @@ LIMIT_SETTINGS: tuple[Setting, ...] = (
         f"{PREFIX}WEBHOOK_HANDLER_TIMEOUT",
         _LIMITS.handler_timeout_seconds,
         "how long a request may take to be answered; keep it below the webhook's timeoutSeconds",
-    ),
-)
-
-
-def _positive(value: float) -> str | None:
-    return None if value > 0 else "must be positive"
-
-
-def _port(value: int) -> str | None:
-    return None if 0 < value < 65536 else "must be a port from 1 to 65535"
-
-
-# The progress endpoint (progress_app.py): where training processes report, and what they may cost.
-PROGRESS_SETTINGS: tuple[Setting, ...] = (
-    Setting(
-        "--progress",
-        f"{PREFIX}PROGRESS",
-        True,
-        "serve the progress endpoint and point the pods' training containers at it",
-    ),
-    Setting(
-        "--progress-port",
-        f"{PREFIX}PROGRESS_PORT",
-        9444,
-        "the HTTPS port training processes report progress to",
-        check=_port,
-    ),
-    Setting(
-        "--progress-url",
-        f"{PREFIX}PROGRESS_URL",
-        None,
-        "the base URL pods report progress to",
-        documented_default="https://<service-name>.<namespace>.svc:<progress-port>",
-    ),
-    Setting(
-        "--progress-write-seconds",
-        f"{PREFIX}PROGRESS_WRITE_SECONDS",
-        10.0,
-        "at most one progress write per job this often per replica; the latest report wins",
-        check=_positive,
-    ),
-    Setting(
-        "--progress-rate",
-        f"{PREFIX}PROGRESS_RATE",
-        1.0,
-        "progress reports accepted per second per job; beyond the burst 429 with Retry-After",
-        check=_positive,
-    ),
-    Setting(
-        "--progress-burst",
-        f"{PREFIX}PROGRESS_BURST",
-        10,
-        "progress reports accepted at once per job",
-        check=lambda value: None if value >= 1 else "must be at least 1",
     ),
 )
 
