@@ -31,7 +31,6 @@ MAX_CHUNKS = 20
 # The job API each route serves, and where its jobs live.
 ROUTE_APIS = {"jobs": TRAINING_JOB, "pytorchjobs": KUBEFLOW_JOB}
 ROUTE_KINDS = {route: job_resource(api) for route, api in ROUTE_APIS.items()}
-FINISHED = ("Succeeded", "Failed")
 
 
 def target(request: web.Request) -> tuple[UserApi, str, ResourceKind]:

@@ -21,6 +21,7 @@ import aiohttp
 from aiohttp import web
 
 from torchjob.api.constants import LABEL_JOB_NAME
+from torchjob.api.objects import FINISHED_POD_PHASES
 from torchjob.api.queries import training_container_in
 from torchjob.console import rows
 from torchjob.console.keys import PAGES, session_of
@@ -64,7 +65,7 @@ def container_ended(pod: Object, container: str) -> str:
         ended = (state.get("state") or {}).get("terminated")
         if state.get("name") == container and ended:
             return f"{ended.get('reason') or 'Terminated'}, exit code {ended.get('exitCode')}"
-    if status.get("phase") in ("Succeeded", "Failed"):
+    if status.get("phase") in FINISHED_POD_PHASES:
         return str(status.get("reason") or status.get("phase"))
     return ""
 

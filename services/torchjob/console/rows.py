@@ -7,7 +7,7 @@ import datetime
 from dataclasses import dataclass
 from typing import Any
 
-from torchjob.api.constants import LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
+from torchjob.api.constants import FINISHED_JOB_PHASES, LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
 from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB, JobApi, api_named
 from torchjob.api.quantities import format_gpus, job_gpus
 from torchjob.api.queries import training_container_in
@@ -86,7 +86,7 @@ def job_row(job: Object, now: datetime.datetime | None = None) -> JobRow:
         name=str(meta.get("name") or ""),
         uid=str(meta.get("uid") or ""),
         phase=summary.phase_cell(job),
-        finished=summary.phase(job) in summary.FINISHED_PHASES,
+        finished=summary.phase(job) in FINISHED_JOB_PHASES,
         running=int((status.get("aggregate") or {}).get("running") or 0),
         replicas=summary.total_replicas(job),
         restarts=int(status.get("backoffCount") or 0),

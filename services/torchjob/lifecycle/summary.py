@@ -12,7 +12,6 @@ from torchjob.lifecycle.progress import FIELD as PROGRESS_FIELD
 from torchjob.render.topology import replica_name
 
 NO_VALUE = "-"  # a progress cell without a report
-FINISHED_PHASES = constants.FINISHED_JOB_PHASES  # the name the console reads
 
 
 def total_replicas(job: dict[str, Any]) -> int:
