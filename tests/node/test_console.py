@@ -143,7 +143,7 @@ async def test_the_example_from_the_form_trains_while_its_log_and_resources_show
 
         wait_until("the TensorBoard ready", lambda: tensorboard_ready(node, namespace))
         async with page.expect_popup() as opened:
-            await page.get_by_role("link", name="TensorBoard").click()
+            await page.get_by_role("link", name="TensorBoard", exact=True).click()
         board = await opened.value
         # The chart's console here has no TensorBoard domain: the tab says how to reach it.
         await expect(board.locator("#tensorboard-command")).to_contain_text(
@@ -227,7 +227,7 @@ async def test_a_data_scientist_trains_fixes_a_typo_with_clone_and_opens_tensorb
         await page.wait_for_url(f"**/ns/{namespace}/jobs/{SCIENTIST}")
         await expect(page.locator("#job-phase")).to_have_text("ImagePullFailed", timeout=120_000)
 
-        await page.get_by_role("link", name="Clone").click()
+        await page.get_by_role("link", name="Clone", exact=True).click()
         await page.wait_for_url(f"**/ns/{namespace}/jobs/new?from=jobs/{SCIENTIST}")
         await expect(page.get_by_label("Name", exact=True)).to_have_value(f"{SCIENTIST}-2")
         await page.get_by_label("Image", exact=True).fill(node.example_image)
@@ -239,7 +239,7 @@ async def test_a_data_scientist_trains_fixes_a_typo_with_clone_and_opens_tensorb
         clone = f"{SCIENTIST}-2"
         wait_until("the TensorBoard ready", lambda: tensorboard_ready(node, namespace, clone))
         async with page.expect_popup() as opened:
-            await page.get_by_role("link", name="TensorBoard").click()
+            await page.get_by_role("link", name="TensorBoard", exact=True).click()
         board = await opened.value
         await expect(board).to_have_title(re.compile("TensorBoard"), timeout=60_000)
         await context.close()
