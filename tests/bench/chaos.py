@@ -35,7 +35,7 @@ is still counted. After the last kill, the bench waits for every job to end, the
   its status Running), as the watches show it (a quarter of a second of polling on top); this
   includes the restart delay (lifecycle/backoff.py: 10 s, doubling with each restart in a row).
 It prints a table, these figures, and a line for each violation found. The exit status says
-nothing about them.
+nothing about them. The operator itself is killed by tests/e2e/test_gang_restart_chaos.py.
 
     .venv/bin/python tests/bench/chaos.py                       # 3 jobs x 3 replicas, 8 kills
     .venv/bin/python tests/bench/chaos.py --kills 3 --run-seconds 120 --seed 7

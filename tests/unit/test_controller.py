@@ -1,5 +1,6 @@
 """run_workers: failures come back with growing backoff, terminal failures do not, a requested
-requeue happens after its delay, and each reconcile logs under its own reconcile id."""
+requeue happens after its delay, and each reconcile logs under its own reconcile id. A round
+that fails after its status write leaves its job no wait for that write."""
 
 from __future__ import annotations
 
@@ -8,18 +9,25 @@ import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Any, cast
 
 import pytest
 import structlog
 from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 from support.eventually import eventually
+from support.jobs import JobBuilder
 
+from torchjob.api.job_api import TRAINING_JOB
+from torchjob.kube.client import KubeClient
 from torchjob.kube.controller import run_workers
-from torchjob.kube.errors import Conflict
-from torchjob.kube.reconcile import Result, TerminalError
+from torchjob.kube.errors import Conflict, Forbidden
+from torchjob.kube.informer import Informer
+from torchjob.kube.reconcile import JobKey, Result, TerminalError
 from torchjob.kube.workqueue import WorkQueue
-from torchjob.reconciler.controller import job_update_matters
+from torchjob.reconciler.controller import Reconciler, job_update_matters
+from torchjob.reconciler.executor import ReconcilerExecutor
+from torchjob.reconciler.settings import parse
 
 BACKOFF = 0.02
 
@@ -227,3 +235,43 @@ def test_a_job_update_is_looked_at_for_what_the_planner_reads() -> None:
     assert job_update_matters(job, {**job, "spec": {"a": 2}})
     assert job_update_matters(job, annotated)
     assert job_update_matters(job, deleting)
+
+
+class _JobCache:
+    """The jobs informer's cache as the reconciler reads it: one job, by name."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        self.job = job
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.job if name == self.job["metadata"]["name"] else None
+
+
+class _WriteSeenFirstThenRefused:
+    """An executor whose status write the watch shows before the write's answer comes back
+    (the cache moves on, then the write is expected), and whose next request, a deletion, the
+    apiserver refuses."""
+
+    def __init__(self, reconciler: Reconciler, cache: _JobCache) -> None:
+        self.reconciler, self.cache = reconciler, cache
+
+    async def execute(self, key: JobKey, job: dict[str, Any], *_: object) -> None:
+        meta = {**job["metadata"], "resourceVersion": "2"}
+        self.cache.job = {**job, "metadata": meta, "status": {"phase": "Running"}}
+        self.reconciler.expectations.expect_status(key, "2")
+        raise Forbidden(403, "Forbidden", "pods is forbidden: denied by a policy")
+
+
+async def test_a_round_that_fails_after_its_status_write_leaves_no_wait_for_it() -> None:
+    """A job whose round wrote its status and then failed is reconciled again at once (with
+    backoff), not after its expectations expire: the cache already shows that write, and no
+    later watch event will show it again."""
+    job = JobBuilder("j").metadata(namespace="ns", uid="uid-j", resourceVersion="1")
+    cache = _JobCache(job.replicas("worker", 2).build())
+    reconciler = Reconciler(cast(KubeClient, None), parse([]))
+    reconciler.job_informers[TRAINING_JOB] = cast(Informer, cache)
+    reconciler.executor = cast(ReconcilerExecutor, _WriteSeenFirstThenRefused(reconciler, cache))
+    key = JobKey.of(cache.job)
+    with pytest.raises(Forbidden):
+        await reconciler.reconcile(key)
+    assert reconciler.expectations.satisfied(key), "waiting for a write the cache shows"

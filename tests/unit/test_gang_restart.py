@@ -116,6 +116,25 @@ def test_the_new_gang_is_created_once_every_old_pod_is_gone() -> None:
     assert conditions(running.status)["ReplicaFailure"][0] == "False"
 
 
+def test_a_crash_after_some_of_the_new_gang_was_created_creates_the_rest_once() -> None:
+    job = spec()
+    restarting = observe(job, gang(failed=True), settle(job, gang())).status
+    first = observe(job, [], restarting)
+    # Only the first of the new gang was created; the next round wrote the status it saw.
+    created = [pod("master", 0, gang_restarts=1, backoff_count=1)]
+    seen = observe(job, created, first.status).status
+    for status in (first.status, seen):
+        result = observe(job, created, status)
+        assert [(p.replica.type, p.replica.index) for p in result.create_pods] == list(KEYS[1:])
+        for made in result.create_pods:
+            assert made.annotations[constants.ANNOTATION_GANG_RESTARTS] == "1"
+            assert made.annotations[constants.ANNOTATION_BACKOFF_COUNT] == "1"
+        assert result.delete_pods == []
+        assert (result.status["backoffCount"], result.status["gangRestarts"]) == (1, 1)
+        assert [t["restartCount"] for t in result.status["tasks"]] == [0, 1]
+        assert not [e for e in result.status_events if e.reason == constants.REASON_GANG_RESTARTING]
+
+
 def test_the_restart_waits_for_its_delay() -> None:
     job = spec()
     rules = RestartRules(RestartBackoff(base=10))

@@ -290,8 +290,12 @@ class Reconciler:
         last, in_a_row = self.refusals.get(key, (None, 0))
         observed = self._observe(job, spec, () if last is None else (last,))
         decision = plan(observed, self.rules)
-        refusal = await self.executor.execute(key, job, spec, decision, observed.gang)
-        self._cache_caught_up(key)
+        try:
+            refusal = await self.executor.execute(key, job, spec, decision, observed.gang)
+        finally:
+            # Also when the round fails after its status write (a deletion refused, the
+            # apiserver gone): no later watch event would show that write again.
+            self._cache_caught_up(key)
         if key.api.kubeflow and not is_terminal(decision.status):
             await self._autoscaler(key, job)
         if refusal is None:
@@ -301,8 +305,10 @@ class Reconciler:
         # The planner decides what the refusal means for the job; its plan's actions were just
         # carried out, so only its status is written.
         refused = plan(dataclasses.replace(observed, refusals=(refusal,)), self.rules)
-        await self.executor.write_refused_status(key, job, decision, refused)
-        self._cache_caught_up(key)
+        try:
+            await self.executor.write_refused_status(key, job, decision, refused)
+        finally:
+            self._cache_caught_up(key)
         if refusal.permanent:
             self.refusals.pop(key, None)
             return Result()
@@ -315,7 +321,8 @@ class Reconciler:
 
     def _cache_caught_up(self, key: JobKey) -> None:
         """The watch may show our status write before its answer came back, and so before it was
-        expected: what the cache shows now counts as seen too."""
+        expected: what the cache shows now counts as seen too. Else the job would wait for a
+        write it already shows until its expectations expire (kube/expectations.py)."""
         found = self._cached(key)
         if found is not None:
             self._job_seen(found)
