@@ -17,15 +17,15 @@ from support.eventually import eventually
 
 from torchjob.kube.client import KubeClient
 from torchjob.kube.errors import NotFound
-from torchjob.webhook import certificate_process
-from torchjob.webhook.certificates import (
+from torchjob.webhook.certificates import process as certificate_process
+from torchjob.webhook.certificates.pki import (
     CertBundle,
     bundle_from_secret_data,
     new_bundle,
     not_after,
     secret_data,
 )
-from torchjob.webhook.certstore import (
+from torchjob.webhook.certificates.store import (
     Clock,
     FileCertificateSource,
     SecretCertificateStore,

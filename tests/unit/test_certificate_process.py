@@ -9,9 +9,14 @@ import sys
 
 import pytest
 
-from torchjob.webhook import certificate_process
-from torchjob.webhook.certbundle import CA_VALIDITY, CERT_VALIDITY, ROTATE_FRACTION, secret_data
-from torchjob.webhook.certificates import new_bundle, not_after, recheck_at
+from torchjob.webhook.certificates import process as certificate_process
+from torchjob.webhook.certificates.bundle import (
+    CA_VALIDITY,
+    CERT_VALIDITY,
+    ROTATE_FRACTION,
+    secret_data,
+)
+from torchjob.webhook.certificates.pki import new_bundle, not_after, recheck_at
 
 NOW = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
 DNS_NAMES = ("torchjob-webhook.torchjob.svc",)

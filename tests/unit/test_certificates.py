@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509 import verification
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from torchjob.webhook.certificates import (
+from torchjob.webhook.certificates.pki import (
     BACKDATE,
     CA_VALIDITY,
     CERT_VALIDITY,

@@ -17,8 +17,8 @@ from torchjob.kube.errors import Conflict, NotFound
 from torchjob.kube.informer import ResourceKind
 from torchjob.kube.resources import SECRETS
 from torchjob.kube.rest import Resources
-from torchjob.webhook import certificate_process
-from torchjob.webhook.certbundle import (
+from torchjob.webhook.certificates import process as certificate_process
+from torchjob.webhook.certificates.bundle import (
     CA_VALIDITY,
     CERT_VALIDITY,
     ROTATE_FRACTION,

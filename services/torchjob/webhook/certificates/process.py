@@ -3,13 +3,13 @@
 Making, parsing and checking certificates needs `cryptography`, which costs a process about 10 MB
 of resident memory from its import on (and more once it has made a key), for as long as the process
 lives. The serving process needs it only at start and when a certificate is due, so it asks a
-child, `python -m torchjob.webhook.certificate_process`, and never imports it itself. One JSON
+child, `python -m torchjob.webhook.certificates.process`, and never imports it itself. One JSON
 request on the child's stdin, one JSON reply on its stdout:
 
 - `settle`: the Secret's data (or null), the names and the validities -> the data to keep, whether
-  it changed, when to look again and when the serving certificate expires (`certificates.settle`);
+  it changed, when to look again and when the serving certificate expires (`pki.settle`);
 - `inspect`: a certificate and key PEM -> when the certificate expires, or null when the key is
-  not its own (`certificates.inspect`).
+  not its own (`pki.inspect`).
 
 A ValueError in the child (names that make no certificate) comes back as a ValueError.
 """
@@ -25,9 +25,9 @@ from typing import Any, Final
 
 import orjson
 
-from torchjob.webhook.certbundle import CertBundle, decoded_secret_data, secret_data
+from torchjob.webhook.certificates.bundle import CertBundle, decoded_secret_data, secret_data
 
-MODULE: Final = "torchjob.webhook.certificate_process"
+MODULE: Final = "torchjob.webhook.certificates.process"
 # A child that takes longer is stuck: the work is a few milliseconds after its imports.
 TIMEOUT_SECONDS: Final = 60.0
 
@@ -38,7 +38,7 @@ class CertificateProcessError(RuntimeError):
 
 @dataclass(frozen=True)
 class Settled:
-    """`certificates.Settled`, and the end of validity of the bundle's serving certificate."""
+    """`pki.Settled`, and the end of validity of the bundle's serving certificate."""
 
     bundle: CertBundle
     changed: bool
@@ -54,7 +54,7 @@ async def settle(
     validities: tuple[datetime.timedelta, datetime.timedelta],
     rotate_fraction: float,
 ) -> Settled:
-    """`certificates.settle` of the bundle in a Secret's data, in a child process."""
+    """`pki.settle` of the bundle in a Secret's data, in a child process."""
     ca_validity, cert_validity = validities
     reply = await _ask(
         {
@@ -77,7 +77,7 @@ async def settle(
 
 
 async def inspect(cert_pem: bytes, key_pem: bytes) -> datetime.datetime | None:
-    """`certificates.inspect`, in a child process."""
+    """`pki.inspect`, in a child process."""
     reply = await _ask({"op": "inspect", "cert": cert_pem.decode(), "key": key_pem.decode()})
     expires = reply["not_after"]
     return None if expires is None else datetime.datetime.fromisoformat(expires)
@@ -115,12 +115,12 @@ async def _ask(request: dict[str, Any]) -> dict[str, Any]:
 
 def _answer(request: dict[str, Any]) -> dict[str, Any]:
     # Imported here: the serving process imports this module for the functions above.
-    from torchjob.webhook import certificates
+    from torchjob.webhook.certificates import pki
 
     if request["op"] == "inspect":
-        expires = certificates.inspect(request["cert"].encode(), request["key"].encode())
+        expires = pki.inspect(request["cert"].encode(), request["key"].encode())
         return {"not_after": None if expires is None else expires.isoformat()}
-    settled = certificates.settle(
+    settled = pki.settle(
         _stored_bundle(request["stored"]),
         request["dns_names"],
         request["ip_addresses"],
@@ -133,7 +133,7 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
         "bundle": secret_data(settled.bundle),
         "changed": settled.changed,
         "recheck_at": settled.recheck_at.isoformat(),
-        "not_after": certificates.not_after(settled.bundle.cert_pem).isoformat(),
+        "not_after": pki.not_after(settled.bundle.cert_pem).isoformat(),
     }
 
 

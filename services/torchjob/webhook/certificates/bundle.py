@@ -1,6 +1,6 @@
 """The webhook's certificate bundle as PEMs, and as the Secret that keeps it. No cryptography here:
 the serving process only stores, loads and presents PEMs, and leaves making and checking them to
-`certificate_process`."""
+`process`."""
 
 from __future__ import annotations
 
