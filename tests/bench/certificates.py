@@ -1,16 +1,18 @@
-"""The certificate child process: what it saves and what it costs.
+"""Certificates made in the serving process: what they cost it.
 
-The serving process asks a short-lived child (`webhook/certificates/process.py`) to make and check
-certificates, so that it never imports `cryptography`. This bench weighs that against doing the
-same work in the serving process, three ways, all measured in this one run:
+The webhook makes and checks its certificates in its own process (`webhook/certificates/pki.py`,
+called by `store.py` on the event loop). Until commit 6247108 a short-lived child process did that
+work, so that the serving process never imported `cryptography`; this bench weighed the child at
+that commit (`git show 6247108:tests/bench/certificates.py`), and docs/architecture.md keeps the
+figures and the decision. What it measures now, in this one run:
 
 - memory: the resident set of a fresh process after importing the webhook (`python -m
-  torchjob.webhook`'s imports), then after importing the PKI, then after making a bundle;
-- one settle of an empty Secret (a new CA and serving certificate): on the loop, in a worker
-  thread, in the child;
+  torchjob.webhook`'s imports, `cryptography` among them), then after making a bundle;
+- one settle of an empty Secret (a new CA and serving certificate): on the loop, as the store does
+  it, and in a worker thread;
 - admissions answered while certificates are made: job validations sent at a fixed pace through
   the admission routes (tests/support/webhook.py) on this process's event loop, idle and while
-  settles run each of the three ways; p50/p99/max per way, and each over idle.
+  settles run each way; p50/p99/max per way, and each over idle.
 
 Prints figures; the exit status says nothing about them.
 
@@ -36,12 +38,6 @@ from support.webhook import JOB, admission_app, review, serving  # noqa: E402
 
 from torchjob.runtime import logging as runtime_logging  # noqa: E402
 from torchjob.webhook.certificates import pki  # noqa: E402
-from torchjob.webhook.certificates import process as certificate_process  # noqa: E402
-from torchjob.webhook.certificates.bundle import (  # noqa: E402
-    CA_VALIDITY,
-    CERT_VALIDITY,
-    ROTATE_FRACTION,
-)
 
 DNS_NAMES = ("torchjob-webhook.torchjob.svc",)
 IPS = ("127.0.0.1",)
@@ -57,7 +53,6 @@ def rss_mib():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
 import torchjob.webhook.__main__
-print(rss_mib())
 from torchjob.webhook.certificates import pki
 print(rss_mib())
 import datetime
@@ -66,7 +61,7 @@ print(rss_mib())
 """
 
 
-def resident_mib() -> tuple[float, float, float]:
+def resident_mib() -> tuple[float, float]:
     """Median over five fresh processes of each step's resident set."""
     runs = [
         [
@@ -77,8 +72,8 @@ def resident_mib() -> tuple[float, float, float]:
         ]
         for _ in range(5)
     ]
-    served, imported, made = (statistics.median(step) for step in zip(*runs, strict=True))
-    return served, imported, made
+    served, made = (statistics.median(step) for step in zip(*runs, strict=True))
+    return served, made
 
 
 def settle_here() -> None:
@@ -93,16 +88,9 @@ async def in_thread() -> None:
     await asyncio.to_thread(settle_here)
 
 
-async def in_child() -> None:
-    await certificate_process.settle(
-        None, DNS_NAMES, IPS, NOW, (CA_VALIDITY, CERT_VALIDITY), ROTATE_FRACTION
-    )
-
-
 WAYS: dict[str, Callable[[], Awaitable[None]]] = {
     "on the loop": on_loop,
     "worker thread": in_thread,
-    "child process": in_child,
 }
 
 
@@ -160,12 +148,11 @@ def quantile_ms(values: list[float], q: int) -> float:
 
 async def main(settles: int) -> None:
     runtime_logging.configure("bench", "WARNING")  # not a line per admission
-    served, imported, made = resident_mib()
+    served, made = resident_mib()
     print("Resident memory of a fresh process (median of 5)")
-    print(f"  webhook imported              {served:6.1f} MiB")
-    print(f"  + cryptography and the PKI    {imported:6.1f} MiB  (+{imported - served:.1f})")
+    print(f"  webhook imported, cryptography too  {served:6.1f} MiB")
     growth = f"(+{made - served:.1f}, x{made / served:.2f})"
-    print(f"  + one bundle made             {made:6.1f} MiB  {growth}")
+    print(f"  + one bundle made                   {made:6.1f} MiB  {growth}")
 
     print(f"\nOne settle of an empty Secret (median of {settles})")
     seconds = {name: await settle_seconds(way, settles) for name, way in WAYS.items()}
@@ -175,7 +162,7 @@ async def main(settles: int) -> None:
 
     print(f"\nValidations sent every {SEND_EVERY * 1000:.0f} ms while {settles} settles run")
     await admissions_during(None, settles, 1.0)  # warms the routes and the client up, unreported
-    idle = await admissions_during(None, settles, (seconds["child process"] + PAUSE) * settles)
+    idle = await admissions_during(None, settles, (seconds["on the loop"] + PAUSE) * settles)
     idle_p50, idle_p99 = quantile_ms(idle, 50), quantile_ms(idle, 99)
     print(
         f"  {'way':14} {'n':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'p50 x':>7} {'p99 x':>7}"

@@ -338,7 +338,7 @@ def test_a_certificate_needs_a_name() -> None:
         new_bundle([], [], NOW)
 
 
-# -- settle: what the webhook's child process decides -------------------------------------------
+# -- settle: what the Secret store decides ---------------------------------------------------------
 
 
 def test_settle_makes_a_bundle_when_nothing_usable_is_stored() -> None:

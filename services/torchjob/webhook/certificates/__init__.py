@@ -1,4 +1,2 @@
-"""The serving certificate: the webhook's own PKI, where it is kept, and its live TLS context.
-
-Nothing imported here at package level: the serving process must not import `cryptography`
-(`pki`), which only the certificate child process (`process`) loads."""
+"""The serving certificate: the webhook's own PKI (`pki`), where its certificate is kept
+(`store`), and the live TLS context (`tls`)."""
