@@ -52,7 +52,7 @@ import yaml
 from torchjob.api import constants, schema_checks, types
 from torchjob.api.admission import handle, validate_job
 from torchjob.api.defaults import default_job
-from torchjob.webhook.certificates import new_bundle
+from torchjob.webhook.certificates.pki import new_bundle
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS_DIR))

@@ -46,7 +46,7 @@ from support.controlplane import free_port  # noqa: E402
 from support.jobs import job_manifest  # noqa: E402
 from support.processes import ServiceProcess  # noqa: E402
 
-from torchjob.webhook.certificates import new_bundle  # noqa: E402
+from torchjob.webhook.certificates.pki import new_bundle  # noqa: E402
 
 LOOPBACK = "127.0.0.1"
 ADMISSION_TIMEOUT = 5.0  # the chart's webhook timeoutSeconds

@@ -17,15 +17,15 @@ from support.eventually import eventually
 
 from torchjob.kube.client import KubeClient
 from torchjob.kube.errors import NotFound
-from torchjob.webhook import certificate_process
-from torchjob.webhook.certificates import (
+from torchjob.webhook.certificates import pki
+from torchjob.webhook.certificates.pki import (
     CertBundle,
     bundle_from_secret_data,
     new_bundle,
     not_after,
     secret_data,
 )
-from torchjob.webhook.certstore import (
+from torchjob.webhook.certificates.store import (
     Clock,
     FileCertificateSource,
     SecretCertificateStore,
@@ -93,19 +93,19 @@ async def test_a_store_looks_again_only_when_the_secret_changes_or_something_is_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     settles: list[datetime.datetime] = []
-    settle_in_child = certificate_process.settle
+    settle = pki.settle
 
-    async def counted(*args: Any) -> certificate_process.Settled:
+    def counted(*args: Any) -> pki.Settled:
         settles.append(args[3])
-        return await settle_in_child(*args)
+        return settle(*args)
 
-    monkeypatch.setattr(certificate_process, "settle", counted)
+    monkeypatch.setattr(pki, "settle", counted)
     now = [utc_now()]
     each = store(service_client, namespace, clock=lambda: now[0])
 
     first = await each.ensure()
     assert await each.ensure() == first
-    assert len(settles) == 1  # the Secret as written, nothing due: no child started
+    assert len(settles) == 1  # the Secret as written, nothing due: not settled again
 
     other = new_bundle(DNS_NAMES, IPS, utc_now())
     secret = await read_secret(kube_client, namespace)

@@ -24,7 +24,7 @@ from support.processes import ServiceProcess
 
 from torchjob.api import constants
 from torchjob.render.wait import WAIT_SCRIPT
-from torchjob.webhook.certificates import bundle_from_secret_data, renew, secret_data
+from torchjob.webhook.certificates.pki import bundle_from_secret_data, renew, secret_data
 
 DATA = Path(__file__).parents[1] / "data" / "t9k"
 

@@ -87,7 +87,7 @@ def label_names_in_process() -> dict[str, set[str]]:
 
 def _admission_tally_shown() -> Collector:
     """The webhook's admission metrics as they are once an admission has been answered."""
-    from torchjob.webhook.admission_metrics import AdmissionTally
+    from torchjob.webhook.admission.metrics import AdmissionTally
 
     tally = AdmissionTally()
     tally.answered("validate-jobs", "allowed", 0.001)

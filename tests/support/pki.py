@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from torchjob.webhook.certificates import key_usage
+from torchjob.webhook.certificates.pki import key_usage
 
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 

@@ -26,17 +26,11 @@ from torchjob.api import constants
 from torchjob.kube.informer import Informer, KubeObject
 from torchjob.runtime import logging as runtime_logging
 from torchjob.webhook import settings as webhook_settings
-from torchjob.webhook.bounds import Admissions
-from torchjob.webhook.job_cache import DecodedJobs
-from torchjob.webhook.keys import (
-    ADMISSION_LOG,
-    ADMISSIONS_BOUND,
-    DECODED_JOBS,
-    JOBS,
-    KUBEFLOW_JOBS,
-    SETTINGS,
-)
-from torchjob.webhook.routes import add_admission_routes
+from torchjob.webhook.admission.bounds import Admissions
+from torchjob.webhook.admission.job_cache import DecodedJobs
+from torchjob.webhook.admission.keys import ADMISSION_LOG, ADMISSIONS_BOUND, DECODED_JOBS
+from torchjob.webhook.admission.routes import add_admission_routes
+from torchjob.webhook.keys import JOBS, KUBEFLOW_JOBS, SETTINGS
 from torchjob.webhook.settings import Limits
 
 RECONCILER = "system:serviceaccount:torchjob:torchjob-reconciler"

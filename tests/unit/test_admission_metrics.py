@@ -6,7 +6,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from torchjob.webhook.admission_metrics import BUCKETS, AdmissionTally
+from torchjob.webhook.admission.metrics import BUCKETS, AdmissionTally
 
 
 def _scraped(tally: AdmissionTally) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509 import verification
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from torchjob.webhook.certificates import (
+from torchjob.webhook.certificates.pki import (
     BACKDATE,
     CA_VALIDITY,
     CERT_VALIDITY,
@@ -338,7 +338,7 @@ def test_a_certificate_needs_a_name() -> None:
         new_bundle([], [], NOW)
 
 
-# -- settle: what the webhook's child process decides -------------------------------------------
+# -- settle: what the Secret store decides ---------------------------------------------------------
 
 
 def test_settle_makes_a_bundle_when_nothing_usable_is_stored() -> None:

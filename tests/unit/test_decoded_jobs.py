@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 from support.jobs import job_manifest
 
-from torchjob.webhook.job_cache import DecodedJobs
+from torchjob.webhook.admission.job_cache import DecodedJobs
 
 
 def stored_job(resource_version: str = "1", uid: str | None = None) -> dict[str, Any]:

@@ -23,12 +23,12 @@ from torchjob.api.job_api import TRAINING_JOB
 from torchjob.api.progress import MAX_BODY_BYTES, JobRef
 from torchjob.kube.client import KubeClient
 from torchjob.kube.errors import NotFound
-from torchjob.webhook.progress_app import JobVersion, ProgressService, progress_app
-from torchjob.webhook.progress_auth import POD_NAME, POD_UID, Authenticator, claims_of
-from torchjob.webhook.progress_limit import JobRateLimit, Tarpit
-from torchjob.webhook.progress_target import ProgressTarget
-from torchjob.webhook.progress_writer import CoalescingWriter
-from torchjob.webhook.tls import ServingCertificate
+from torchjob.webhook.certificates.tls import ServingCertificate
+from torchjob.webhook.progress.auth import POD_NAME, POD_UID, Authenticator, claims_of
+from torchjob.webhook.progress.endpoint import JobVersion, ProgressService, progress_app
+from torchjob.webhook.progress.limit import JobRateLimit, Tarpit
+from torchjob.webhook.progress.target import ProgressTarget
+from torchjob.webhook.progress.writer import CoalescingWriter
 
 REF = JobRef(TRAINING_JOB, "ns", "j")
 URL = REF.path

@@ -19,10 +19,10 @@ from torchjob.kube.errors import Conflict, KubeError, NotFound
 from torchjob.kube.informer import ResourceKind
 from torchjob.kube.rest import Resources
 from torchjob.webhook import settings
-from torchjob.webhook.progress_app import JobVersion, finished, job_with_outcome, write_report
-from torchjob.webhook.progress_auth import expiring, expiry_of
-from torchjob.webhook.progress_limit import JobRateLimit
-from torchjob.webhook.progress_writer import CoalescingWriter
+from torchjob.webhook.progress.auth import expiring, expiry_of
+from torchjob.webhook.progress.endpoint import JobVersion, finished, job_with_outcome, write_report
+from torchjob.webhook.progress.limit import JobRateLimit
+from torchjob.webhook.progress.writer import CoalescingWriter
 
 
 def test_a_job_may_burst_then_report_at_its_rate() -> None:

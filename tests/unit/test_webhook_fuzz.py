@@ -30,7 +30,7 @@ from support.webhook import (
     review,
 )
 
-from torchjob.webhook.bounds import INLINE_BYTES
+from torchjob.webhook.admission.bounds import INLINE_BYTES
 from torchjob.webhook.settings import Limits
 
 LIMITS = Limits()

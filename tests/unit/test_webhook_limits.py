@@ -29,9 +29,9 @@ from support.webhook import (
 from torchjob.api import admission
 from torchjob.kube.client import KubeClient
 from torchjob.kube.credentials import Credentials, StaticToken, tls_context
-from torchjob.webhook import routes as webhook_routes
 from torchjob.webhook import settings as webhook_settings
-from torchjob.webhook.bounds import (
+from torchjob.webhook.admission import routes as webhook_routes
+from torchjob.webhook.admission.bounds import (
     INLINE_BYTES,
     MAX_JOB_LOOKUPS,
     SMALL_RESERVE_BYTES,
@@ -39,8 +39,9 @@ from torchjob.webhook.bounds import (
     TooLate,
     Work,
 )
-from torchjob.webhook.keys import ADMISSIONS_BOUND, API
-from torchjob.webhook.routes import Answer, Route
+from torchjob.webhook.admission.keys import ADMISSIONS_BOUND
+from torchjob.webhook.admission.routes import Answer, Route
+from torchjob.webhook.keys import API
 from torchjob.webhook.settings import Limits
 
 VALIDATE = "/validate/pytorchtrainingjobs"

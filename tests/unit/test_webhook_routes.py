@@ -24,9 +24,9 @@ from support.webhook import KUBEFLOW_JOB, RECONCILER, admission_app, kubeflow_re
 from support.webhook import serving as serving_app
 
 from torchjob.runtime.logging import merge_request
-from torchjob.webhook.bounds import Admissions, Work
-from torchjob.webhook.keys import ADMISSION_LOG, ADMISSIONS_BOUND
-from torchjob.webhook.routes import ADMISSIONS, Answer, LookUp, Route
+from torchjob.webhook.admission.bounds import Admissions, Work
+from torchjob.webhook.admission.keys import ADMISSION_LOG, ADMISSIONS_BOUND
+from torchjob.webhook.admission.routes import ADMISSIONS, Answer, LookUp, Route
 from torchjob.webhook.settings import Limits
 
 REVIEW = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}

@@ -7,7 +7,7 @@ from aiohttp import web
 
 from torchjob.runtime import logging as runtime_logging
 from torchjob.webhook.app import init_app
-from torchjob.webhook.keys import TLS
+from torchjob.webhook.certificates.tls import TLS
 from torchjob.webhook.settings import parse
 
 

@@ -1,11 +1,11 @@
-"""The admission webhook: aiohttp over TLS, wired together.
+"""The admission webhook: aiohttp over TLS, wired together from its three parts.
 
 `init_app` puts what the routes read into the application (`keys`), and what runs beside them
 into its cleanup contexts, started in order before the server accepts a connection and stopped in
 reverse: the probes, the worker thread for large bodies, the Kubernetes API client, the job
-caches the pod route reads, the serving certificate (`tls`), and the progress endpoint on a port
-of its own (`progress_app`). The routes and the request path they share are in `routes`, what a
-request may cost in `bounds`.
+caches the pod route reads, the serving certificate (`certificates/tls.py`), and the progress
+endpoint on a port of its own (`progress/endpoint.py`). The routes and the request path they
+share are in `admission/routes.py`, what a request may cost in `admission/bounds.py`.
 """
 
 from __future__ import annotations
@@ -22,20 +22,15 @@ from torchjob.kube.client import new_kube_client
 from torchjob.kube.informer import Informer
 from torchjob.runtime import metrics as runtime_metrics
 from torchjob.runtime.probes import Heartbeat, serve_threaded_probes
-from torchjob.webhook import admission_metrics, progress_app, tls
-from torchjob.webhook.bounds import Admissions
-from torchjob.webhook.job_cache import DecodedJobs
-from torchjob.webhook.keys import (
-    ADMISSION_LOG,
-    ADMISSIONS_BOUND,
-    API,
-    DECODED_JOBS,
-    JOBS,
-    KUBEFLOW_JOBS,
-    SETTINGS,
-    TLS,
-)
-from torchjob.webhook.routes import add_admission_routes
+from torchjob.webhook.admission import metrics as admission_metrics
+from torchjob.webhook.admission.bounds import Admissions
+from torchjob.webhook.admission.job_cache import DecodedJobs
+from torchjob.webhook.admission.keys import ADMISSION_LOG, ADMISSIONS_BOUND, DECODED_JOBS
+from torchjob.webhook.admission.routes import add_admission_routes
+from torchjob.webhook.certificates import tls
+from torchjob.webhook.certificates.tls import TLS
+from torchjob.webhook.keys import API, JOBS, KUBEFLOW_JOBS, SETTINGS
+from torchjob.webhook.progress import endpoint as progress_endpoint
 from torchjob.webhook.settings import Settings
 
 log = structlog.get_logger("torchjob.webhook")
@@ -51,7 +46,7 @@ FAMILIES = runtime_metrics.Families(
         admission_metrics.DURATION,
         "torchjob_admission_inflight_bytes",
     }
-    | progress_app.FAMILIES
+    | progress_endpoint.FAMILIES
     | runtime_metrics.KUBE_CLIENT
     | runtime_metrics.INFORMER
 )
@@ -78,7 +73,7 @@ def init_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.append(_api_client)
     app.cleanup_ctx.append(_job_cache)
     app.cleanup_ctx.append(_keep_certificate)
-    app.cleanup_ctx.append(progress_app.serve_progress)
+    app.cleanup_ctx.append(progress_endpoint.serve_progress)
     add_admission_routes(app)
     return app
 
@@ -101,7 +96,7 @@ async def _api_client(app: web.Application) -> AsyncIterator[None]:
 async def _job_cache(app: web.Application) -> AsyncIterator[None]:
     """Jobs from a watch, so a pod admission reads its job from memory instead of a GET, and the
     progress endpoint whether a job has finished."""
-    transform = progress_app.job_with_outcome
+    transform = progress_endpoint.job_with_outcome
     app[JOBS] = Informer(app[API], resources.JOBS, transform=transform)
     tasks = [asyncio.create_task(app[JOBS].run(), name="job-informer")]
     if app[SETTINGS].kubeflow:

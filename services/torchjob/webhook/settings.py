@@ -69,7 +69,8 @@ def _port(value: int) -> str | None:
     return None if 0 < value < 65536 else "must be a port from 1 to 65535"
 
 
-# The progress endpoint (progress_app.py): where training processes report, and what they may cost.
+# The progress endpoint (progress/endpoint.py): where training processes report, and what they
+# may cost.
 PROGRESS_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "--progress",
@@ -138,7 +139,7 @@ class Settings:
     kubeflow: bool = KUBEFLOW.default
     # cert-manager mode: the CA that signs --cert-file (else ca.crt beside it, when there is one).
     ca_file: str | None = None
-    # The progress endpoint (progress_app.py): served, and named to the pod rewrite, when on.
+    # The progress endpoint (progress/endpoint.py): served, and named to the pod rewrite, when on.
     progress: bool = default_of(PROGRESS_SETTINGS, "progress")
     progress_port: int = default_of(PROGRESS_SETTINGS, "progress_port")
     progress_url: str | None = None

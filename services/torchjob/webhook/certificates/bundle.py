@@ -1,6 +1,5 @@
-"""The webhook's certificate bundle as PEMs, and as the Secret that keeps it. No cryptography here:
-the serving process only stores, loads and presents PEMs, and leaves making and checking them to
-`certificate_process`."""
+"""The webhook's certificate bundle as PEMs, and as the Secret that keeps it: stored, loaded and
+presented as they are; making and checking them is `pki`'s."""
 
 from __future__ import annotations
 

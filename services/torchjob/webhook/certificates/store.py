@@ -17,13 +17,14 @@ from torchjob.kube.errors import Conflict, NotFound
 from torchjob.kube.informer import ResourceKind
 from torchjob.kube.resources import SECRETS
 from torchjob.kube.rest import Resources
-from torchjob.webhook import certificate_process
-from torchjob.webhook.certbundle import (
+from torchjob.webhook.certificates import pki
+from torchjob.webhook.certificates.bundle import (
     CA_VALIDITY,
     CERT_VALIDITY,
     ROTATE_FRACTION,
     AnyIPAddress,
     CertBundle,
+    decoded_secret_data,
     secret_data,
 )
 
@@ -83,7 +84,7 @@ class SecretCertificateStore:
         self._clock = clock
         self._ca_validity = ca_validity
         self._cert_validity = cert_validity
-        self._settled: certificate_process.Settled | None = None
+        self._settled: pki.Settled | None = None
 
     async def ensure(self) -> CertBundle:
         """The bundle in the Secret, after creating or renewing it if needed.
@@ -102,7 +103,7 @@ class SecretCertificateStore:
         if secret is not None and settled is not None and self._still_holds(secret, settled):
             changed = False
         else:
-            settled = await self._settle(secret.get("data") or {} if secret is not None else None)
+            settled = self._settle(secret.get("data") or {} if secret is not None else None)
             changed = settled.changed
         if secret is None:
             await self._create(settled.bundle, owner)
@@ -118,22 +119,25 @@ class SecretCertificateStore:
         """When the serving certificate of the bundle `ensure` returned last expires."""
         if self._settled is None:
             raise RuntimeError("no bundle yet: call ensure() first")
-        return self._settled.not_after
+        return pki.not_after(self._settled.bundle.cert_pem)
 
-    def _still_holds(self, secret: KubeObject, settled: certificate_process.Settled) -> bool:
+    def _still_holds(self, secret: KubeObject, settled: pki.Settled) -> bool:
         """Whether the Secret holds what was settled last, with nothing due yet: then there is
-        nothing to look at again, and no child process is started."""
+        nothing to look at again, and no certificate is parsed."""
         return (secret.get("data") or {}) == secret_data(settled.bundle) and (
             self._clock() < settled.recheck_at
         )
 
-    async def _settle(self, stored_data: dict[str, str] | None) -> certificate_process.Settled:
-        return await certificate_process.settle(
-            stored_data,
+    def _settle(self, stored_data: dict[str, str] | None) -> pki.Settled:
+        # On the event loop: a settle takes about a millisecond, a new CA and certificate included
+        # (tests/bench/certificates.py), and runs only when the Secret changed or something is due.
+        return pki.settle(
+            _stored_bundle(stored_data),
             self._dns_names,
-            [str(ip) for ip in self._ip_addresses],
+            self._ip_addresses,
             self._clock(),
-            (self._ca_validity, self._cert_validity),
+            self._ca_validity,
+            self._cert_validity,
             self._rotate_fraction,
         )
 
@@ -172,6 +176,17 @@ class SecretCertificateStore:
             metadata["ownerReferences"] = [*(metadata.get("ownerReferences") or []), owner]
         await self._resources.replace(SECRETS, self._namespace, self._secret_name, secret)
         return bundle
+
+
+def _stored_bundle(data: dict[str, str] | None) -> CertBundle | None:
+    """What is stored, or None when a key is missing or a value is not base64 (a bundle whose PEMs
+    do not parse is `pki.settle`'s to find)."""
+    if data is None:
+        return None
+    try:
+        return decoded_secret_data(data)
+    except (KeyError, ValueError):
+        return None
 
 
 def _lacks_owner(secret: KubeObject, owner: KubeObject | None) -> bool:
@@ -250,7 +265,7 @@ class FileCertificateSource:
         cert_pem, key_pem = cert_file.read_bytes(), key_file.read_bytes()
         if self._checked is not None and self._checked[:2] == (cert_pem, key_pem):
             return self._checked
-        expires = await certificate_process.inspect(cert_pem, key_pem)
+        expires = pki.inspect(cert_pem, key_pem)
         if expires is None:
             raise ValueError(f"{key_file} is not the private key of {cert_file}")
         self._checked = (cert_pem, key_pem, expires)

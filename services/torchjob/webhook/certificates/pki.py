@@ -15,13 +15,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from torchjob.webhook.certbundle import CA_VALIDITY as CA_VALIDITY
-from torchjob.webhook.certbundle import CERT_VALIDITY as CERT_VALIDITY
-from torchjob.webhook.certbundle import ROTATE_FRACTION as ROTATE_FRACTION
-from torchjob.webhook.certbundle import AnyIPAddress as AnyIPAddress
-from torchjob.webhook.certbundle import CertBundle as CertBundle
-from torchjob.webhook.certbundle import decoded_secret_data
-from torchjob.webhook.certbundle import secret_data as secret_data
+from torchjob.webhook.certificates.bundle import CA_VALIDITY as CA_VALIDITY
+from torchjob.webhook.certificates.bundle import CERT_VALIDITY as CERT_VALIDITY
+from torchjob.webhook.certificates.bundle import ROTATE_FRACTION as ROTATE_FRACTION
+from torchjob.webhook.certificates.bundle import AnyIPAddress as AnyIPAddress
+from torchjob.webhook.certificates.bundle import CertBundle as CertBundle
+from torchjob.webhook.certificates.bundle import decoded_secret_data
+from torchjob.webhook.certificates.bundle import secret_data as secret_data
 
 # Certificates start a little in the past so that a peer whose clock lags ours accepts them.
 BACKDATE: Final = datetime.timedelta(minutes=5)

@@ -4,8 +4,10 @@ after start (a CA rotation, or cert-manager's ca.crt appearing), so it is read w
 
 from __future__ import annotations
 
+from aiohttp import web
+
 from torchjob.api.progress import ProgressEndpoint
-from torchjob.webhook.tls import ServingCertificate
+from torchjob.webhook.certificates.tls import ServingCertificate
 
 
 class ProgressTarget:
@@ -35,3 +37,7 @@ class ProgressTarget:
 
 # The pod rewrite's target when reporting is off: no endpoint.
 NO_PROGRESS = ProgressTarget("", None)
+
+# Where the application keeps the target (its `current` endpoint is handed to the pod rewrite);
+# absent when the chart turns reporting off.
+PROGRESS = web.AppKey("progress", ProgressTarget)

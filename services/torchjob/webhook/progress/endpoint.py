@@ -6,8 +6,8 @@ It listens on a port of its own, beside the admission port, so that the network 
 keeps admissions to the apiserver stays closed to pods, and a flood of reports has its own
 bounds. Each request is checked cheapest first, and nothing is read of a body before its sender
 has proved it runs in one of the job's pods: method, path, token present, declared size, the
-token (progress_auth.py), the job's rate (progress_limit.py), the body, the report, the job not
-finished. Accepted reports are written at most once per job per interval (progress_writer.py).
+token (auth.py), the job's rate (limit.py), the body, the report, the job not
+finished. Accepted reports are written at most once per job per interval (writer.py).
 Every refusal is a metav1.Status, as Kubeflow's server answers, so its clients read it."""
 
 from __future__ import annotations
@@ -42,11 +42,12 @@ from torchjob.lifecycle.progress import (
     supersedes,
 )
 from torchjob.render.kubeflow import FINISHED_CONDITIONS, SUCCEEDED
-from torchjob.webhook.keys import API, JOBS, KUBEFLOW_JOBS, PROGRESS, SETTINGS, TLS
-from torchjob.webhook.progress_auth import Authenticator, Refused, unauthorized
-from torchjob.webhook.progress_limit import JobRateLimit, Tarpit
-from torchjob.webhook.progress_target import ProgressTarget
-from torchjob.webhook.progress_writer import CoalescingWriter
+from torchjob.webhook.certificates.tls import TLS
+from torchjob.webhook.keys import API, JOBS, KUBEFLOW_JOBS, SETTINGS
+from torchjob.webhook.progress.auth import Authenticator, Refused, unauthorized
+from torchjob.webhook.progress.limit import JobRateLimit, Tarpit
+from torchjob.webhook.progress.target import PROGRESS, ProgressTarget
+from torchjob.webhook.progress.writer import CoalescingWriter
 
 log = structlog.get_logger("torchjob.webhook")
 
@@ -59,7 +60,7 @@ READ_CHUNK: Final = 16 * 1024
 # Reads and conditional writes of one report before it waits for the job's next slot.
 WRITE_ATTEMPTS: Final = 3
 _JSON: Final = {hdrs.CONTENT_TYPE: "application/json"}
-# How long a 429 is held before it is sent, and for how many callers at once (progress_limit).
+# How long a 429 is held before it is sent, and for how many callers at once (limit.py).
 TARPIT_SECONDS: Final = 0.25
 TARPIT_CAPACITY: Final = 256
 

@@ -30,8 +30,7 @@ from torchjob.api.job_api import KUBEFLOW_JOB
 from torchjob.api.kubeflow_admission import mutate_pytorchjob, validate_pytorchjob_request
 from torchjob.render.pod_admission_handler import mutate_pod
 from torchjob.runtime import logging as runtime_logging
-from torchjob.webhook.admission_metrics import AdmissionTally
-from torchjob.webhook.bounds import (
+from torchjob.webhook.admission.bounds import (
     INLINE_BYTES,
     MIN_BYTES_PER_CONTAINER,
     Busy,
@@ -39,9 +38,11 @@ from torchjob.webhook.bounds import (
     TooLate,
     Work,
 )
-from torchjob.webhook.keys import ADMISSION_LOG, ADMISSIONS_BOUND, DECODED_JOBS, PROGRESS, SETTINGS
-from torchjob.webhook.pod_job import job_of_pod
-from torchjob.webhook.progress_target import NO_PROGRESS
+from torchjob.webhook.admission.keys import ADMISSION_LOG, ADMISSIONS_BOUND, DECODED_JOBS
+from torchjob.webhook.admission.metrics import AdmissionTally
+from torchjob.webhook.admission.pod_job import job_of_pod
+from torchjob.webhook.keys import SETTINGS
+from torchjob.webhook.progress.target import NO_PROGRESS, PROGRESS
 from torchjob.webhook.settings import Limits
 
 log = structlog.get_logger("torchjob.webhook")

@@ -13,8 +13,9 @@ from torchjob.kube.errors import NotFound
 from torchjob.kube.informer import Informer
 from torchjob.kube.rest import Resources
 from torchjob.render.pod_admission_handler import job_api_of_pod, job_name_of
-from torchjob.webhook.bounds import MAX_JOB_LOOKUPS, Busy, Work
-from torchjob.webhook.keys import API, DECODED_JOBS, JOBS, KUBEFLOW_JOBS
+from torchjob.webhook.admission.bounds import MAX_JOB_LOOKUPS, Busy, Work
+from torchjob.webhook.admission.keys import DECODED_JOBS
+from torchjob.webhook.keys import API, JOBS, KUBEFLOW_JOBS
 
 
 async def job_of_pod(app: web.Application, body: Any, work: Work) -> dict[str, Any] | None:

@@ -15,10 +15,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import structlog
+from aiohttp import web
 
 from torchjob.kube.client import KubeClient
-from torchjob.webhook.certbundle import CertBundle
-from torchjob.webhook.certstore import (
+from torchjob.webhook.certificates.bundle import CertBundle
+from torchjob.webhook.certificates.store import (
     FileCertificateSource,
     SecretCertificateStore,
     patch_ca_bundle,
@@ -134,3 +135,8 @@ def _file_refresher(settings: Settings, tls: ServingCertificate) -> Refresh:
 def _ca_of(ca_file: Path) -> bytes:
     """The CA file's PEM; nothing when there is none (a file small enough to read in passing)."""
     return ca_file.read_bytes() if ca_file.is_file() else b""
+
+
+# Where the application keeps the serving certificate: set by `app.init_app`, read by
+# `__main__` (the admission port's context) and the progress endpoint (its own port's).
+TLS = web.AppKey("tls", ServingCertificate)
