@@ -5,9 +5,11 @@ and a refusal reaches the caller."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -174,3 +176,27 @@ def test_a_refusal_reaches_the_caller() -> None:
     api = FakeApiserver(lists=[listed(10)], watches=[Forbidden(403, "Forbidden", "no")])
     with pytest.raises(Forbidden):
         asyncio.run(read(api, 2))
+
+
+PACKAGE = Path(__file__).parents[2] / "services" / "torchjob"
+# Where a watch is opened and an expired one handled: the informer keeps a cache, the follow
+# does not, and the console's UserApi hands the follow its watch made as the user.
+WATCHES_OPENED_IN = {"kube/informer.py", "console/user_api.py"}
+GONE_HANDLED_IN = {"kube/informer.py", "kube/follow.py"}
+
+
+def test_no_list_watch_loop_is_written_beside_the_follow() -> None:
+    opened, handled = set(), set()
+    for path in PACKAGE.rglob("*.py"):
+        relative = str(path.relative_to(PACKAGE))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "watch"
+                and relative != "kube/client.py"
+            ):
+                opened.add(relative)
+            if isinstance(node, ast.Name) and node.id == "Gone" and isinstance(node.ctx, ast.Load):
+                handled.add(relative)
+    assert opened == WATCHES_OPENED_IN
+    assert handled - {"kube/errors.py"} == GONE_HANDLED_IN
