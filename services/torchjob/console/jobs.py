@@ -16,8 +16,9 @@ from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB
 from torchjob.console import rows
 from torchjob.console.keys import PAGES, SETTINGS, session_of
 from torchjob.console.sse import EventStream, event_stream
-from torchjob.console.user_api import UserApi, WatchEvent
-from torchjob.kube.errors import Gone, KubeError, NotFound
+from torchjob.console.user_api import UserApi
+from torchjob.kube.errors import KubeError
+from torchjob.kube.follow import Change, Snapshot
 from torchjob.kube.informer import ResourceKind
 from torchjob.kube.resources import EVENTS, JOBS, PODS, job_resource
 from torchjob.lifecycle import summary
@@ -117,26 +118,11 @@ async def job_list_stream(request: web.Request) -> web.StreamResponse:
 async def _watch_changes(
     api: UserApi, namespace: str, kind: ResourceKind, version: str, changed: asyncio.Event
 ) -> None:
-    """Sets `changed` on every change of the namespace's jobs, from `version` on; a watch that
-    ends is made again from where it was, and an expired version counts as a change."""
-    while True:
-        try:
-            async for event in api.watch(kind, namespace, version):
-                version = _version_after(event, version)
-                if event.type != "BOOKMARK":
-                    changed.set()
-        except Gone:
-            answer = await api.list_objects(kind, namespace, limit="1")
-            version = str(answer["metadata"].get("resourceVersion") or "")
+    """Sets `changed` on every change of the namespace's jobs from `version` on; a list made
+    again after the version expired counts as one (kube/follow.py)."""
+    async with contextlib.aclosing(api.follow(kind, namespace, since=version, limit="1")) as news:
+        async for _ in news:
             changed.set()
-
-
-def _version_after(event: WatchEvent, version: str) -> str:
-    if event.type == "ERROR":
-        if int(event.object.get("code") or 0) == 410:
-            raise Gone(410, "Expired", str(event.object.get("message") or ""))
-        return version
-    return str((event.object.get("metadata") or {}).get("resourceVersion") or version)
 
 
 async def job_page(request: web.Request) -> web.Response:
@@ -213,24 +199,17 @@ async def _follow_job(
 ) -> None:
     _, namespace, kind = target(request)
     name = request.match_info["name"]
-    while True:
-        try:
-            job = await api.get(kind, namespace, name)
-        except NotFound:
-            await stream.send("job-gone", pages.text("fragments/job_gone.html", name=name))
-            return
-        await _send_status(request, api, stream, job, may)
-        version = str(job["metadata"]["resourceVersion"])
-        with contextlib.suppress(Gone):
-            async for event in api.watch(
-                kind, namespace, version, fieldSelector=f"metadata.name={name}"
-            ):
-                if event.type == "DELETED":
-                    await stream.send("job-gone", pages.text("fragments/job_gone.html", name=name))
-                    return
-                if event.type == "MODIFIED":
-                    await _send_status(request, api, stream, event.object, may)
-                version = _version_after(event, version)
+    news = api.follow(kind, namespace, fieldSelector=f"metadata.name={name}")
+    async with contextlib.aclosing(news):
+        async for news_item in news:
+            if isinstance(news_item, Snapshot):
+                job = news_item.items[0] if news_item.items else None
+            else:
+                job = None if news_item.type == "DELETED" else news_item.object
+            if job is None:
+                await stream.send("job-gone", pages.text("fragments/job_gone.html", name=name))
+                return
+            await _send_status(request, api, stream, job, may)
 
 
 async def _send_status(
@@ -248,21 +227,13 @@ async def _follow_events(
     request: web.Request, api: UserApi, stream: EventStream, pages: Any
 ) -> None:
     namespace, name = request.match_info["namespace"], request.match_info["name"]
-    while True:
-        answer = await api.list_objects(
-            EVENTS, namespace, fieldSelector=f"regarding.name={name}", limit="1"
-        )
-        version = str(answer["metadata"].get("resourceVersion") or "")
-        with contextlib.suppress(Gone):
-            async for event in api.watch(
-                EVENTS, namespace, version, fieldSelector=f"regarding.name={name}"
-            ):
-                if event.type in ("ADDED", "MODIFIED"):
-                    events = await api.events_of(namespace, name)
-                    await stream.send(
-                        "job-events", pages.text("fragments/job_events.html", events=events)
-                    )
-                version = _version_after(event, version)
+    news = api.follow(EVENTS, namespace, fieldSelector=f"regarding.name={name}", limit="1")
+    async with contextlib.aclosing(news):
+        async for news_item in news:
+            if isinstance(news_item, Change) and news_item.type == "DELETED":
+                continue  # an Event that expired: the page keeps what it showed
+            events = await api.events_of(namespace, name)
+            await stream.send("job-events", pages.text("fragments/job_events.html", events=events))
 
 
 async def job_action(request: web.Request) -> web.StreamResponse:

@@ -18,7 +18,7 @@ from torchjob.console.keys import PAGES, session_of
 from torchjob.console.rows import kubelet_message
 from torchjob.console.sse import event_stream
 from torchjob.console.user_api import UserApi
-from torchjob.kube.errors import Gone
+from torchjob.kube.follow import Snapshot
 from torchjob.kube.resources import KUBEFLOW_JOBS, PODS
 from torchjob.lifecycle.summary import pod_phase, pod_reason, pod_restarts, replica_pods
 
@@ -128,22 +128,15 @@ async def replicas_stream(request: web.Request) -> web.StreamResponse:
     namespace, name = request.match_info["namespace"], request.match_info["name"]
     training = training_view(request.match_info.get("kind", "jobs"), job)
     pages = request.app[PAGES]
-    async with event_stream(request) as stream:
-
-        async def send_rows() -> None:
+    pods: dict[str, Object] = {}
+    news = api.follow(PODS, namespace, labelSelector=f"{LABEL_JOB_NAME}={name}")
+    async with event_stream(request) as stream, contextlib.aclosing(news):
+        async for news_item in news:
+            if isinstance(news_item, Snapshot):
+                pods = {pod["metadata"]["name"]: pod for pod in news_item.items}
+            elif not apply_event(pods, news_item.type, news_item.object):
+                continue
             rows = replica_rows(training, list(pods.values()))
             html = pages.text("fragments/replica_rows.html", rows=rows, namespace=namespace)
             await stream.send("replicas", html)
-
-        while True:
-            pods, version = await list_pods(api, namespace, name)
-            await send_rows()
-            with contextlib.suppress(Gone):
-                async for event in api.watch(
-                    PODS, namespace, version, labelSelector=f"{LABEL_JOB_NAME}={name}"
-                ):
-                    if event.type == "ERROR":
-                        break  # listed again, and watched from there
-                    if apply_event(pods, event.type, event.object):
-                        await send_rows()
     return stream.response

@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from torchjob.api.constants import FIELD_MANAGER
 from torchjob.kube.client import KubeClient
+from torchjob.kube.follow import Change, Snapshot, WatchEvent, follow
 from torchjob.kube.informer import ResourceKind
 from torchjob.kube.resources import EVENTS, JOBS, KUBEFLOW_JOBS
 
@@ -23,12 +23,6 @@ WATCH_SECONDS = 300
 KINDS = {"pytorchtrainingjobs": JOBS, "pytorchjobs": KUBEFLOW_JOBS}
 
 Object = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class WatchEvent:
-    type: str  # ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
-    object: Object
 
 
 class UserApi:
@@ -101,8 +95,8 @@ class UserApi:
     async def watch(
         self, kind: ResourceKind, namespace: str, resource_version: str, **query: str
     ) -> AsyncGenerator[WatchEvent, None]:
-        """The events of a watch from `resource_version`, until the apiserver ends it; a Gone
-        (410) error event raises as the list it calls for."""
+        """The events of a watch from `resource_version`, until the apiserver ends it (error
+        events included: `follow` reads them)."""
         parameters = {
             "resourceVersion": resource_version,
             "allowWatchBookmarks": "true",
@@ -114,6 +108,18 @@ class UserApi:
             async for line in lines:
                 event = orjson.loads(line)
                 yield WatchEvent(str(event.get("type")), event.get("object") or {})
+
+    def follow(
+        self, kind: ResourceKind, namespace: str, *, since: str = "", limit: str = "", **query: str
+    ) -> AsyncGenerator[Snapshot | Change, None]:
+        """The objects of `kind` that `query` selects, listed (at most `limit` of them: the list
+        may be there only for its resourceVersion) and then watched, both as the user; listed
+        again when the watch expires (kube/follow.py). With `since` the watch starts there."""
+        return follow(
+            lambda: self.list_objects(kind, namespace, limit=limit, **query),
+            lambda version: self.watch(kind, namespace, version, **query),
+            since=since,
+        )
 
     async def events_of(self, namespace: str, name: str) -> list[Object]:
         """The Events about the object `name`, oldest first."""
