@@ -22,7 +22,7 @@ import structlog
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from torchjob.api import constants
+from torchjob.api import constants, job_api
 from torchjob.kube.informer import Informer, KubeObject
 from torchjob.runtime import logging as runtime_logging
 from torchjob.webhook import settings as webhook_settings
@@ -32,8 +32,7 @@ from torchjob.webhook.keys import (
     ADMISSION_LOG,
     ADMISSIONS_BOUND,
     DECODED_JOBS,
-    JOBS,
-    KUBEFLOW_JOBS,
+    JOB_CACHES,
     SETTINGS,
 )
 from torchjob.webhook.routes import add_admission_routes
@@ -118,8 +117,10 @@ def admission_app(
     app = web.Application(client_max_size=limits.max_body_bytes)
     app[SETTINGS] = settings
     app[DECODED_JOBS] = DecodedJobs()
-    app[JOBS] = FixedJobs(job)
-    app[KUBEFLOW_JOBS] = FixedJobs(kubeflow_job)
+    app[JOB_CACHES] = {
+        job_api.TRAINING_JOB: FixedJobs(job),
+        job_api.KUBEFLOW_JOB: FixedJobs(kubeflow_job),
+    }
     app[ADMISSIONS_BOUND] = Admissions(limits)
     app[ADMISSION_LOG] = structlog.get_logger("test").bind()
     add_admission_routes(app)

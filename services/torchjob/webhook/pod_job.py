@@ -7,14 +7,14 @@ from typing import Any
 
 from aiohttp import web
 
-from torchjob.api.job_api import TRAINING_JOB, JobApi
+from torchjob.api.job_api import JobApi
 from torchjob.kube import resources
 from torchjob.kube.errors import NotFound
 from torchjob.kube.informer import Informer
 from torchjob.kube.rest import Resources
 from torchjob.render.pod_admission_handler import job_api_of_pod, job_name_of
 from torchjob.webhook.bounds import MAX_JOB_LOOKUPS, Busy, Work
-from torchjob.webhook.keys import API, DECODED_JOBS, JOBS, KUBEFLOW_JOBS
+from torchjob.webhook.keys import API, DECODED_JOBS, JOB_CACHES
 
 
 async def job_of_pod(app: web.Application, body: Any, work: Work) -> dict[str, Any] | None:
@@ -65,6 +65,4 @@ def _claimed_job(body: Any) -> tuple[str, str, Any] | None:
 
 def _cache_of(app: web.Application, api: JobApi) -> Informer | None:
     """The cache of jobs of `api`: PyTorchJobs are cached only when the webhook serves them."""
-    if api is TRAINING_JOB:
-        return app[JOBS]
-    return app.get(KUBEFLOW_JOBS)
+    return app[JOB_CACHES].get(api)
