@@ -43,6 +43,8 @@ class JobKind(Protocol):
     api: JobApi
     # Served only when the operator is asked to (--kubeflow); else always.
     opt_in: bool
+    # Its jobs may ask for a HorizontalPodAutoscaler (`autoscaler`), which is then watched.
+    autoscaled: bool
     # What `phase` can say of a job of this kind.
     phases: tuple[str, ...]
     # The name of a replica's training container in this API (None: torchjob's own choice,
@@ -66,7 +68,7 @@ class JobKind(Protocol):
         """How the stored job ended, Succeeded or Failed; None while it runs."""
         ...
 
-    def autoscaler(self, job: Object, owner: Object) -> Object | None:
+    def autoscaler(self, job: Object, owner: Mapping[str, Any]) -> Object | None:
         """The HorizontalPodAutoscaler the job (as `training_job` made it) asks for while it
         runs, owned by `owner`; None when it asks for none or its kind has none."""
         ...
@@ -108,6 +110,7 @@ class JobKind(Protocol):
 class TrainingJobKind:
     api: JobApi = TRAINING_JOB
     opt_in = False
+    autoscaled = False
     phases: tuple[str, ...] = JOB_PHASE_VALUES
     training_container: str | None = None
 
@@ -125,7 +128,7 @@ class TrainingJobKind:
         phase = (job.get("status") or {}).get("phase")
         return str(phase) if phase in constants.FINISHED_JOB_PHASES else None
 
-    def autoscaler(self, job: Object, owner: Object) -> Object | None:
+    def autoscaler(self, job: Object, owner: Mapping[str, Any]) -> Object | None:
         return None  # elastic jobs of this API are scaled by their own spec
 
     def training_job(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -160,6 +163,7 @@ class KubeflowJobKind:
 
     api: JobApi = KUBEFLOW_JOB
     opt_in = True
+    autoscaled = True
     phases: tuple[str, ...] = tuple(c.type for c in KUBEFLOW_CONDITIONS)
     training_container: str | None = DEFAULT_CONTAINER
 
@@ -182,7 +186,7 @@ class KubeflowJobKind:
         }
         return ("Succeeded" if SUCCEEDED.type in held else "Failed") if held else None
 
-    def autoscaler(self, job: Object, owner: Object) -> Object | None:
+    def autoscaler(self, job: Object, owner: Mapping[str, Any]) -> Object | None:
         return render_autoscaler(job["metadata"], job.get(KUBEFLOW_SPEC) or {}, owner)
 
     def training_job(self, job: dict[str, Any]) -> dict[str, Any]:
