@@ -1,6 +1,7 @@
 """The two APIs a job may be written in: torchjob's own PyTorchTrainingJob and, opt-in, Kubeflow's
 PyTorchJob (docs/kubeflow.md). Both run through the same lifecycle; what differs is named here,
-so the rest of the code asks a job's `JobApi` instead of testing its kind."""
+so the rest of the code asks a job's `JobApi`, and its kind (render/job_kinds.py), instead of
+testing which API it is."""
 
 from __future__ import annotations
 
@@ -23,10 +24,6 @@ class JobApi:
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}"
-
-    @property
-    def kubeflow(self) -> bool:
-        return self is KUBEFLOW_JOB
 
 
 TRAINING_JOB: Final = JobApi(types.GROUP, types.VERSION, types.KIND, types.PLURAL)

@@ -22,10 +22,10 @@ from torchjob.api.kubeflow import (
     as_training_job,
     managed_elsewhere,
 )
-from torchjob.api.objects import latest_condition
 from torchjob.api.progress import ProgressEndpoint
 from torchjob.api.types import JOB_PHASE_VALUES
 from torchjob.render.kubeflow import (
+    CREATED,
     FINISHED_CONDITIONS,
     KUBEFLOW_CONDITIONS,
     SUCCEEDED,
@@ -174,9 +174,10 @@ class KubeflowJobKind:
         return bool(((job.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
 
     def phase(self, job: Object) -> str:
-        """A PyTorchJob has no phase: its latest True condition says where it is."""
-        latest = latest_condition(job.get("status") or {})
-        return str(latest.get("type")) if latest else "Created"
+        """A PyTorchJob has no phase: its last condition is its state (`set_condition` appends
+        each change), as its printer column shows it; Created before it has one."""
+        conditions = _conditions(job)
+        return str(conditions[-1].get("type")) if conditions else CREATED.type
 
     def outcome(self, job: Object) -> str | None:
         held = {
