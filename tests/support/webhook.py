@@ -117,10 +117,11 @@ def admission_app(
     app = web.Application(client_max_size=limits.max_body_bytes)
     app[SETTINGS] = settings
     app[DECODED_JOBS] = DecodedJobs()
-    app[JOB_CACHES] = {
+    caches: dict[job_api.JobApi, Informer] = {
         job_api.TRAINING_JOB: FixedJobs(job),
         job_api.KUBEFLOW_JOB: FixedJobs(kubeflow_job),
     }
+    app[JOB_CACHES] = caches
     app[ADMISSIONS_BOUND] = Admissions(limits)
     app[ADMISSION_LOG] = structlog.get_logger("test").bind()
     add_admission_routes(app)
