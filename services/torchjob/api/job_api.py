@@ -34,10 +34,12 @@ JOB_APIS: Final = (TRAINING_JOB, KUBEFLOW_JOB)
 
 
 def api_named(kind: str) -> JobApi:
-    """The API of a job `kind` (PyTorchTrainingJob when the kind is not Kubeflow's)."""
-    return KUBEFLOW_JOB if kind == KUBEFLOW_JOB.kind else TRAINING_JOB
+    """The API of a job `kind` (PyTorchTrainingJob's for a kind no API has)."""
+    return next((api for api in JOB_APIS if api.kind == kind), TRAINING_JOB)
 
 
 def api_of(obj: Mapping[str, Any]) -> JobApi:
-    """The API an object (a job, or an owner reference) is written in, by its apiVersion."""
-    return KUBEFLOW_JOB if obj.get("apiVersion") == KUBEFLOW_JOB.api_version else TRAINING_JOB
+    """The API an object (a job, or an owner reference) is written in, by its apiVersion
+    (PyTorchTrainingJob's for an apiVersion no API has)."""
+    version = obj.get("apiVersion")
+    return next((api for api in JOB_APIS if api.api_version == version), TRAINING_JOB)

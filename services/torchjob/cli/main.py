@@ -46,11 +46,11 @@ from torchjob.cli.views.local import (
     LocalRenderError,
     gpu_shares,
     local_command,
-    training_container_named,
 )
 from torchjob.lifecycle.backoff import BASE_DELAY, MAX_DELAY, RestartBackoff
 from torchjob.lifecycle.status import TERMINAL_CONDITIONS
 from torchjob.render.job_kinds import kind_of
+from torchjob.render.replica_command import training_container_named
 from torchjob.render.topology import replicas_of, service_host, world_size
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 0, 1, 2, 130

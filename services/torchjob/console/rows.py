@@ -4,6 +4,7 @@ Pure: a job object (as the apiserver returns it) comes in, plain values go out."
 from __future__ import annotations
 
 import datetime
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,7 @@ from torchjob.lifecycle import summary
 from torchjob.lifecycle.conditions import START_FAILURE_REASONS
 from torchjob.lifecycle.times import parse_time
 from torchjob.render.job_kinds import KINDS, JobKind, kind_of
+from torchjob.render.replica_command import replica_command
 
 Object = dict[str, Any]
 # What the list's phase cell can say of a job of each API: its phase as its kind says it, or
@@ -140,19 +142,12 @@ def training_container(job: Object) -> Object:
     return dict(container or {})
 
 
-def torchrun_line(job: Object) -> str:
-    """The torchrun command line the replicas run, as far as the spec says it; '' without
-    torchrun."""
-    spec = job.get("spec") or {}
-    torchrun = spec.get("torchrunConfig") or {}
-    if not (torchrun.get("enabled") or torchrun.get("enable")):
-        return ""
-    container = training_container(job)
-    words = ["torchrun", f"--nproc-per-node={torchrun.get('procPerNode', '1')}"]
-    words += [str(option) for option in torchrun.get("extraOptions") or []]
-    words += [str(arg) for arg in (container.get("command") or [])[1:]]
-    words += [str(arg) for arg in container.get("args") or []]
-    return " ".join(words)
+def command_line(job: Object) -> str:
+    """The command line the job's first replica runs, as its pod is made and rewritten
+    (render/replica_command.py), quoted as a shell would need it; '' when its pods cannot be
+    made."""
+    kind = job_kind(job)
+    return shlex.join(replica_command(job, kind.api))
 
 
 def pending_reason(job: Object) -> str:
