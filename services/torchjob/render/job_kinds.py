@@ -4,7 +4,8 @@ renders, admits and writes a job asks its job's kind (`kind_of`) what differs in
 which API it is. Both run through the same lifecycle, on the PyTorchTrainingJob a job stands for.
 As kueue's `GenericJob`, a kind says whether a stored job is paused and how to pause it, its phase
 and outcome as its API shows them, and the children it has beside pods and services (optional:
-`autoscaler` is None for a kind without). A new kind is one class here and its table row.
+`autoscaler` is None for a kind without). A new kind is a class meeting `JobKind` and its row
+in `KINDS` (CONTRIBUTING.md, "a job kind").
 Pure."""
 
 from __future__ import annotations
