@@ -22,7 +22,7 @@ import structlog
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from torchjob.api import constants
+from torchjob.api import constants, job_api
 from torchjob.kube.informer import Informer, KubeObject
 from torchjob.runtime import logging as runtime_logging
 from torchjob.webhook import settings as webhook_settings
@@ -30,7 +30,7 @@ from torchjob.webhook.admission.bounds import Admissions
 from torchjob.webhook.admission.job_cache import DecodedJobs
 from torchjob.webhook.admission.keys import ADMISSION_LOG, ADMISSIONS_BOUND, DECODED_JOBS
 from torchjob.webhook.admission.routes import add_admission_routes
-from torchjob.webhook.keys import JOBS, KUBEFLOW_JOBS, SETTINGS
+from torchjob.webhook.keys import JOB_CACHES, SETTINGS
 from torchjob.webhook.settings import Limits
 
 RECONCILER = "system:serviceaccount:torchjob:torchjob-reconciler"
@@ -112,8 +112,11 @@ def admission_app(
     app = web.Application(client_max_size=limits.max_body_bytes)
     app[SETTINGS] = settings
     app[DECODED_JOBS] = DecodedJobs()
-    app[JOBS] = FixedJobs(job)
-    app[KUBEFLOW_JOBS] = FixedJobs(kubeflow_job)
+    caches: dict[job_api.JobApi, Informer] = {
+        job_api.TRAINING_JOB: FixedJobs(job),
+        job_api.KUBEFLOW_JOB: FixedJobs(kubeflow_job),
+    }
+    app[JOB_CACHES] = caches
     app[ADMISSIONS_BOUND] = Admissions(limits)
     app[ADMISSION_LOG] = structlog.get_logger("test").bind()
     add_admission_routes(app)

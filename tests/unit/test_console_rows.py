@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
+import copy
 import datetime
 from typing import Any
 
 import pytest
+from support.webhook import KUBEFLOW_JOB as KUBEFLOW_MANIFEST
 
 from torchjob.api.constants import LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
 from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB
 from torchjob.api.types import JOB_PHASE_VALUES
 from torchjob.console.rows import (
     PHASES,
+    command_line,
     job_row,
     kubelet_messages,
     matches,
     pending_reason,
     replica_choices,
-    torchrun_line,
 )
 
 
@@ -29,7 +31,12 @@ def job(**status: Any) -> dict[str, Any]:
         "resources": {"limits": {"nvidia.com/gpu": 2}},
     }
     return {
-        "metadata": {"name": "mnist", "uid": "u-1", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "metadata": {
+            "name": "mnist",
+            "namespace": "ns",
+            "uid": "u-1",
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+        },
         "spec": {
             "torchrunConfig": {"enabled": True, "procPerNode": "2"},
             "replicaSpecs": [
@@ -82,11 +89,22 @@ def test_filters_match_phase_and_part_of_the_name() -> None:
     assert not matches(row, "Failed", "") and not matches(row, "", "cifar")
 
 
-def test_the_torchrun_line_is_built_from_the_spec() -> None:
-    assert torchrun_line(job()) == "torchrun --nproc-per-node=2 train.py --epochs 3"
+def test_the_command_is_the_one_the_rewritten_pods_run() -> None:
+    words = command_line(job()).split()
+    assert words[0] == "torchrun" and words[-3:] == ["train.py", "--epochs", "3"]
+    assert {"--nnodes=3", "--nproc-per-node=2", "--rdzv-id=u-1"} <= set(words)
+    assert any(word.startswith("--rdzv-endpoint=mnist-worker-0") for word in words)
+    aliased = job()
+    aliased["spec"]["torchrunConfig"] = {"enable": True, "procPerNode": "2"}
+    assert command_line(aliased) == command_line(job())  # the alias means what `enabled` does
     plain = job()
     plain["spec"]["torchrunConfig"] = {}
-    assert torchrun_line(plain) == ""
+    container = plain["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]
+    container["command"] = ["python"]
+    assert command_line(plain) == "python train.py --epochs 3"
+    container["args"] = ["train.py", "two words"]
+    assert command_line(plain) == "python train.py 'two words'"
+    assert command_line({"metadata": {"name": "empty"}, "spec": {}}) == ""
 
 
 def test_a_kubeflow_pytorchjob_shows_its_latest_condition_as_its_phase() -> None:
@@ -209,3 +227,11 @@ def test_a_log_pages_replicas_are_in_rank_order() -> None:
         ("j-worker-10", "worker-10"),
     ]
     assert replica_choices([{"metadata": {"name": "bare"}}]) == [("bare", "bare")]
+
+
+def test_a_kubeflow_pytorchjob_shows_its_pytorch_containers_command() -> None:
+    pytorchjob = copy.deepcopy(KUBEFLOW_MANIFEST)
+    master = pytorchjob["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    master["containers"].reverse()  # the training container is Kubeflow's `pytorch`, not the first
+    master["containers"][1]["args"] = ["--epochs", "3"]
+    assert command_line(pytorchjob) == "python3 t.py --epochs 3"

@@ -13,7 +13,7 @@ import pytest
 from cachetools import TLRUCache
 from support.fake_time import FakeTime, settle
 
-from torchjob.api.job_api import TRAINING_JOB
+from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB
 from torchjob.api.progress import JobRef
 from torchjob.kube.errors import Conflict, KubeError, NotFound
 from torchjob.kube.informer import ResourceKind
@@ -165,13 +165,10 @@ def test_remembered_verdicts_expire_and_are_bounded() -> None:
     assert len(kept) == 2 and kept.get("a") is None
 
 
-def test_finished_jobs_of_both_apis() -> None:
+def test_a_cached_job_has_finished_by_the_phase_its_cache_keeps() -> None:
     assert finished({"status": {"phase": "Succeeded"}})
     assert finished({"status": {"phase": "Failed"}})
     assert not finished({"status": {"phase": "Running"}})
-    kubeflow = {"status": {"conditions": [{"type": "Succeeded", "status": "True"}]}}
-    assert finished(kubeflow)
-    assert not finished({"status": {"conditions": [{"type": "Failed", "status": "False"}]}})
     assert not finished({})
 
 
@@ -182,8 +179,15 @@ def test_the_job_cache_keeps_only_whether_a_job_finished() -> None:
         "status": {"phase": "Running", "conditions": [{"type": "Running", "status": "True"}]},
     }
     assert job_with_outcome(job) == {"metadata": {"name": "j"}, "spec": {"x": 1}}
-    kubeflow = {**job, "status": {"conditions": [{"type": "Failed", "status": "True"}]}}
-    assert job_with_outcome(kubeflow)["status"] == {"phase": "Failed"}
+    assert job_with_outcome({**job, "status": {"phase": "Failed"}})["status"] == {"phase": "Failed"}
+    kubeflow = {**job, "apiVersion": KUBEFLOW_JOB.api_version}
+    held = {"type": "Failed", "status": "True"}
+    assert "status" not in job_with_outcome(kubeflow)
+    kubeflow_failed = {**kubeflow, "status": {"conditions": [held]}}
+    assert job_with_outcome(kubeflow_failed)["status"] == {"phase": "Failed"}
+    not_held = {**kubeflow, "status": {"conditions": [{**held, "status": "False"}]}}
+    assert "status" not in job_with_outcome(not_held)
+    assert finished(job_with_outcome(kubeflow_failed))
 
 
 def test_the_progress_settings(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,7 @@
 """The two APIs a job may be written in: torchjob's own PyTorchTrainingJob and, opt-in, Kubeflow's
 PyTorchJob (docs/kubeflow.md). Both run through the same lifecycle; what differs is named here,
-so the rest of the code asks a job's `JobApi` instead of testing its kind."""
+so the rest of the code asks a job's `JobApi`, and its kind (render/job_kinds.py), instead of
+testing which API it is."""
 
 from __future__ import annotations
 
@@ -24,10 +25,6 @@ class JobApi:
     def api_version(self) -> str:
         return f"{self.group}/{self.version}"
 
-    @property
-    def kubeflow(self) -> bool:
-        return self is KUBEFLOW_JOB
-
 
 TRAINING_JOB: Final = JobApi(types.GROUP, types.VERSION, types.KIND, types.PLURAL)
 KUBEFLOW_JOB: Final = JobApi(
@@ -37,10 +34,12 @@ JOB_APIS: Final = (TRAINING_JOB, KUBEFLOW_JOB)
 
 
 def api_named(kind: str) -> JobApi:
-    """The API of a job `kind` (PyTorchTrainingJob when the kind is not Kubeflow's)."""
-    return KUBEFLOW_JOB if kind == KUBEFLOW_JOB.kind else TRAINING_JOB
+    """The API of a job `kind` (PyTorchTrainingJob's for a kind no API has)."""
+    return next((api for api in JOB_APIS if api.kind == kind), TRAINING_JOB)
 
 
 def api_of(obj: Mapping[str, Any]) -> JobApi:
-    """The API an object (a job, or an owner reference) is written in, by its apiVersion."""
-    return KUBEFLOW_JOB if obj.get("apiVersion") == KUBEFLOW_JOB.api_version else TRAINING_JOB
+    """The API an object (a job, or an owner reference) is written in, by its apiVersion
+    (PyTorchTrainingJob's for an apiVersion no API has)."""
+    version = obj.get("apiVersion")
+    return next((api for api in JOB_APIS if api.api_version == version), TRAINING_JOB)

@@ -4,6 +4,7 @@ model). Only the fields the code touches are declared; every field is optional, 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal, TypedDict
 
 # A pod's phase (`status.phase`), as the kubelet reports it.
@@ -80,3 +81,10 @@ class Pod(TypedDict, total=False):
     metadata: ObjectMeta
     spec: dict[str, Any]
     status: PodStatus
+
+
+def latest_condition(status: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The True condition that changed last (an object's current story)."""
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    true = [c for c in conditions or () if isinstance(c, dict) and c.get("status") == "True"]
+    return max(true, key=lambda c: str(c.get("lastTransitionTime") or ""), default=None)

@@ -40,16 +40,17 @@ from torchjob.cli.parsers import (
     run_cluster_command,
 )
 from torchjob.cli.progress_server import local_progress
-from torchjob.cli.runner import LocalRunner, RunResult, shown_state, training_container_name
+from torchjob.cli.runner import LocalRunner, RunResult, training_container_name
 from torchjob.cli.terminal import Console
 from torchjob.cli.views.local import (
     LocalRenderError,
     gpu_shares,
     local_command,
-    training_container_named,
 )
 from torchjob.lifecycle.backoff import BASE_DELAY, MAX_DELAY, RestartBackoff
 from torchjob.lifecycle.status import TERMINAL_CONDITIONS
+from torchjob.render.job_kinds import kind_of
+from torchjob.render.replica_command import training_container_named
 from torchjob.render.topology import replicas_of, service_host, world_size
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -248,20 +249,17 @@ def local_gpus() -> list[str] | None:
 
 
 def _summary(job: AdmittedJob, result: RunResult, console: Console) -> None:
-    status = result.status
-    conditions = {c.get("type"): c for c in status.get("conditions") or []}
-    final = next((conditions[t] for t in TERMINAL_CONDITIONS if t in conditions), None)
-    if result.interrupted:
-        reason, message = "Interrupted", "stopped by a signal before the job finished"
-    elif final is not None and final.get("status") == "True":
-        reason, message = str(final.get("reason")), str(final.get("message"))
-    else:
-        reason, message = "NotFinished", "nothing could make progress here"
+    """How the job ended, as its API shows it (its state, and each replica type's counts where
+    its status has them), then the lifecycle's record of its restarts and replicas."""
+    status, shown = result.status, result.shown
+    reason, message = _ending(job, result)
+    console.say(f"job {job.key}: {kind_of(job.api).phase({'status': shown})} ({reason}: {message})")
+    for replica_type, counts in (shown.get("replicaStatuses") or {}).items():
+        numbers = ", ".join(
+            f"{key} {counts[key]}" for key in ("active", "succeeded", "failed") if key in counts
+        )
+        console.say(f"  replicaStatuses.{replica_type}: {numbers or 'none'}")
     limit = queries.backoff_limit(job.spec)
-    if job.kubeflow and not result.interrupted:
-        _kubeflow_summary(job, result, console)
-    else:
-        console.say(f"job {job.key}: {status.get('phase', 'Pending')} ({reason}: {message})")
     console.say(
         f"restarts {status.get('backoffCount', 0)} ({backoff_limit_text(limit)}), "
         f"duration {result.duration:.1f}s"
@@ -271,27 +269,27 @@ def _summary(job: AdmittedJob, result: RunResult, console: Console) -> None:
             console.say(f"  {replica.get('name')}: {_replica_outcome(replica)}")
 
 
+def _ending(job: AdmittedJob, result: RunResult) -> tuple[str, str]:
+    """The reason and message of the condition that ended the job, as its API shows it."""
+    if result.interrupted:
+        return "Interrupted", "stopped by a signal before the job finished"
+    ended = kind_of(job.api).outcome({"status": result.shown})
+    final = next(
+        (
+            c
+            for c in reversed(result.shown.get("conditions") or [])
+            if c.get("type") in (*TERMINAL_CONDITIONS, ended) and c.get("status") == "True"
+        ),
+        None,
+    )
+    if ended is None or final is None:
+        return "NotFinished", "nothing could make progress here"
+    return str(final.get("reason")), str(final.get("message"))
+
+
 def backoff_limit_text(limit: int) -> str:
     """`backoffLimit 3`, or that there is none (a PyTorchJob without one)."""
     return "no backoffLimit" if limit == UNLIMITED_BACKOFF else f"backoffLimit {limit}"
-
-
-def _kubeflow_summary(job: AdmittedJob, result: RunResult, console: Console) -> None:
-    """The PyTorchJob's state as Kubeflow shows it: its last condition, and each replica
-    type's counts (replicaStatuses)."""
-    shown = result.shown
-    conditions = shown.get("conditions") or []
-    last = conditions[-1] if conditions else {}
-    state = shown_state(job, shown)
-    console.say(
-        f"job {job.key}: {state} ({last.get('reason', 'NotFinished')}: "
-        f"{last.get('message', 'nothing could make progress here')})"
-    )
-    for kind, counts in (shown.get("replicaStatuses") or {}).items():
-        numbers = ", ".join(
-            f"{key} {counts[key]}" for key in ("active", "succeeded", "failed") if key in counts
-        )
-        console.say(f"  replicaStatuses.{kind}: {numbers or 'none'}")
 
 
 def _replica_outcome(replica: dict[str, Any]) -> str:

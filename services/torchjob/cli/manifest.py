@@ -56,10 +56,6 @@ class AdmittedJob:
     kubeflow_spec: dict[str, Any] | None = None
 
     @property
-    def kubeflow(self) -> bool:
-        return self.api.kubeflow
-
-    @property
     def meta(self) -> dict[str, Any]:
         meta: dict[str, Any] = self.job["metadata"]
         return meta

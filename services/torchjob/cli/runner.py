@@ -33,7 +33,7 @@ from typing import IO, Any
 from torchjob.api import constants, queries
 from torchjob.api.constants import REASON_RESTART_BACKOFF
 from torchjob.api.jsoncopy import merge_patched
-from torchjob.api.kubeflow import DEFAULT_CONTAINER, UNLIMITED_BACKOFF
+from torchjob.api.kubeflow import UNLIMITED_BACKOFF
 from torchjob.cli.cluster import admitted_pod
 from torchjob.cli.manifest import AdmittedJob
 from torchjob.cli.processes import (
@@ -52,7 +52,7 @@ from torchjob.lifecycle.plan import Plan, PodToCreate, plan
 from torchjob.lifecycle.round import Observed
 from torchjob.lifecycle.status import is_terminal
 from torchjob.lifecycle.times import format_time
-from torchjob.render.kubeflow import kubeflow_status
+from torchjob.render.job_kinds import kind_of
 from torchjob.render.topology import Replica, replica_name, replicas_of, service_host
 
 # The exit code a container that could not be started reports (containerd's StartError).
@@ -459,31 +459,24 @@ class LocalRunner:
 def training_container_name(job: AdmittedJob) -> str | None:
     """The name of a replica's training container: Kubeflow's `pytorch` for a PyTorchJob
     (None: torchjob's own choice, `python` else the first)."""
-    return DEFAULT_CONTAINER if job.kubeflow else None
+    return kind_of(job.api).training_container
 
 
 def shown_status(
     job: AdmittedJob, before: dict[str, Any], record: dict[str, Any]
 ) -> dict[str, Any]:
-    """The job's status as its API shows it: the lifecycle's record itself, or for a Kubeflow
-    PyTorchJob Kubeflow's status moved on from `before` to what the record says."""
-    if not job.kubeflow:
-        return record
-    now = format_time(datetime.now(UTC))
-    # Written as the reconciler writes it: a merge patch over what the job showed.
-    shown: dict[str, Any] = merge_patched(
-        before, kubeflow_status(job.meta["name"], before, record, now, job.kubeflow_spec or {})
-    )
+    """The job's status as its API shows it, moved on from `before` to what the lifecycle's
+    `record` says: written as the reconciler writes it, a merge patch over what the job showed."""
+    kind = kind_of(job.api)
+    stored = kind.training_job({**job.manifest, "metadata": job.meta, "status": before})
+    written = kind.shown_status(stored, record, format_time(datetime.now(UTC)))
+    shown: dict[str, Any] = merge_patched(before, written)
     return shown
 
 
 def shown_state(job: AdmittedJob, shown: dict[str, Any]) -> str:
-    """The job's state in one word: its phase, or as Kubeflow's printer column shows it, the type
-    of its last condition."""
-    if not job.kubeflow:
-        return str(shown.get("phase", "Pending"))
-    conditions = shown.get("conditions") or []
-    return str(conditions[-1].get("type")) if conditions else "Pending"
+    """The job's state in one word, as its API's printer column shows it."""
+    return kind_of(job.api).phase({"status": shown})
 
 
 async def _all_exited(pods: list[LocalPod]) -> None:

@@ -38,7 +38,9 @@ log = structlog.get_logger("torchjob.console")
 
 # How soon an ended session's streams stop: a revoked token, an idle or expired session.
 SWEEP_SECONDS = 15.0
-JOB = "/ns/{namespace}/{kind:jobs|pytorchjobs}/{name}"
+# The routes of each job API (jobs.ROUTE_APIS), as one segment's pattern.
+KIND = "{kind:" + "|".join(jobs.ROUTE_APIS) + "}"
+JOB = f"/ns/{{namespace}}/{KIND}/{{name}}"
 NEW_JOB = "/ns/{namespace}/jobs/new"
 
 
@@ -80,8 +82,8 @@ def add_routes(app: web.Application) -> None:
     router.add_static("/static/", STATIC, append_version=False)
     router.add_get("/", namespaces.namespaces_page)
     router.add_get("/go", namespaces.go_to_namespace)
-    router.add_get("/ns/{namespace}/{kind:jobs|pytorchjobs}", jobs.job_list)
-    router.add_get("/ns/{namespace}/{kind:jobs|pytorchjobs}/stream", jobs.job_list_stream)
+    router.add_get(f"/ns/{{namespace}}/{KIND}", jobs.job_list)
+    router.add_get(f"/ns/{{namespace}}/{KIND}/stream", jobs.job_list_stream)
     # Before the job's own routes, whose {name} would take `new`.
     router.add_get(NEW_JOB, create.create_page)
     router.add_post(NEW_JOB, create.create)

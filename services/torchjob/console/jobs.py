@@ -170,7 +170,7 @@ def _job_context(
         "job": job,
         "row": rows.job_row(job),
         "container": rows.training_container(job),
-        "torchrun": rows.torchrun_line(job),
+        "command": rows.command_line(job),
         "pending": rows.pending_reason(job),
         "kubelet_said": said,
         "events": events,

@@ -11,9 +11,8 @@ from typing import Any
 from aiohttp import web
 
 from torchjob.api.constants import LABEL_JOB_NAME
-from torchjob.api.kubeflow import as_training_job
 from torchjob.api.queries import training_container_in
-from torchjob.console.jobs import target
+from torchjob.console.jobs import ROUTE_APIS, target
 from torchjob.console.keys import PAGES, session_of
 from torchjob.console.rows import kubelet_message
 from torchjob.console.sse import event_stream
@@ -21,6 +20,7 @@ from torchjob.console.user_api import UserApi
 from torchjob.kube.follow import Snapshot
 from torchjob.kube.resources import KUBEFLOW_JOBS, PODS
 from torchjob.lifecycle.summary import pod_phase, pod_reason, pod_restarts, replica_pods
+from torchjob.render.job_kinds import kind_of
 
 Object = dict[str, Any]
 
@@ -38,8 +38,8 @@ class ReplicaRow:
 
 
 def training_view(kind_route: str, job: Object) -> Object:
-    """A Kubeflow PyTorchJob as the PyTorchTrainingJob it runs as; ours as it is."""
-    return as_training_job(job) if kind_route == "pytorchjobs" else job
+    """The job of the page's route as the PyTorchTrainingJob it runs as (its kind's reading)."""
+    return kind_of(ROUTE_APIS[kind_route]).training_job(job)
 
 
 def last_exit(pod: Object) -> str:

@@ -4,26 +4,26 @@ Pure: a job object (as the apiserver returns it) comes in, plain values go out."
 from __future__ import annotations
 
 import datetime
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
 from torchjob.api.constants import FINISHED_JOB_PHASES, LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
-from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB, JobApi, api_named
+from torchjob.api.job_api import JobApi, api_named
+from torchjob.api.objects import latest_condition
 from torchjob.api.quantities import format_gpus, job_gpus
 from torchjob.api.queries import training_container_in
-from torchjob.api.types import JOB_PHASE_VALUES
 from torchjob.lifecycle import summary
 from torchjob.lifecycle.conditions import START_FAILURE_REASONS
 from torchjob.lifecycle.times import parse_time
-from torchjob.render.job_kinds import kind_of
-from torchjob.render.kubeflow import KUBEFLOW_CONDITIONS
+from torchjob.render.job_kinds import KINDS, JobKind, kind_of
+from torchjob.render.replica_command import replica_command
 
 Object = dict[str, Any]
-# What the list's phase cell can say of a job of each API: its phase (a Kubeflow PyTorchJob's
-# latest condition), or why its replicas cannot start.
+# What the list's phase cell can say of a job of each API: its phase as its kind says it, or
+# why its replicas cannot start.
 PHASES: dict[JobApi, tuple[str, ...]] = {
-    TRAINING_JOB: (*JOB_PHASE_VALUES, *sorted(START_FAILURE_REASONS)),
-    KUBEFLOW_JOB: (*(c.type for c in KUBEFLOW_CONDITIONS), *sorted(START_FAILURE_REASONS)),
+    api: (*kind.phases, *sorted(START_FAILURE_REASONS)) for api, kind in KINDS.items()
 }
 # The phase in which a job's replicas run: pausing it then deletes them, keeping its progress.
 RUNNING = "Running"
@@ -54,32 +54,29 @@ class JobRow:
         return f"job-{self.uid}"
 
 
-def kubeflow_phase(job: Object) -> str:
-    """A Kubeflow PyTorchJob has no phase: its latest True condition says where it is."""
-    latest = summary.latest_condition(job.get("status") or {})
-    return str(latest.get("type")) if latest else "Created"
+def job_kind(job: Object) -> JobKind:
+    """The kind of a job as the apiserver returns it (by its `kind`)."""
+    return kind_of(api_named(str(job.get("kind") or "")))
 
 
 def training_view(job: Object) -> Object:
     """The PyTorchTrainingJob the job stands for (its kind's own reading of it): its spec and
     the lifecycle's record, whichever API it is written in."""
-    return kind_of(api_named(str(job.get("kind") or ""))).training_job(job)
+    return job_kind(job).training_job(job)
 
 
 def is_paused(job: Object) -> bool:
-    pause = ((training_view(job).get("spec") or {}).get("runMode") or {}).get("pause") or {}
-    return bool(pause.get("enabled"))
+    return job_kind(job).paused(job)
 
 
 def job_row(job: Object, now: datetime.datetime | None = None) -> JobRow:
     """The job's row; `now` (default: the current time) ends the duration of a running job."""
     meta = job.get("metadata") or {}
     status = job.get("status") or {}
-    record = training_view(job)
-    paused = is_paused(job)
-    if job.get("kind") == "PyTorchJob":
-        phase = kubeflow_phase(job)
-        job = {**job, "status": {**status, "phase": phase}}
+    kind = job_kind(job)
+    record = kind.training_job(job)
+    paused = kind.paused(job)
+    job = {**job, "status": {**status, "phase": kind.phase(job)}}  # as its kind shows it
     percentage = summary.reported_progress(job).get("progressPercentage")
     started, finished = _times(record)
     return JobRow(
@@ -145,19 +142,12 @@ def training_container(job: Object) -> Object:
     return dict(container or {})
 
 
-def torchrun_line(job: Object) -> str:
-    """The torchrun command line the replicas run, as far as the spec says it; '' without
-    torchrun."""
-    spec = job.get("spec") or {}
-    torchrun = spec.get("torchrunConfig") or {}
-    if not (torchrun.get("enabled") or torchrun.get("enable")):
-        return ""
-    container = training_container(job)
-    words = ["torchrun", f"--nproc-per-node={torchrun.get('procPerNode', '1')}"]
-    words += [str(option) for option in torchrun.get("extraOptions") or []]
-    words += [str(arg) for arg in (container.get("command") or [])[1:]]
-    words += [str(arg) for arg in container.get("args") or []]
-    return " ".join(words)
+def command_line(job: Object) -> str:
+    """The command line the job's first replica runs, as its pod is made and rewritten
+    (render/replica_command.py), quoted as a shell would need it; '' when its pods cannot be
+    made."""
+    kind = job_kind(job)
+    return shlex.join(replica_command(job, kind.api))
 
 
 def pending_reason(job: Object) -> str:
@@ -170,7 +160,7 @@ def pending_reason(job: Object) -> str:
         failing = condition.get("type") == "StartFailure" and condition.get("status") == "True"
         if failing and condition.get("message"):
             return f"{condition.get('reason')}: {condition.get('message')}"
-    latest = summary.latest_condition(status)
+    latest = latest_condition(status)
     if latest and latest.get("message"):
         return f"{latest.get('reason')}: {latest.get('message')}"
     return ""

@@ -11,7 +11,7 @@ from typing import Any
 import structlog
 
 from torchjob.api import constants
-from torchjob.api.kubeflow import as_run
+from torchjob.api.job_api import api_of
 from torchjob.api.model import ModelError
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.housekeeper.executor import HousekeeperExecutor
@@ -21,11 +21,10 @@ from torchjob.kube.informer import Informer, controller_uid
 from torchjob.kube.reconcile import JobKey, Result, TerminalError
 from torchjob.kube.resources import (
     DEPLOYMENTS,
-    JOBS,
-    KUBEFLOW_JOBS,
     OWNER_INDEX,
     PODS,
     SERVICES,
+    job_resource,
     owner_job_key,
 )
 from torchjob.kube.workqueue import WorkQueue
@@ -36,6 +35,7 @@ from torchjob.lifecycle.housekeeping import (
     view_owned,
 )
 from torchjob.lifecycle.status import is_terminal
+from torchjob.render.job_kinds import kind_of, served_apis
 
 log = structlog.get_logger("torchjob.housekeeper")
 
@@ -53,7 +53,7 @@ def tensorboard_job_key(obj: dict[str, Any]) -> list[str]:
 def _relevant(job: dict[str, Any]) -> tuple[Any, ...]:
     """What the housekeeper's decisions read of a job; the reconciler's status writes about
     running pods change none of it."""
-    job = as_run(job) or job
+    job = kind_of(api_of(job)).run(job) or job
     meta, status = job.get("metadata") or {}, job.get("status") or {}
     return (
         job.get("spec"),
@@ -69,13 +69,14 @@ class Housekeeper:
         self.queue: WorkQueue[JobKey] = WorkQueue()
         self.events = EventRecorder(api, constants.REPORTER_HOUSEKEEPER, identity)
         self.executor = HousekeeperExecutor(api, self.events)
-        self.jobs = Informer(api, JOBS, on_add=self._job_added, on_update=self._job_updated)
-        # Kubeflow's PyTorchJobs, when served: their clean-up and TTL (docs/kubeflow.md).
-        self.kubeflow_jobs = (
-            Informer(api, KUBEFLOW_JOBS, on_add=self._job_added, on_update=self._job_updated)
-            if kubeflow
-            else None
-        )
+        # The jobs of each API served (with `kubeflow`, Kubeflow's PyTorchJobs too: their
+        # clean-up and TTL, docs/kubeflow.md).
+        self.job_informers = {
+            job_api: Informer(
+                api, job_resource(job_api), on_add=self._job_added, on_update=self._job_updated
+            )
+            for job_api in served_apis(kubeflow)
+        }
         owner = {OWNER_INDEX: controller_uid}
         replicas = constants.LABEL_JOB_NAME
         self.pods = Informer(
@@ -103,10 +104,8 @@ class Housekeeper:
 
     @property
     def informers(self) -> list[Informer]:
-        kubeflow = [self.kubeflow_jobs] if self.kubeflow_jobs is not None else []
         return [
-            self.jobs,
-            *kubeflow,
+            *self.job_informers.values(),
             self.pods,
             self.services,
             self.tensorboard_deployments,
@@ -148,9 +147,9 @@ class Housekeeper:
 
     def _job(self, key: JobKey) -> dict[str, Any] | None:
         """The cached job of `key`; a Kubeflow job as the PyTorchTrainingJob that runs it."""
-        jobs = self.kubeflow_jobs if key.api.kubeflow else self.jobs
+        jobs = self.job_informers.get(key.api)
         found = jobs.get(key.namespace, key.name) if jobs is not None else None
-        return as_run(found) if found is not None else None
+        return kind_of(key.api).run(found) if found is not None else None
 
     async def reconcile(self, key: JobKey) -> Result:
         namespace, name = key.namespace, key.name

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchjob.api import constants, types
-from torchjob.api.job_api import KUBEFLOW_JOB, JobApi, api_of
+from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB, JobApi, api_of
 from torchjob.kube.informer import ResourceKind
 from torchjob.kube.reconcile import JobKey
 from torchjob.render.scheduling import GROUP_KINDS, GangMode
 
-JOBS = ResourceKind(types.GROUP, types.VERSION, types.PLURAL)
-KUBEFLOW_JOBS = ResourceKind(KUBEFLOW_JOB.group, KUBEFLOW_JOB.version, KUBEFLOW_JOB.plural)
+
+def job_resource(api: JobApi) -> ResourceKind:
+    """Where jobs of `api` live."""
+    return ResourceKind(api.group, api.version, api.plural)
+
+
+JOBS = job_resource(TRAINING_JOB)
+KUBEFLOW_JOBS = job_resource(KUBEFLOW_JOB)
 PODS = ResourceKind("", "v1", "pods")
 SERVICES = ResourceKind("", "v1", "services")
 NODES = ResourceKind("", "v1", "nodes")
@@ -28,11 +33,6 @@ CLAIMS = ResourceKind("", "v1", "persistentvolumeclaims")
 GROUP_RESOURCES: dict[GangMode, ResourceKind] = {
     mode: ResourceKind(kind.group, kind.version, kind.plural) for mode, kind in GROUP_KINDS.items()
 }
-
-
-def job_resource(api: JobApi) -> ResourceKind:
-    """Where jobs of `api` live: PyTorchTrainingJobs, or Kubeflow's PyTorchJobs."""
-    return KUBEFLOW_JOBS if api == KUBEFLOW_JOB else JOBS
 
 
 # The index (over `informer.controller_uid`) of the objects a job controls, by the job's uid.
@@ -54,8 +54,4 @@ def owner_job_key(obj: dict[str, Any]) -> JobKey | None:
     owner = next((r for r in meta.get("ownerReferences") or [] if r.get("controller")), None)
     if owner is None:
         return None
-    api = api_of(owner)
-    if api.kubeflow:
-        return JobKey(str(meta.get("namespace")), str(owner.get("name")), api.kind)
-    labels = meta.get("labels") or {}
-    return JobKey(str(meta.get("namespace")), str(labels.get(constants.LABEL_JOB_NAME)))
+    return JobKey(str(meta.get("namespace")), str(owner.get("name")), api_of(owner).kind)

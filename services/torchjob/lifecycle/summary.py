@@ -68,12 +68,6 @@ def _whole_number(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def latest_condition(status: dict[str, Any]) -> dict[str, Any] | None:
-    """The True condition that changed last (the job's current story)."""
-    true = [c for c in status.get("conditions") or [] if c.get("status") == "True"]
-    return max(true, key=lambda c: str(c.get("lastTransitionTime") or ""), default=None)
-
-
 def pod_phase(pod: dict[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     if meta.get("deletionTimestamp"):

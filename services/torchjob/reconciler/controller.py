@@ -12,10 +12,8 @@ from typing import Any
 import structlog
 
 from torchjob.api import constants
-from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB
+from torchjob.api.job_api import TRAINING_JOB
 from torchjob.api.kubeflow import (
-    KUBEFLOW_SPEC,
-    as_run,
     scheduling_policy,
 )
 from torchjob.api.model import ModelError
@@ -28,13 +26,12 @@ from torchjob.kube.reconcile import JobKey, Result, TerminalError
 from torchjob.kube.resources import (
     AUTOSCALERS,
     GROUP_RESOURCES,
-    JOBS,
-    KUBEFLOW_JOBS,
     NODE_INDEX,
     NODES,
     OWNER_INDEX,
     PODS,
     SERVICES,
+    job_resource,
     owner_job_key,
     pod_node,
 )
@@ -49,7 +46,8 @@ from torchjob.lifecycle.status import is_terminal
 from torchjob.reconciler import metrics
 from torchjob.reconciler.executor import ReconcilerExecutor
 from torchjob.reconciler.settings import Settings
-from torchjob.render.kubeflow import autoscaler_differs, render_autoscaler
+from torchjob.render.job_kinds import kind_of, served_apis
+from torchjob.render.kubeflow import autoscaler_differs
 from torchjob.render.replica_objects import owner_reference
 from torchjob.render.scheduling import (
     GROUP_KINDS,
@@ -91,32 +89,23 @@ class Reconciler:
         )
         metrics.COLLECTOR.source = self._cached_jobs
 
-    def _watch_jobs(self, api: KubeClient, kubeflow: bool) -> None:
-        """The informers on jobs: PyTorchTrainingJobs, and with `kubeflow` Kubeflow's
-        PyTorchJobs and their HorizontalPodAutoscalers."""
-        self.jobs = Informer(
-            api,
-            JOBS,
-            on_add=self._job_changed,
-            on_update=self._job_updated,
-            on_delete=self._job_deleted,
-        )
-        # Kubeflow's PyTorchJobs, when served (docs/kubeflow.md): run as the same jobs.
-        self.kubeflow_jobs = (
-            Informer(
+    def _watch_jobs(self, api: KubeClient, opted_in: bool) -> None:
+        """The informers on the jobs of each API served (with `opted_in`, Kubeflow's
+        PyTorchJobs too, docs/kubeflow.md), all run as the same jobs, and on the
+        HorizontalPodAutoscalers of the kinds that have them."""
+        self.job_informers = {
+            job_api: Informer(
                 api,
-                KUBEFLOW_JOBS,
+                job_resource(job_api),
                 on_add=self._job_changed,
                 on_update=self._job_updated,
                 on_delete=self._job_deleted,
             )
-            if kubeflow
-            else None
-        )
-        self.job_informers = {TRAINING_JOB: self.jobs}
-        if self.kubeflow_jobs is not None:
-            self.job_informers[KUBEFLOW_JOB] = self.kubeflow_jobs
-        # Their HorizontalPodAutoscalers (elasticPolicy.metrics).
+            for job_api in served_apis(opted_in)
+        }
+        # torchjob's own jobs, which the job metrics count.
+        self.jobs = self.job_informers[TRAINING_JOB]
+        autoscaled = any(kind_of(job_api).autoscaled for job_api in self.job_informers)
         self.autoscalers = (
             Informer(
                 api,
@@ -127,7 +116,7 @@ class Reconciler:
                 on_update=self._autoscaler_updated,
                 on_delete=self._owned_changed,
             )
-            if kubeflow
+            if autoscaled
             else None
         )
 
@@ -179,10 +168,10 @@ class Reconciler:
 
     @property
     def informers(self) -> list[Informer]:
-        kubeflow = [i for i in (self.kubeflow_jobs, self.autoscalers) if i is not None]
+        autoscalers = [self.autoscalers] if self.autoscalers is not None else []
         return [
-            self.jobs,
-            *kubeflow,
+            *self.job_informers.values(),
+            *autoscalers,
             self.pods,
             self.services,
             *self.groups.values(),
@@ -272,7 +261,7 @@ class Reconciler:
     def _job(self, key: JobKey) -> dict[str, Any] | None:
         """The cached job of `key`; a Kubeflow job as the PyTorchTrainingJob that runs it."""
         found = self._cached(key)
-        return as_run(found) if found is not None else None
+        return kind_of(key.api).run(found) if found is not None else None
 
     async def reconcile(self, key: JobKey) -> Result:
         job = self._job(key)
@@ -296,7 +285,7 @@ class Reconciler:
             # Also when the round fails after its status write (a deletion refused, the
             # apiserver gone): no later watch event would show that write again.
             self._cache_caught_up(key)
-        if key.api.kubeflow and not is_terminal(decision.status):
+        if self.autoscalers is not None and not is_terminal(decision.status):
             await self._autoscaler(key, job)
         if refusal is None:
             if decision.create_pods or decision.create_services:
@@ -328,10 +317,10 @@ class Reconciler:
             self._job_seen(found)
 
     async def _autoscaler(self, key: JobKey, job: dict[str, Any]) -> None:
-        """The HorizontalPodAutoscaler a running Kubeflow job's elasticPolicy.metrics asks for."""
+        """The HorizontalPodAutoscaler a running job asks for, as its kind renders it (a Kubeflow
+        job's elasticPolicy.metrics)."""
         meta = job["metadata"]
-        owner = owner_reference(meta, KUBEFLOW_JOB)
-        desired = render_autoscaler(meta, job.get(KUBEFLOW_SPEC) or {}, owner)
+        desired = kind_of(key.api).autoscaler(job, owner_reference(meta, key.api))
         if desired is None or self.autoscalers is None:
             return
         current = next((a for a in self.autoscalers.by_index(OWNER_INDEX, meta["uid"])), None)

@@ -2,6 +2,10 @@
 torchjob's PyTorchTrainingJob and Kubeflow's PyTorchJob. Each is a `JobKind`; the code that
 renders, admits and writes a job asks its job's kind (`kind_of`) what differs instead of testing
 which API it is. Both run through the same lifecycle, on the PyTorchTrainingJob a job stands for.
+As kueue's `GenericJob`, a kind says whether a stored job is paused and how to pause it, its phase
+and outcome as its API shows them, and the children it has beside pods and services (optional:
+`autoscaler` is None for a kind without). A new kind is a class meeting `JobKind` and its row
+in `KINDS` (CONTRIBUTING.md, "a job kind").
 Pure."""
 
 from __future__ import annotations
@@ -10,17 +14,65 @@ from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
 from torchjob.api import constants
-from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB, JobApi
+from torchjob.api.job_api import JOB_APIS, KUBEFLOW_JOB, TRAINING_JOB, JobApi
 from torchjob.api.jsoncopy import merge_patched
-from torchjob.api.kubeflow import KUBEFLOW_SPEC, KUBEFLOW_STATUS, as_training_job
+from torchjob.api.kubeflow import (
+    DEFAULT_CONTAINER,
+    KUBEFLOW_SPEC,
+    KUBEFLOW_STATUS,
+    as_training_job,
+    managed_elsewhere,
+)
 from torchjob.api.progress import ProgressEndpoint
-from torchjob.render.kubeflow import kubeflow_labels, kubeflow_status
+from torchjob.api.types import JOB_PHASE_VALUES
+from torchjob.render.kubeflow import (
+    CREATED,
+    FINISHED_CONDITIONS,
+    KUBEFLOW_CONDITIONS,
+    SUCCEEDED,
+    kubeflow_labels,
+    kubeflow_status,
+    render_autoscaler,
+)
 from torchjob.render.pod_rewrite import PreparedJob, Rewrite, rewrite_kubeflow_pod, rewrite_pod
 from torchjob.render.topology import Replica
+
+Object = dict[str, Any]
 
 
 class JobKind(Protocol):
     api: JobApi
+    # Served only when the operator is asked to (--kubeflow); else always.
+    opt_in: bool
+    # Its jobs may ask for a HorizontalPodAutoscaler (`autoscaler`), which is then watched.
+    autoscaled: bool
+    # What `phase` can say of a job of this kind.
+    phases: tuple[str, ...]
+    # The name of a replica's training container in this API (None: torchjob's own choice,
+    # `python` else the first).
+    training_container: str | None
+
+    def run(self, job: Object) -> Object | None:
+        """The PyTorchTrainingJob the lifecycle runs for a stored job; None where another
+        controller manages it."""
+        ...
+
+    def paused(self, job: Object) -> bool:
+        """The stored job's spec asks for a pause (whether or not its replicas are gone yet)."""
+        ...
+
+    def phase(self, job: Object) -> str:
+        """Where the stored job is, as its API's printer column shows it."""
+        ...
+
+    def outcome(self, job: Object) -> str | None:
+        """How the stored job ended, Succeeded or Failed; None while it runs."""
+        ...
+
+    def autoscaler(self, job: Object, owner: Mapping[str, Any]) -> Object | None:
+        """The HorizontalPodAutoscaler the job (as `training_job` made it) asks for while it
+        runs, owned by `owner`; None when it asks for none or its kind has none."""
+        ...
 
     def training_job(self, job: dict[str, Any]) -> dict[str, Any]:
         """The PyTorchTrainingJob the stored job stands for, which the lifecycle runs."""
@@ -58,6 +110,27 @@ class JobKind(Protocol):
 
 class TrainingJobKind:
     api: JobApi = TRAINING_JOB
+    opt_in = False
+    autoscaled = False
+    phases: tuple[str, ...] = JOB_PHASE_VALUES
+    training_container: str | None = None
+
+    def run(self, job: Object) -> Object | None:
+        return job
+
+    def paused(self, job: Object) -> bool:
+        pause = ((job.get("spec") or {}).get("runMode") or {}).get("pause") or {}
+        return bool(pause.get("enabled"))
+
+    def phase(self, job: Object) -> str:
+        return str((job.get("status") or {}).get("phase") or "Pending")
+
+    def outcome(self, job: Object) -> str | None:
+        phase = (job.get("status") or {}).get("phase")
+        return str(phase) if phase in constants.FINISHED_JOB_PHASES else None
+
+    def autoscaler(self, job: Object, owner: Mapping[str, Any]) -> Object | None:
+        return None  # elastic jobs of this API are scaled by their own spec
 
     def training_job(self, job: dict[str, Any]) -> dict[str, Any]:
         return job
@@ -90,6 +163,33 @@ class KubeflowJobKind:
     (with the lifecycle's record kept in it)."""
 
     api: JobApi = KUBEFLOW_JOB
+    opt_in = True
+    autoscaled = True
+    phases: tuple[str, ...] = tuple(c.type for c in KUBEFLOW_CONDITIONS)
+    training_container: str | None = DEFAULT_CONTAINER
+
+    def run(self, job: Object) -> Object | None:
+        return None if managed_elsewhere(job) else as_training_job(job)
+
+    def paused(self, job: Object) -> bool:
+        return bool(((job.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
+
+    def phase(self, job: Object) -> str:
+        """A PyTorchJob has no phase: its last condition is its state (`set_condition` appends
+        each change), as its printer column shows it; Created before it has one."""
+        conditions = _conditions(job)
+        return str(conditions[-1].get("type")) if conditions else CREATED.type
+
+    def outcome(self, job: Object) -> str | None:
+        held = {
+            c.get("type")
+            for c in _conditions(job)
+            if c.get("type") in FINISHED_CONDITIONS and c.get("status") == "True"
+        }
+        return ("Succeeded" if SUCCEEDED.type in held else "Failed") if held else None
+
+    def autoscaler(self, job: Object, owner: Mapping[str, Any]) -> Object | None:
+        return render_autoscaler(job["metadata"], job.get(KUBEFLOW_SPEC) or {}, owner)
 
     def training_job(self, job: dict[str, Any]) -> dict[str, Any]:
         return as_training_job(job)
@@ -126,3 +226,14 @@ KINDS: Final[Mapping[JobApi, JobKind]] = {
 
 def kind_of(api: JobApi) -> JobKind:
     return KINDS[api]
+
+
+def served_apis(opted_in: bool) -> tuple[JobApi, ...]:
+    """The job APIs the operator serves: every kind, or (not `opted_in`) those not opt-in."""
+    return tuple(api for api in JOB_APIS if opted_in or not KINDS[api].opt_in)
+
+
+def _conditions(job: Object) -> list[Object]:
+    status = job.get("status")
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    return [c for c in conditions or () if isinstance(c, dict)]

@@ -12,7 +12,7 @@ from typing import Any
 
 from torchjob.api import constants
 from torchjob.api.admission import Request, Response, refuse
-from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB, JobApi, api_of
+from torchjob.api.job_api import TRAINING_JOB, JobApi, api_of
 from torchjob.api.model import ModelError
 from torchjob.api.progress import ProgressEndpoint
 from torchjob.api.types import PyTorchTrainingJob
@@ -29,12 +29,11 @@ def job_name_of(pod: Any) -> str | None:
 
 
 def job_api_of_pod(pod: Any) -> JobApi:
-    """The API of the job a pod belongs to, from its controlling owner reference: Kubeflow's
-    PyTorchJob when the controller is one, else a PyTorchTrainingJob."""
+    """The API of the job a pod belongs to: the one whose apiVersion and kind its controlling
+    owner reference names, else a PyTorchTrainingJob's."""
     ref = _controller_ref(pod)
-    if ref is not None and ref.get("kind") == KUBEFLOW_JOB.kind and api_of(ref).kubeflow:
-        return KUBEFLOW_JOB
-    return TRAINING_JOB
+    api = api_of(ref) if ref is not None else TRAINING_JOB
+    return api if ref is not None and ref.get("kind") == api.kind else TRAINING_JOB
 
 
 def decode_job(job: dict[str, Any]) -> PreparedJob:

@@ -20,6 +20,7 @@ from prometheus_client import Gauge
 from torchjob.kube import resources
 from torchjob.kube.client import new_kube_client
 from torchjob.kube.informer import Informer
+from torchjob.render.job_kinds import served_apis
 from torchjob.runtime import metrics as runtime_metrics
 from torchjob.runtime.probes import Heartbeat, serve_threaded_probes
 from torchjob.webhook.admission import metrics as admission_metrics
@@ -29,7 +30,7 @@ from torchjob.webhook.admission.keys import ADMISSION_LOG, ADMISSIONS_BOUND, DEC
 from torchjob.webhook.admission.routes import add_admission_routes
 from torchjob.webhook.certificates import tls
 from torchjob.webhook.certificates.tls import TLS
-from torchjob.webhook.keys import API, JOBS, KUBEFLOW_JOBS, SETTINGS
+from torchjob.webhook.keys import API, JOB_CACHES, SETTINGS
 from torchjob.webhook.progress import endpoint as progress_endpoint
 from torchjob.webhook.settings import Settings
 
@@ -97,11 +98,14 @@ async def _job_cache(app: web.Application) -> AsyncIterator[None]:
     """Jobs from a watch, so a pod admission reads its job from memory instead of a GET, and the
     progress endpoint whether a job has finished."""
     transform = progress_endpoint.job_with_outcome
-    app[JOBS] = Informer(app[API], resources.JOBS, transform=transform)
-    tasks = [asyncio.create_task(app[JOBS].run(), name="job-informer")]
-    if app[SETTINGS].kubeflow:
-        app[KUBEFLOW_JOBS] = Informer(app[API], resources.KUBEFLOW_JOBS, transform=transform)
-        tasks.append(asyncio.create_task(app[KUBEFLOW_JOBS].run(), name="kubeflow-job-informer"))
+    app[JOB_CACHES] = {
+        api: Informer(app[API], resources.job_resource(api), transform=transform)
+        for api in served_apis(app[SETTINGS].kubeflow)
+    }
+    tasks = [
+        asyncio.create_task(jobs.run(), name=f"{api.plural}-informer")
+        for api, jobs in app[JOB_CACHES].items()
+    ]
     yield
     for task in tasks:
         task.cancel()

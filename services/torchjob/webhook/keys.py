@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from torchjob.api.job_api import JobApi
 from torchjob.kube.client import KubeClient
 from torchjob.kube.informer import Informer
 from torchjob.webhook.settings import Settings
 
 SETTINGS = web.AppKey("settings", Settings)
 API = web.AppKey("api", KubeClient)
-JOBS = web.AppKey("jobs", Informer)
-# Kubeflow's PyTorchJobs, cached when the webhook serves them (--kubeflow).
-KUBEFLOW_JOBS = web.AppKey("kubeflow_jobs", Informer)
+# The jobs of each API the webhook serves (render/job_kinds.served_apis), cached.
+JOB_CACHES: web.AppKey[dict[JobApi, Informer]] = web.AppKey("job_caches")

@@ -32,6 +32,7 @@ from typing import Any
 
 from torchjob.api import queries
 from torchjob.api.types import PyTorchTrainingJobSpec, TorchrunConfig
+from torchjob.render.replica_command import training_container_named
 from torchjob.render.topology import DEFAULT_MASTER_PORT
 from torchjob.render.wait import WAIT_FOR_MASTER
 
@@ -110,18 +111,6 @@ def local_command(
 
 
 # -- addresses -------------------------------------------------------------------------------
-
-
-def training_container_named(
-    pod_spec: dict[str, Any], container_name: str | None
-) -> tuple[int, dict[str, Any] | None]:
-    """The container named `container_name`, else torchjob's training container (`python`, else
-    the first); (index, container)."""
-    if container_name is not None:
-        for index, container in enumerate(pod_spec.get("containers") or []):
-            if isinstance(container, dict) and container.get("name") == container_name:
-                return index, container
-    return queries.training_container_in(pod_spec)
 
 
 def aliases(ports: Mapping[str, int]) -> dict[str, str]:

@@ -11,6 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from torchjob.api import constants
+from torchjob.api.objects import latest_condition
 from torchjob.api.quantities import (
     Resources,
     format_cpu,
@@ -24,7 +25,6 @@ from torchjob.api.quantities import (
 from torchjob.lifecycle.summary import (
     duration,
     eta_text,
-    latest_condition,
     phase,
     phase_cell,
     progress_text,

@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-from torchjob.api.job_api import TRAINING_JOB, JobApi
+from torchjob.api.job_api import JobApi
 from torchjob.kube import resources
 from torchjob.kube.errors import NotFound
 from torchjob.kube.informer import Informer
@@ -15,7 +15,7 @@ from torchjob.kube.rest import Resources
 from torchjob.render.pod_admission_handler import job_api_of_pod, job_name_of
 from torchjob.webhook.admission.bounds import MAX_JOB_LOOKUPS, Busy, Work
 from torchjob.webhook.admission.keys import DECODED_JOBS
-from torchjob.webhook.keys import API, JOBS, KUBEFLOW_JOBS
+from torchjob.webhook.keys import API, JOB_CACHES
 
 
 async def job_of_pod(app: web.Application, body: Any, work: Work) -> dict[str, Any] | None:
@@ -66,6 +66,4 @@ def _claimed_job(body: Any) -> tuple[str, str, Any] | None:
 
 def _cache_of(app: web.Application, api: JobApi) -> Informer | None:
     """The cache of jobs of `api`: PyTorchJobs are cached only when the webhook serves them."""
-    if api is TRAINING_JOB:
-        return app[JOBS]
-    return app.get(KUBEFLOW_JOBS)
+    return app[JOB_CACHES].get(api)

@@ -188,8 +188,8 @@ def admission_routes() -> dict[str, Route]:
 
 def add_admission_routes(app: web.Application) -> None:
     """The admission routes, bounded by `app[ADMISSIONS_BOUND]` and logging through
-    `app[ADMISSION_LOG]`. The pod route reads `app[SETTINGS]`, `app[DECODED_JOBS]`, `app[JOBS]`
-    and `app[KUBEFLOW_JOBS]` when there is one, and `app[API]` for a job not cached."""
+    `app[ADMISSION_LOG]`. The pod route reads `app[SETTINGS]`, `app[DECODED_JOBS]`,
+    `app[JOB_CACHES]`, and `app[API]` for a job not cached."""
     for path, route in admission_routes().items():
         app.router.add_post(path, route.serve)
 

@@ -26,7 +26,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import Counter
 
 from torchjob.api.constants import FINISHED_JOB_PHASES
-from torchjob.api.job_api import TRAINING_JOB, JobApi
+from torchjob.api.job_api import JobApi, api_of
 from torchjob.api.progress import MAX_BODY_BYTES, JobRef, job_of_path
 from torchjob.kube.errors import Conflict
 from torchjob.kube.informer import Informer
@@ -41,9 +41,9 @@ from torchjob.lifecycle.progress import (
     read_report,
     supersedes,
 )
-from torchjob.render.kubeflow import FINISHED_CONDITIONS, SUCCEEDED
+from torchjob.render.job_kinds import kind_of
 from torchjob.webhook.certificates.tls import TLS
-from torchjob.webhook.keys import API, JOBS, KUBEFLOW_JOBS, SETTINGS
+from torchjob.webhook.keys import API, JOB_CACHES, SETTINGS
 from torchjob.webhook.progress.auth import Authenticator, Refused, unauthorized
 from torchjob.webhook.progress.limit import JobRateLimit, Tarpit
 from torchjob.webhook.progress.target import PROGRESS, ProgressTarget
@@ -200,26 +200,10 @@ def _status_response(refusal: Refused) -> web.Response:
     return web.Response(status=refusal.code, body=orjson.dumps(body), headers=headers)
 
 
-def outcome(job: dict[str, Any]) -> str | None:
-    """How the job ended, Succeeded or Failed: its phase (a PyTorchTrainingJob's), or the
-    Succeeded or Failed condition that holds (a Kubeflow PyTorchJob's); None while it runs."""
-    status = job.get("status")
-    if not isinstance(status, dict):
-        return None
-    if status.get("phase") in FINISHED_JOB_PHASES:
-        return str(status["phase"])
-    held = {
-        c.get("type")
-        for c in status.get("conditions") or ()
-        if isinstance(c, dict)
-        and c.get("type") in FINISHED_CONDITIONS
-        and c.get("status") == "True"
-    }
-    return ("Succeeded" if SUCCEEDED.type in held else "Failed") if held else None
-
-
-def finished(job: dict[str, Any]) -> bool:
-    return outcome(job) is not None
+def finished(cached: dict[str, Any]) -> bool:
+    """A job as the webhook's caches keep it (`job_with_outcome`) has finished."""
+    status = cached.get("status")
+    return isinstance(status, dict) and status.get("phase") in FINISHED_JOB_PHASES
 
 
 def job_with_outcome(job: dict[str, Any]) -> dict[str, Any]:
@@ -227,7 +211,7 @@ def job_with_outcome(job: dict[str, Any]) -> dict[str, Any]:
     except whether it has finished (the progress endpoint's), as `status.phase`: a status that
     changes only once, where a whole one changes with every replica."""
     slim = job_without_status(job)
-    if (ended := outcome(job)) is not None:
+    if (ended := kind_of(api_of(job)).outcome(job)) is not None:
         slim["status"] = {"phase": ended}
     return slim
 
@@ -246,7 +230,7 @@ async def serve_progress(app: web.Application) -> AsyncIterator[None]:
         settings.progress_write_seconds,
     )
     service = ProgressService(
-        jobs=lambda job_api: app[JOBS] if job_api is TRAINING_JOB else app.get(KUBEFLOW_JOBS),
+        jobs=lambda job_api: app[JOB_CACHES].get(job_api),
         authenticator=Authenticator(api),
         limit=JobRateLimit(settings.progress_rate, settings.progress_burst),
         writer=writer,
