@@ -16,7 +16,7 @@ from support.console import Console, screenshot_path, signed_in, tenant_token
 from support.eventually import eventually_sync
 from support.processes import ServiceProcess
 
-from torchjob.render.job_form import JobForm, manifest_of
+from torchjob.views.console.job_form import JobForm, manifest_of
 
 CHECKED = 15_000  # ms: the dry run follows a change after half a second
 IMAGE = "pytorch/pytorch:2.3.1-cuda12.1-cudnn8-runtime"

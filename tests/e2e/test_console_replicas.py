@@ -27,7 +27,7 @@ from support.jobs import JobBuilder, job_manifest
 from support.prometheus import fake_prometheus, recording
 
 from torchjob.api.constants import LABEL_JOB_NAME
-from torchjob.console import series
+from torchjob.views.console import series
 
 LIVE = 10_000  # ms: a change reaches an open page within seconds, without a reload
 

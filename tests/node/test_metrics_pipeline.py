@@ -13,7 +13,7 @@ from typing import Any
 from support.cli import TORCHJOB
 from support.node import Manifest, Node, training_job, wait_until
 
-from torchjob.api.quantities import quantity
+from torchjob.views.quantities import quantity
 
 MIB = 2**20
 # Each replica holds this much, written so that it is resident, and spins on one core.

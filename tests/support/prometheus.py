@@ -5,7 +5,7 @@ The answers in tests/data/prometheus were recorded from Prometheus v0.316.0 scra
 node's kubelet cAdvisor endpoint (`/metrics/cadvisor`, every 5 s) while a PyTorchTrainingJob of
 two `worker` replicas, each spinning on a core and holding 64 MiB for two minutes, ran to
 Succeeded: `recording.json` holds what was asked (the namespace, the job, the window and the
-queries `torchjob.console.series` built for them), and `<chart>.json` each query's raw answer.
+queries `torchjob.views.console.series` built for them), and `<chart>.json` each query's raw answer.
 The cluster had no GPU exporter, so the GPU query's answer is an empty matrix.
 
 The fake answers a query with the recorded series of the metric it reads whose pod matches the

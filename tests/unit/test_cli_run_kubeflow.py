@@ -16,7 +16,7 @@ from support.kubeflow import EXAMPLES, condition_of, pytorchjob
 
 from torchjob.cli.cluster import admitted_pod, first_plan
 from torchjob.cli.manifest import admit
-from torchjob.cli.views.local import canonical_address, local_command
+from torchjob.views.cli.local import canonical_address, local_command
 
 PYTHON = ["python", "-c"]
 

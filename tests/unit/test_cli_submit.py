@@ -1,4 +1,4 @@
-"""`torchjob submit`'s flags become a job (cli/views/submission.py) that admission takes as it is:
+"""`torchjob submit`'s flags become a job (views/cli/submission.py) that admission takes as it is:
 the printed job round-trips through `torchjob run --dry-run` and the webhook's mutation
 unchanged; flags that cannot become a job are refused naming the flag."""
 
@@ -13,7 +13,7 @@ import yaml
 from torchjob.api.admission import handle, mutate_job, validate_job
 from torchjob.cli.main import main
 from torchjob.cli.manifest import admit
-from torchjob.cli.views.submission import Submission, SubmissionError, build_job
+from torchjob.views.cli.submission import Submission, SubmissionError, build_job
 
 EVERYTHING = [
     *("--name", "demo", "--image", "img:1", "--workers", "3", "--gpus", "1"),

@@ -1,4 +1,4 @@
-"""What the cluster commands print (cli/views/: tables.py, description.py, quantities.py): the
+"""What the cluster commands print (views/cli/: tables.py, description.py; views/quantities.py): the
 list, the description of a job, top by job and by node, ages, quantities and name suggestions;
 and the completion script."""
 
@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from support.jobs import JobBuilder
 
-from torchjob.api import constants, quantities
+from torchjob.api import constants
 from torchjob.cli.completion import bash_script, zsh_script
 from torchjob.cli.main import parser
-from torchjob.cli.views import description, tables
-from torchjob.lifecycle import summary
+from torchjob.views import quantities, summary
+from torchjob.views.cli import description, tables
 
 NOW = datetime(2026, 1, 2, 12, 0, 0, tzinfo=UTC)
 

@@ -29,8 +29,8 @@ from torchjob.console.create import (
 )
 from torchjob.console.templating import Pages
 from torchjob.kube.errors import Conflict, Forbidden, Invalid
-from torchjob.render.job_form import JobForm, manifest_of
-from torchjob.render.kubeflow_form import kubeflow_manifest_of
+from torchjob.views.console.job_form import JobForm, manifest_of
+from torchjob.views.console.kubeflow_form import kubeflow_manifest_of
 
 WEBHOOK_REFUSAL = Invalid(
     422,

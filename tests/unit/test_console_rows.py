@@ -12,7 +12,7 @@ from support.webhook import KUBEFLOW_JOB as KUBEFLOW_MANIFEST
 from torchjob.api.constants import LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
 from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB
 from torchjob.api.types import JOB_PHASE_VALUES
-from torchjob.console.rows import (
+from torchjob.views.console.rows import (
     PHASES,
     command_line,
     job_row,

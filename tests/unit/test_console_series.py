@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from support.prometheus import fake_prometheus, recording
 
-from torchjob.console import series
 from torchjob.console.resources import query_ranges
+from torchjob.views.console import series
 
 NOW = datetime.datetime(2026, 1, 1, 1, 0, tzinfo=datetime.UTC)
 # What each replica of the recorded job was given and held (tests/support/prometheus.py).

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 
 from torchjob.api.defaults import default_job
-from torchjob.render.job_clone import clone_name, cloned
-from torchjob.render.job_form import JobForm, form_of, manifest_of
+from torchjob.views.console.job_clone import clone_name, cloned
+from torchjob.views.console.job_form import JobForm, form_of, manifest_of
 
 from .test_job_form import FORMS
 

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from torchjob.api.defaults import default_job
 from torchjob.api.validation import validate
-from torchjob.render.command_line import container_command, line_of_container
-from torchjob.render.job_form import (
+from torchjob.views.console.command_line import container_command, line_of_container
+from torchjob.views.console.job_form import (
     CLEAN_UP_POLICIES,
     RESTART_POLICIES,
     TEXTS,

@@ -33,7 +33,7 @@ KIND_HOMES = {
     "api/kubeflow_types.py",
     "api/kubeflow_admission.py",
     "render/kubeflow.py",
-    "render/kubeflow_form.py",
+    "views/console/kubeflow_form.py",
 }
 # Modules that still compare with a kind, and why that is no test of a job's kind.
 ALLOWED = {
@@ -44,8 +44,8 @@ ALLOWED = {
     # Which API a manifest is written in is what `torchjob run` reads first, to admit it by
     # that API's rules, as the webhook's routes do by path.
     "cli/manifest.py": "a manifest's API",
-    # The create form writes one form per kind (render/job_form.py, render/kubeflow_form.py),
-    # chosen by the kind the user picked.
+    # The create form writes one form per kind (views/console/job_form.py and
+    # views/console/kubeflow_form.py), chosen by the kind the user picked.
     "console/create.py": "the form a user picked",
 }
 # The names that stand for a job API or its kind in the code.

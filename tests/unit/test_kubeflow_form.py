@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from torchjob.api.kubeflow_admission import default_pytorchjob, validate_pytorchjob
-from torchjob.render.job_form import JobForm, NotShown
-from torchjob.render.kubeflow_form import (
+from torchjob.views.console.job_form import JobForm, NotShown
+from torchjob.views.console.kubeflow_form import (
     NoKubeflowPlace,
     kubeflow_field_of_path,
     kubeflow_form_of,

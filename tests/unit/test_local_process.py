@@ -1,4 +1,4 @@
-"""A replica's pod as a local process (cli/views/local.py) and the pod status a local process stands
+"""A replica's pod as a local process (views/cli/local.py) and the pod status a local process stands
 for (lifecycle/local.py)."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from hypothesis import strategies as st
 from support.jobs import JobBuilder
 
 from torchjob.api.types import PyTorchTrainingJob, PyTorchTrainingJobSpec
-from torchjob.cli.views.local import LocalRenderError, expand, gpu_shares, local_command, localize
 from torchjob.lifecycle.local import exit_code_of, local_pod_status
 from torchjob.lifecycle.observe import view_pod
 from torchjob.render.pod_rewrite import rewrite_pod
 from torchjob.render.replica_objects import render_pod
 from torchjob.render.topology import replicas_of
+from torchjob.views.cli.local import LocalRenderError, expand, gpu_shares, local_command, localize
 
 META = {"name": "j", "namespace": "ns", "uid": "uid-1", "generation": 1}
 PORTS = {"j-master-0.ns.svc": 40001, "j-worker-0.ns.svc": 40002}

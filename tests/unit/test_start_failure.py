@@ -14,7 +14,6 @@ from support.planning import META, NOW, conditions, gone, services, spec
 
 from torchjob.api import constants
 from torchjob.api.validation import validate
-from torchjob.cli.views import description, tables
 from torchjob.lifecycle.backoff import RestartRules
 from torchjob.lifecycle.finishing import recorded_outcome
 from torchjob.lifecycle.observe import CannotStart, GroupView, PodView, view_pod
@@ -23,6 +22,7 @@ from torchjob.lifecycle.round import Observed
 from torchjob.lifecycle.times import format_time
 from torchjob.reconciler.settings import parse
 from torchjob.render.scheduling import KUEUE_GATE, Gang
+from torchjob.views.cli import description, tables
 
 PULL = CannotStart(
     "python",

@@ -18,10 +18,10 @@ from torchjob.api import types
 from torchjob.api.constants import FINISHED_JOB_PHASES, LABEL_TENSORBOARD
 from torchjob.cli.connection import CliError, Cluster, Target, connect, context_namespace
 from torchjob.cli.manifest import InvalidManifest, admit, read_manifest
-from torchjob.cli.views import description, tables
-from torchjob.cli.views.submission import Submission, SubmissionError, build_job
-from torchjob.lifecycle import summary
 from torchjob.lifecycle.status import TERMINAL_CONDITIONS
+from torchjob.views import summary
+from torchjob.views.cli import description, tables
+from torchjob.views.cli.submission import Submission, SubmissionError, build_job
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_TIMEOUT = 0, 1, 2, 124
 POLL_SECONDS = 2.0

@@ -19,8 +19,8 @@ from kubernetes_asyncio.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION
 
 from torchjob.api import constants, types
 from torchjob.cli import api_errors
-from torchjob.cli.views.tables import similar_names
 from torchjob.kube import errors
+from torchjob.views.cli.tables import similar_names
 
 FIELD_MANAGER = "torchjob-cli"
 # Seconds to connect, and to wait for each read of an answer: an apiserver that does not answer

@@ -13,8 +13,8 @@ from torchjob.api.queries import training_container_in
 from torchjob.api.types import PyTorchTrainingJob
 from torchjob.cli.commands import EXIT_SUCCEEDED, target_of
 from torchjob.cli.connection import CliError, Cluster, connect
-from torchjob.lifecycle import summary
 from torchjob.render.topology import master_of, replica_name
+from torchjob.views import summary
 
 WAIT_POLL = 1.0
 NO_PREVIOUS = (

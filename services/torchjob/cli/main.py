@@ -42,16 +42,16 @@ from torchjob.cli.parsers import (
 from torchjob.cli.progress_server import local_progress
 from torchjob.cli.runner import LocalRunner, RunResult, training_container_name
 from torchjob.cli.terminal import Console
-from torchjob.cli.views.local import (
+from torchjob.lifecycle.backoff import BASE_DELAY, MAX_DELAY, RestartBackoff
+from torchjob.lifecycle.status import TERMINAL_CONDITIONS
+from torchjob.render.job_kinds import kind_of
+from torchjob.render.topology import replicas_of, service_host, world_size
+from torchjob.views.cli.local import (
     LocalRenderError,
     gpu_shares,
     local_command,
 )
-from torchjob.lifecycle.backoff import BASE_DELAY, MAX_DELAY, RestartBackoff
-from torchjob.lifecycle.status import TERMINAL_CONDITIONS
-from torchjob.render.job_kinds import kind_of
-from torchjob.render.replica_command import training_container_named
-from torchjob.render.topology import replicas_of, service_host, world_size
+from torchjob.views.replica_command import training_container_named
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 0, 1, 2, 130
 

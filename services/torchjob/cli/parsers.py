@@ -17,9 +17,9 @@ from torchjob.cli.connection import CliError
 from torchjob.cli.logs import logs as logs_command
 from torchjob.cli.tensorboard import tensorboard as tensorboard_command
 from torchjob.cli.top import top as top_command
-from torchjob.cli.views.submission import DEFAULT_SYNC_IMAGE
 from torchjob.cli.web_console import OPERATOR_NAMESPACE
 from torchjob.cli.web_console import console as console_command
+from torchjob.views.cli.submission import DEFAULT_SYNC_IMAGE
 
 Command = Callable[[argparse.Namespace], Awaitable[int]]
 EXIT_INTERRUPTED = 130

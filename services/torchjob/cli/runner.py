@@ -44,7 +44,6 @@ from torchjob.cli.processes import (
     shown_command,
 )
 from torchjob.cli.terminal import Console
-from torchjob.cli.views.local import LocalCommand, local_command
 from torchjob.lifecycle.backoff import DEFAULT_BACKOFF, RestartBackoff, RestartRules
 from torchjob.lifecycle.local import exit_code_of, local_pod_status
 from torchjob.lifecycle.observe import view_pod
@@ -54,6 +53,7 @@ from torchjob.lifecycle.status import is_terminal
 from torchjob.lifecycle.times import format_time
 from torchjob.render.job_kinds import kind_of
 from torchjob.render.topology import Replica, replica_name, replicas_of, service_host
+from torchjob.views.cli.local import LocalCommand, local_command
 
 # The exit code a container that could not be started reports (containerd's StartError).
 START_ERROR = 128

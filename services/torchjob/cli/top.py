@@ -8,10 +8,10 @@ import argparse
 import sys
 from typing import Any
 
-from torchjob.api.quantities import Resources, quantity
 from torchjob.cli.commands import EXIT_SUCCEEDED, target_of
 from torchjob.cli.connection import connect
-from torchjob.cli.views.tables import top_job_table, top_node_table
+from torchjob.views.cli.tables import top_job_table, top_node_table
+from torchjob.views.quantities import Resources, quantity
 
 
 async def top(args: argparse.Namespace) -> int:

@@ -3,17 +3,19 @@ cluster on every change with a dry-run create made as the user, so the webhook's
 apiserver's own messages appear beside the field they name; Create makes the job, as the user,
 and opens its page.
 
-The page holds one of the two views at a time (`view`): the form, whose fields make the manifest
-(render/job_form.py), or the YAML, which is the manifest. Switching posts the one shown and answers
-the other; a manifest the form cannot show stays in the YAML view, which says why.
+The page holds one of the two views at a time (`view`): the form, whose fields make the
+manifest (views/console/job_form.py), or the YAML, which is the manifest. Switching posts the one
+shown and answers the other; a manifest the form cannot show stays in the YAML view, which says
+why.
 
-With `--kubeflow` the form also writes Kubeflow's PyTorchJob (`kind`, render/kubeflow_form.py):
-the check, the YAML and Create then use that kind, and the job opens at its PyTorchJob page.
+With `--kubeflow` the form also writes Kubeflow's PyTorchJob (`kind`,
+views/console/kubeflow_form.py): the check, the YAML and Create then use that kind, and the job
+opens at its PyTorchJob page.
 
 `?from=<jobs|pytorchjobs>/<name>` fills the page with an existing job, read as the user, under a
-new name (render/job_clone.py): Clone opens it in the form, `&as=yaml` (Edit as YAML) in the YAML
-view. The PVC field offers the namespace's claims, with their phase, where the user may list
-them."""
+new name (views/console/job_clone.py): Clone opens it in the form, `&as=yaml` (Edit as YAML) in
+the YAML view. The PVC field offers the namespace's claims, with their phase, where the user may
+list them."""
 
 from __future__ import annotations
 
@@ -33,8 +35,8 @@ from torchjob.console.user_api import UserApi
 from torchjob.kube.errors import KubeError
 from torchjob.kube.informer import ResourceKind
 from torchjob.kube.resources import CLAIMS, JOBS, KUBEFLOW_JOBS
-from torchjob.render.job_clone import Defaulting, cloned
-from torchjob.render.job_form import (
+from torchjob.views.console.job_clone import Defaulting, cloned
+from torchjob.views.console.job_form import (
     CLEAN_UP_POLICIES,
     RESTART_POLICIES,
     JobForm,
@@ -45,7 +47,7 @@ from torchjob.render.job_form import (
     form_of,
     manifest_of,
 )
-from torchjob.render.kubeflow_form import (
+from torchjob.views.console.kubeflow_form import (
     NoKubeflowPlace,
     kubeflow_field_of_path,
     kubeflow_form_of,

@@ -13,7 +13,6 @@ from aiohttp import web
 
 from torchjob.api.constants import LABEL_JOB_NAME
 from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB
-from torchjob.console import rows
 from torchjob.console.keys import PAGES, SETTINGS, session_of
 from torchjob.console.sse import EventStream, event_stream
 from torchjob.console.user_api import UserApi
@@ -21,8 +20,9 @@ from torchjob.kube.errors import KubeError
 from torchjob.kube.follow import Change, Snapshot
 from torchjob.kube.informer import ResourceKind
 from torchjob.kube.resources import EVENTS, JOBS, PODS, job_resource
-from torchjob.lifecycle import summary
 from torchjob.render.job_kinds import kind_of
+from torchjob.views import summary
+from torchjob.views.console import rows
 
 PAGE_SIZE = 50
 # The live list's rows are sent again at most this often.

@@ -23,14 +23,14 @@ from aiohttp import web
 from torchjob.api.constants import LABEL_JOB_NAME
 from torchjob.api.objects import FINISHED_POD_PHASES
 from torchjob.api.queries import training_container_in
-from torchjob.console import rows
 from torchjob.console.keys import PAGES, session_of
 from torchjob.console.sse import EventStream, event_stream
 from torchjob.console.user_api import UserApi
 from torchjob.kube.client import KubeClient
 from torchjob.kube.errors import KubeError, NotFound, from_status
 from torchjob.kube.resources import PODS
-from torchjob.lifecycle.summary import pod_phase
+from torchjob.views.console import rows
+from torchjob.views.summary import pod_phase
 
 TAIL_LINES = "1000"
 # A log that stays silent this long is asked for again (from where it stopped), not given up.

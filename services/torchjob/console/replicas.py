@@ -14,13 +14,13 @@ from torchjob.api.constants import LABEL_JOB_NAME
 from torchjob.api.queries import training_container_in
 from torchjob.console.jobs import ROUTE_APIS, target
 from torchjob.console.keys import PAGES, session_of
-from torchjob.console.rows import kubelet_message
 from torchjob.console.sse import event_stream
 from torchjob.console.user_api import UserApi
 from torchjob.kube.follow import Snapshot
 from torchjob.kube.resources import KUBEFLOW_JOBS, PODS
-from torchjob.lifecycle.summary import pod_phase, pod_reason, pod_restarts, replica_pods
 from torchjob.render.job_kinds import kind_of
+from torchjob.views.console.rows import kubelet_message
+from torchjob.views.summary import pod_phase, pod_reason, pod_restarts, replica_pods
 
 Object = dict[str, Any]
 

@@ -21,13 +21,13 @@ from aiohttp import web
 
 from torchjob.api.constants import LABEL_JOB_NAME
 from torchjob.api.names import is_dns_1123_label
-from torchjob.console import rows, series
 from torchjob.console.keys import PAGES, SETTINGS, session_of
 from torchjob.console.replicas import page_context, read_job, training_view
 from torchjob.console.sse import event_stream
 from torchjob.console.user_api import UserApi
 from torchjob.kube.errors import KubeError
 from torchjob.kube.resources import POD_METRICS, PODS
+from torchjob.views.console import rows, series
 
 SAMPLE_SECONDS = 15.0
 PROMETHEUS_SECONDS = 30.0

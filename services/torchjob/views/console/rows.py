@@ -11,13 +11,13 @@ from typing import Any
 from torchjob.api.constants import FINISHED_JOB_PHASES, LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
 from torchjob.api.job_api import JobApi, api_named
 from torchjob.api.objects import latest_condition
-from torchjob.api.quantities import format_gpus, job_gpus
 from torchjob.api.queries import training_container_in
-from torchjob.lifecycle import summary
 from torchjob.lifecycle.conditions import START_FAILURE_REASONS
 from torchjob.lifecycle.times import parse_time
 from torchjob.render.job_kinds import KINDS, JobKind, kind_of
-from torchjob.render.replica_command import replica_command
+from torchjob.views import summary
+from torchjob.views.quantities import format_gpus, job_gpus
+from torchjob.views.replica_command import replica_command
 
 Object = dict[str, Any]
 # What the list's phase cell can say of a job of each API: its phase as its kind says it, or
@@ -144,7 +144,7 @@ def training_container(job: Object) -> Object:
 
 def command_line(job: Object) -> str:
     """The command line the job's first replica runs, as its pod is made and rewritten
-    (render/replica_command.py), quoted as a shell would need it; '' when its pods cannot be
+    (views/replica_command.py), quoted as a shell would need it; '' when its pods cannot be
     made."""
     kind = job_kind(job)
     return shlex.join(replica_command(job, kind.api))

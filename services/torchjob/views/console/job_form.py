@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchjob.api.types import API_VERSION, KIND
-from torchjob.render.command_line import container_command, line_of_container
+from torchjob.views.console.command_line import container_command, line_of_container
 
 REPLICA_TYPE = "worker"
 CONTAINER = "pytorch"

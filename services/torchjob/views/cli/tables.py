@@ -12,7 +12,7 @@ from typing import Any
 
 from torchjob.api import constants
 from torchjob.api.objects import latest_condition
-from torchjob.api.quantities import (
+from torchjob.views.quantities import (
     Resources,
     format_cpu,
     format_gpus,
@@ -22,7 +22,7 @@ from torchjob.api.quantities import (
     job_requests,
     pod_spec_requests,
 )
-from torchjob.lifecycle.summary import (
+from torchjob.views.summary import (
     duration,
     eta_text,
     phase,

@@ -32,9 +32,9 @@ from typing import Any
 
 from torchjob.api import queries
 from torchjob.api.types import PyTorchTrainingJobSpec, TorchrunConfig
-from torchjob.render.replica_command import training_container_named
 from torchjob.render.topology import DEFAULT_MASTER_PORT
 from torchjob.render.wait import WAIT_FOR_MASTER
+from torchjob.views.replica_command import training_container_named
 
 LOOPBACK = "127.0.0.1"
 CLUSTER_DOMAIN = ".cluster.local"

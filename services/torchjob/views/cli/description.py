@@ -8,10 +8,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from torchjob.api.quantities import format_cpu, format_gpus, format_memory, job_requests
-from torchjob.cli.views.tables import NONE, age, parse_time, table
 from torchjob.lifecycle.progress import seconds_since_report
-from torchjob.lifecycle.summary import (
+from torchjob.render.tensorboard import PORT as TENSORBOARD_PORT
+from torchjob.render.tensorboard import tensorboard_name, tensorboard_url
+from torchjob.views.cli.tables import NONE, age, parse_time, table
+from torchjob.views.quantities import format_cpu, format_gpus, format_memory, job_requests
+from torchjob.views.summary import (
     NO_VALUE,
     duration,
     eta_text,
@@ -23,8 +25,6 @@ from torchjob.lifecycle.summary import (
     replica_pods,
     reported_progress,
 )
-from torchjob.render.tensorboard import PORT as TENSORBOARD_PORT
-from torchjob.render.tensorboard import tensorboard_name, tensorboard_url
 
 
 def describe(

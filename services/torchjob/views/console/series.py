@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from torchjob.api.names import is_dns_1123_label
-from torchjob.api.quantities import pod_spec_requests, quantity
+from torchjob.views.quantities import pod_spec_requests, quantity
 
 Object = dict[str, Any]
 Chart = dict[str, Any]

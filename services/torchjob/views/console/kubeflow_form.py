@@ -1,11 +1,11 @@
 """The console's job form as Kubeflow's PyTorchJob (`kubeflow.org/v1`): the same fields
-(render/job_form.py) written as a PyTorchJob, the form a PyTorchJob the form wrote makes back,
+(job_form.py) written as a PyTorchJob, the form a PyTorchJob the form wrote makes back,
 and the form field an error about a PyTorchJob's field names.
 
 The form's replicas are a Master (rank 0) and, beyond one, Workers; every replica runs the same
 pod, in Kubeflow's container `pytorch`. With torchrun on the container's command is `torchrun`,
 which reads the `PET_*` settings Kubeflow's environment gives it (`spec.nprocPerNode` among
-them), and the form's command line its arguments (render/command_line.py). What a PyTorchJob
+them), and the form's command line its arguments (command_line.py). What a PyTorchJob
 has no place for (a TensorBoard, a T9k Scheduler queue and priority, torchrun's restarts outside
 an elastic job) is refused beside its field, never dropped."""
 
@@ -18,7 +18,7 @@ from typing import Any
 from torchjob.api import kubeflow_types
 from torchjob.api.kubeflow import CLEAN_POD_POLICIES, DEFAULT_CONTAINER, MASTER, WORKER
 from torchjob.api.types import API_VERSION, KIND
-from torchjob.render.job_form import (
+from torchjob.views.console.job_form import (
     FIELD_OF_PATH,
     INTEGER,
     JobForm,
