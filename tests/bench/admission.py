@@ -34,7 +34,6 @@ import platform
 import signal
 import socket
 import ssl
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -61,6 +60,7 @@ from support import ControlPlane  # noqa: E402
 from support.baseline import add_baseline_option, describe, extract_services  # noqa: E402
 from support.controlplane import free_port  # noqa: E402
 from support.processes import ServiceProcess  # noqa: E402
+from support.stats import percentile  # noqa: E402
 
 CRD = TESTS_DIR.parent / "crds" / f"{types.GROUP}_{types.PLURAL}.yaml"
 JOB_MANIFEST = TESTS_DIR / "data" / "t9k" / "torchrun.yaml"
@@ -521,17 +521,10 @@ def summarize(case: Case, concurrency: int, load: Load, elapsed: float, cpu: flo
         requests=len(load.latencies),
         errors=load.errors,
         per_second=len(load.latencies) / elapsed if elapsed > 0 else float("nan"),
-        p50_ms=percentile_ms(load.latencies, 50),
-        p99_ms=percentile_ms(load.latencies, 99),
+        p50_ms=percentile(load.latencies, 50) * 1000,
+        p99_ms=percentile(load.latencies, 99) * 1000,
         server_cpu_us=cpu / max(len(load.latencies) + load.errors, 1) * 1e6,
     )
-
-
-def percentile_ms(latencies: list[float], percent: int) -> float:
-    if len(latencies) < 2:
-        return float("nan")
-    cut_points = statistics.quantiles(latencies, n=100, method="inclusive")
-    return cut_points[percent - 1] * 1000
 
 
 # -- report --------------------------------------------------------------------------------------

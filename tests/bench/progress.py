@@ -75,9 +75,10 @@ from support.operator import (  # noqa: E402
 )
 from support.processes import ServiceProcess  # noqa: E402
 from support.progress import endpoint_ca, pod_token  # noqa: E402
+from support.stats import percentile  # noqa: E402
 
 from bench.admission import print_machine  # noqa: E402
-from bench.reconcile import admin_client, cpu_seconds, percentile, watch  # noqa: E402
+from bench.reconcile import admin_client, cpu_seconds, watch  # noqa: E402
 
 NAMESPACE = "bench-progress"
 UNLIMITED = ("--progress-rate", "1000000", "--progress-burst", "1000000")

@@ -55,7 +55,6 @@ import math
 import os
 import re
 import signal
-import statistics
 import sys
 import tempfile
 import time
@@ -103,6 +102,7 @@ from support.operator import (  # noqa: E402
     wait_until_admitting,
 )
 from support.processes import ServiceProcess  # noqa: E402
+from support.stats import percentile  # noqa: E402
 
 from bench.admission import install_crd, print_machine  # noqa: E402
 
@@ -567,12 +567,6 @@ def print_memory(memory_at: dict[str, dict[str, dict[str, float]]], pods: int, j
         f"{sum(idle[name]['VmRSS'] for name in idle):.0f} MB with {pods} pods, {pods} services "
         f"and {jobs} jobs cached{target}"
     )
-
-
-def percentile(values: list[float], percent: int) -> float:
-    if len(values) < 2:
-        return float("nan")
-    return statistics.quantiles(values, n=100, method="inclusive")[percent - 1]
 
 
 def goal(met: bool, what: str) -> str:

@@ -40,7 +40,6 @@ import argparse
 import asyncio
 import contextlib
 import signal
-import statistics
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -75,6 +74,7 @@ from support.scheduling import (  # noqa: E402
     gang_control_plane,
     gpu_job,
 )
+from support.stats import percentile  # noqa: E402
 
 from bench.admission import print_machine  # noqa: E402
 
@@ -313,12 +313,6 @@ def measure_placement(plane: ControlPlane, args: argparse.Namespace) -> None:
             f"{percentile(native.per_job, 99) / percentile(none.per_job, 99):.2f}x"
         )
     delete_nodes(plane, nodes)
-
-
-def percentile(values: list[float], percent: int) -> float:
-    if len(values) < 2:
-        return values[0] if values else float("nan")
-    return statistics.quantiles(values, n=100, method="inclusive")[percent - 1]
 
 
 # -- contention ----------------------------------------------------------------------------------
