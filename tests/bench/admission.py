@@ -30,7 +30,6 @@ import copy
 import datetime
 import json
 import os
-import platform
 import signal
 import socket
 import ssl
@@ -58,7 +57,9 @@ sys.path.insert(0, str(TESTS_DIR))
 
 from support import ControlPlane  # noqa: E402
 from support.baseline import add_baseline_option, describe, extract_services  # noqa: E402
+from support.bench import print_machine  # noqa: E402
 from support.controlplane import free_port  # noqa: E402
+from support.operator import install_crds  # noqa: E402
 from support.processes import ServiceProcess  # noqa: E402
 from support.stats import percentile  # noqa: E402
 
@@ -216,7 +217,7 @@ class Reviews:
 def prepare_cluster(plane: ControlPlane) -> Reviews:
     """Install the CRD and create the torchrun job; review bodies built from what the apiserver
     itself makes of the job and of its replica pod (defaulted, admitted, dry-run)."""
-    install_crd(plane)
+    install_crds(plane)
     manifest, _ = default_job(yaml.safe_load(JOB_MANIFEST.read_text()))
     validated = kubectl_create(plane, manifest, dry_run=True)
     job = kubectl_create(plane, manifest)
@@ -236,13 +237,6 @@ def as_seen_by_mutating_webhooks(pod: dict[str, Any]) -> dict[str, Any]:
     for field_name in ("uid", "creationTimestamp", "resourceVersion", "generation"):
         pod["metadata"].pop(field_name, None)
     return pod
-
-
-def install_crd(plane: ControlPlane) -> None:
-    plane.kubectl("apply", "-f", str(CRD))
-    crd = f"crd/{types.PLURAL}.{types.GROUP}"
-    plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", crd)
-    plane.kubectl("api-resources", f"--api-group={types.GROUP}")
 
 
 def kubectl_create(
@@ -530,12 +524,6 @@ def summarize(case: Case, concurrency: int, load: Load, elapsed: float, cpu: flo
 # -- report --------------------------------------------------------------------------------------
 
 ROW = "{:<20} {:>4} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>6} {:>6} {:>6}  {}"
-
-
-def print_machine() -> None:
-    cpus = len(os.sched_getaffinity(0))
-    print(f"machine: nproc {cpus}, {platform.system()} {platform.machine()}")
-    print(f"python:  {platform.python_implementation()} {platform.python_version()}")
 
 
 def print_setup(

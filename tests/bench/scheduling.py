@@ -58,6 +58,7 @@ TESTS_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS_DIR))
 
 from support import ControlPlane  # noqa: E402
+from support.bench import print_machine  # noqa: E402
 from support.informers import client_like, running  # noqa: E402
 from support.kubelet import TestKubelet  # noqa: E402
 from support.operator import (  # noqa: E402
@@ -75,8 +76,6 @@ from support.scheduling import (  # noqa: E402
     gpu_job,
 )
 from support.stats import percentile  # noqa: E402
-
-from bench.admission import print_machine  # noqa: E402
 
 SCHEDULER = "bench-scheduler"
 MODES = ("none", "native")
