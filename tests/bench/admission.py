@@ -30,11 +30,9 @@ import copy
 import datetime
 import json
 import os
-import platform
 import signal
 import socket
 import ssl
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -59,8 +57,11 @@ sys.path.insert(0, str(TESTS_DIR))
 
 from support import ControlPlane  # noqa: E402
 from support.baseline import add_baseline_option, describe, extract_services  # noqa: E402
+from support.bench import print_machine  # noqa: E402
 from support.controlplane import free_port  # noqa: E402
+from support.operator import install_crds  # noqa: E402
 from support.processes import ServiceProcess  # noqa: E402
+from support.stats import percentile  # noqa: E402
 
 CRD = TESTS_DIR.parent / "crds" / f"{types.GROUP}_{types.PLURAL}.yaml"
 JOB_MANIFEST = TESTS_DIR / "data" / "t9k" / "torchrun.yaml"
@@ -216,7 +217,7 @@ class Reviews:
 def prepare_cluster(plane: ControlPlane) -> Reviews:
     """Install the CRD and create the torchrun job; review bodies built from what the apiserver
     itself makes of the job and of its replica pod (defaulted, admitted, dry-run)."""
-    install_crd(plane)
+    install_crds(plane)
     manifest, _ = default_job(yaml.safe_load(JOB_MANIFEST.read_text()))
     validated = kubectl_create(plane, manifest, dry_run=True)
     job = kubectl_create(plane, manifest)
@@ -236,13 +237,6 @@ def as_seen_by_mutating_webhooks(pod: dict[str, Any]) -> dict[str, Any]:
     for field_name in ("uid", "creationTimestamp", "resourceVersion", "generation"):
         pod["metadata"].pop(field_name, None)
     return pod
-
-
-def install_crd(plane: ControlPlane) -> None:
-    plane.kubectl("apply", "-f", str(CRD))
-    crd = f"crd/{types.PLURAL}.{types.GROUP}"
-    plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", crd)
-    plane.kubectl("api-resources", f"--api-group={types.GROUP}")
 
 
 def kubectl_create(
@@ -521,28 +515,15 @@ def summarize(case: Case, concurrency: int, load: Load, elapsed: float, cpu: flo
         requests=len(load.latencies),
         errors=load.errors,
         per_second=len(load.latencies) / elapsed if elapsed > 0 else float("nan"),
-        p50_ms=percentile_ms(load.latencies, 50),
-        p99_ms=percentile_ms(load.latencies, 99),
+        p50_ms=percentile(load.latencies, 50) * 1000,
+        p99_ms=percentile(load.latencies, 99) * 1000,
         server_cpu_us=cpu / max(len(load.latencies) + load.errors, 1) * 1e6,
     )
-
-
-def percentile_ms(latencies: list[float], percent: int) -> float:
-    if len(latencies) < 2:
-        return float("nan")
-    cut_points = statistics.quantiles(latencies, n=100, method="inclusive")
-    return cut_points[percent - 1] * 1000
 
 
 # -- report --------------------------------------------------------------------------------------
 
 ROW = "{:<20} {:>4} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>6} {:>6} {:>6}  {}"
-
-
-def print_machine() -> None:
-    cpus = len(os.sched_getaffinity(0))
-    print(f"machine: nproc {cpus}, {platform.system()} {platform.machine()}")
-    print(f"python:  {platform.python_implementation()} {platform.python_version()}")
 
 
 def print_setup(

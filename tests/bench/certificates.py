@@ -34,6 +34,7 @@ from pathlib import Path
 TESTS_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS_DIR))
 
+from support.stats import percentile  # noqa: E402
 from support.webhook import JOB, admission_app, review, serving  # noqa: E402
 
 from torchjob.runtime import logging as runtime_logging  # noqa: E402
@@ -142,8 +143,8 @@ async def admissions_during(
     return latencies
 
 
-def quantile_ms(values: list[float], q: int) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] * 1000
+def quantile_ms(values: list[float], percent: int) -> float:
+    return percentile(values, percent) * 1000
 
 
 async def main(settles: int) -> None:

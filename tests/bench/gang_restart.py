@@ -76,26 +76,26 @@ TESTS_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS_DIR))
 
 from support import ControlPlane  # noqa: E402
+from support.bench import (  # noqa: E402
+    admin_client,
+    delete_namespace,
+    difference,
+    new_namespace,
+    print_machine,
+    reconciler_counts,
+)
 from support.eventually import eventually  # noqa: E402
 from support.informers import client_like, running  # noqa: E402
 from support.jobs import JobBuilder  # noqa: E402
 from support.kubelet import TestKubelet  # noqa: E402
 from support.operator import (  # noqa: E402
+    install_crds,
     reconciler_kubeconfig,
     start_reconciler,
     start_webhook,
     stop_webhook,
 )
 from support.processes import ServiceProcess  # noqa: E402
-
-from bench.admission import install_crd, print_machine  # noqa: E402
-from bench.reconcile import (  # noqa: E402
-    admin_client,
-    delete_namespace,
-    difference,
-    new_namespace,
-    reconciler_counts,
-)
 
 JOB_NAME = "gang"
 FAILED_INDEX = 1  # the worker whose pod fails
@@ -498,7 +498,7 @@ def main() -> None:
     )
     started = time.monotonic()
     with ControlPlane() as plane:
-        install_crd(plane)
+        install_crds(plane)
         kubeconfig = reconciler_kubeconfig(plane)
         floor = measure_floor(plane, kubeconfig, args)
         measured = measure_reconciler(plane, kubeconfig, args)

@@ -60,6 +60,7 @@ TESTS_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS_DIR))
 
 from support import ControlPlane  # noqa: E402
+from support.bench import admin_client, cpu_seconds, print_machine, watch  # noqa: E402
 from support.cluster import Job  # noqa: E402
 from support.eventually import eventually_sync  # noqa: E402
 from support.jobs import JobBuilder, job_manifest  # noqa: E402
@@ -75,9 +76,7 @@ from support.operator import (  # noqa: E402
 )
 from support.processes import ServiceProcess  # noqa: E402
 from support.progress import endpoint_ca, pod_token  # noqa: E402
-
-from bench.admission import print_machine  # noqa: E402
-from bench.reconcile import admin_client, cpu_seconds, percentile, watch  # noqa: E402
+from support.stats import percentile  # noqa: E402
 
 NAMESPACE = "bench-progress"
 UNLIMITED = ("--progress-rate", "1000000", "--progress-burst", "1000000")

@@ -52,25 +52,22 @@ import argparse
 import asyncio
 import contextlib
 import math
-import os
-import re
 import signal
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 
 from torchjob.api import constants, types
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.kube.client import REQUESTS, KubeClient, new_kube_client
-from torchjob.kube.informer import Informer, KubeObject, ResourceKind
+from torchjob.kube.informer import KubeObject
 from torchjob.kube.resources import JOBS, PODS, SERVICES
 from torchjob.kube.rest import Resources
 from torchjob.render.replica_objects import render_pod, render_service
@@ -90,21 +87,28 @@ from support.baseline import (  # noqa: E402
     print_comparison,
     services_from,
 )
+from support.bench import (  # noqa: E402
+    admin_client,
+    cpu_seconds,
+    delete_namespace,
+    difference,
+    new_namespace,
+    print_machine,
+    reconciler_counts,
+    watch,
+)
 from support.eventually import eventually  # noqa: E402
-from support.informers import client_like, running  # noqa: E402
 from support.jobs import JobBuilder  # noqa: E402
 from support.kubelet import TestKubelet  # noqa: E402
 from support.operator import (  # noqa: E402
-    OPT_IN_LABEL,
+    install_crds,
     reconciler_kubeconfig,
     start_reconciler,
     start_webhook,
     stop_webhook,
-    wait_until_admitting,
 )
 from support.processes import ServiceProcess  # noqa: E402
-
-from bench.admission import install_crd, print_machine  # noqa: E402
+from support.stats import percentile  # noqa: E402
 
 USER_CONCURRENCY = 8
 WORKERS = 4  # the reconciler's default --workers
@@ -137,19 +141,6 @@ def parse() -> argparse.Namespace:
 
 
 # -- watching ------------------------------------------------------------------------------------
-
-
-@contextlib.asynccontextmanager
-async def watch(
-    api: client.ApiClient, kind: ResourceKind, namespace: str, changed: Callable[[KubeObject], None]
-) -> AsyncIterator[Informer]:
-    """The bench's own informer on one namespace, calling `changed` after every add and update."""
-    async with client_like(api) as ours:
-        informer = Informer(
-            ours, kind, namespace=namespace, on_add=changed, on_update=lambda _, new: changed(new)
-        )
-        async with running(informer, sync_timeout=60) as started:
-            yield started
 
 
 class PodsSeen:
@@ -329,15 +320,6 @@ async def status_latencies(
 # -- the reconciler process ----------------------------------------------------------------------
 
 
-def cpu_seconds(process: ServiceProcess) -> float:
-    """User plus system CPU time of a service process so far (/proc/<pid>/stat)."""
-    assert process.process is not None
-    stat = Path(f"/proc/{process.process.pid}/stat").read_text()
-    fields = stat.rpartition(")")[2].split()  # the fields after the command's name
-    utime, stime = int(fields[11]), int(fields[12])
-    return (utime + stime) / os.sysconf("SC_CLK_TCK")
-
-
 def memory_mb(process: ServiceProcess) -> dict[str, float]:
     assert process.process is not None
     pid = process.process.pid
@@ -375,55 +357,11 @@ def cached_pod_bytes(pod: KubeObject) -> str:
     )
 
 
-def label(labels: str, name: str) -> str:
-    match = re.search(rf'{name}="([^"]*)"', labels)
-    return match.group(1) if match else "?"
-
-
-def reconciler_counts(reconciler: ServiceProcess) -> dict[str, float]:
-    """Requests by method, reconciles by result, and seconds waited for the rate limiter."""
-    counts = {
-        f"{label(k, 'method')} requests": v
-        for k, v in reconciler.samples("torchjob_kube_client_requests_total").items()
-    }
-    counts |= {
-        f"{label(k, 'result')} reconciles": v
-        for k, v in reconciler.samples("torchjob_reconcile_total").items()
-    }
-    waited = reconciler.samples("torchjob_kube_client_rate_limiter_wait_seconds_sum")
-    counts["seconds waited for the rate limiter"] = sum(waited.values())
-    return counts
-
-
-def difference(after: dict[str, float], before: dict[str, float]) -> str:
-    return ", ".join(
-        f"{value - before.get(key, 0):.0f} {key}" for key, value in sorted(after.items())
-    )
-
-
 # -- one run -------------------------------------------------------------------------------------
 
 SERVICE_NAMES = ("reconciler", "webhook")
 # When the CPU time is read: every pod exists, every job's status shows its replicas Pending.
 MOMENTS = (("pods", "until every pod exists"), ("settled", "until statuses settle"))
-
-
-def new_namespace(plane: ControlPlane, name: str) -> str:
-    plane.kubectl("create", "namespace", name)
-    plane.kubectl("label", "namespace", name, f"{OPT_IN_LABEL}=on")
-    wait_until_admitting(plane, name)
-    return name
-
-
-def delete_namespace(plane: ControlPlane, name: str) -> None:
-    """Gone, with everything in it, before the next services start: they cache none of it."""
-    plane.kubectl("delete", "namespace", name, "--wait=true", "--timeout=900s", timeout=960)
-
-
-async def admin_client(plane: ControlPlane) -> client.ApiClient:
-    return await config.new_client_from_config(
-        config_file=str(plane.kubeconfig), persist_config=False
-    )
 
 
 def measure_floor(plane: ControlPlane, kubeconfig: Path, args: argparse.Namespace) -> float:
@@ -569,12 +507,6 @@ def print_memory(memory_at: dict[str, dict[str, dict[str, float]]], pods: int, j
     )
 
 
-def percentile(values: list[float], percent: int) -> float:
-    if len(values) < 2:
-        return float("nan")
-    return statistics.quantiles(values, n=100, method="inclusive")[percent - 1]
-
-
 def goal(met: bool, what: str) -> str:
     return f"meets {what}" if met else f"misses {what}"
 
@@ -669,7 +601,7 @@ def main() -> None:
     )
     started = time.monotonic()
     with ControlPlane() as plane, tempfile.TemporaryDirectory(prefix="torchjob-bench-") as tmp:
-        install_crd(plane)
+        install_crds(plane)
         kubeconfig = reconciler_kubeconfig(plane)
         floor = math.nan if args.skip_floor else measure_floor(plane, kubeconfig, args)
         current = measure_services(plane, kubeconfig, args, floor)

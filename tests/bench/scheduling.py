@@ -40,7 +40,6 @@ import argparse
 import asyncio
 import contextlib
 import signal
-import statistics
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -59,6 +58,7 @@ TESTS_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS_DIR))
 
 from support import ControlPlane  # noqa: E402
+from support.bench import print_machine  # noqa: E402
 from support.informers import client_like, running  # noqa: E402
 from support.kubelet import TestKubelet  # noqa: E402
 from support.operator import (  # noqa: E402
@@ -75,8 +75,7 @@ from support.scheduling import (  # noqa: E402
     gang_control_plane,
     gpu_job,
 )
-
-from bench.admission import print_machine  # noqa: E402
+from support.stats import percentile  # noqa: E402
 
 SCHEDULER = "bench-scheduler"
 MODES = ("none", "native")
@@ -313,12 +312,6 @@ def measure_placement(plane: ControlPlane, args: argparse.Namespace) -> None:
             f"{percentile(native.per_job, 99) / percentile(none.per_job, 99):.2f}x"
         )
     delete_nodes(plane, nodes)
-
-
-def percentile(values: list[float], percent: int) -> float:
-    if len(values) < 2:
-        return values[0] if values else float("nan")
-    return statistics.quantiles(values, n=100, method="inclusive")[percent - 1]
 
 
 # -- contention ----------------------------------------------------------------------------------

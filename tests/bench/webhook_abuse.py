@@ -45,6 +45,7 @@ from support.abuse import VALIDATE, Abuse, expensive_review  # noqa: E402
 from support.controlplane import free_port  # noqa: E402
 from support.jobs import job_manifest  # noqa: E402
 from support.processes import ServiceProcess  # noqa: E402
+from support.stats import percentile  # noqa: E402
 
 from torchjob.webhook.certificates.pki import new_bundle  # noqa: E402
 
@@ -199,21 +200,14 @@ def attack(port: int, kind: str, report: Path) -> None:
     report.write_bytes(orjson.dumps(asyncio.run(run())))
 
 
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def print_phase(phase: Phase) -> None:
     ms = 1000
     print(
-        f"{phase.name:8} admission p50 {percentile(phase.admissions, 0.5) * ms:8.1f} ms"
-        f"  p99 {percentile(phase.admissions, 0.99) * ms:8.1f} ms"
+        f"{phase.name:8} admission p50 {percentile(phase.admissions, 50) * ms:8.1f} ms"
+        f"  p99 {percentile(phase.admissions, 99) * ms:8.1f} ms"
         f"  answered {len(phase.admissions):4}  failed {phase.admission_failures:3}"
-        f" | /healthz p50 {percentile(phase.probes, 0.5) * ms:7.1f} ms"
-        f"  p99 {percentile(phase.probes, 0.99) * ms:7.1f} ms  failed {phase.probe_failures:2}"
+        f" | /healthz p50 {percentile(phase.probes, 50) * ms:7.1f} ms"
+        f"  p99 {percentile(phase.probes, 99) * ms:7.1f} ms  failed {phase.probe_failures:2}"
         f" | RSS median {statistics.median(phase.rss) / 2**20 if phase.rss else 0:6.1f} MiB"
         f"  max {max(phase.rss, default=0) / 2**20:6.1f} MiB"
     )

@@ -34,6 +34,7 @@ from support.helm import (
 )
 from support.jobs import job_manifest
 from support.operator import wait_until_admitting
+from support.pods import bare_pod
 from support.processes import ServiceProcess
 from support.scenarios import happy_path, master_failure, ttl_deletes_everything
 
@@ -169,12 +170,8 @@ async def test_failure_path_as_installed(
 async def test_a_labelled_pod_from_anyone_else_is_refused(
     control_plane: ControlPlane, chart_namespace: str, installed: Installation
 ) -> None:
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "impostor", "labels": {"batch.tensorstack.dev/job-name": "x"}},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-    }
+    labels = {"batch.tensorstack.dev/job-name": "x"}
+    pod = bare_pod("impostor", labels=labels, container="c", image="busybox")
     result = await asyncio.to_thread(
         control_plane.kubectl,
         "create",
@@ -201,12 +198,7 @@ class Attempt:
     body: dict[str, Any] | None = None
 
 
-POD = {
-    "apiVersion": "v1",
-    "kind": "Pod",
-    "metadata": {"name": "p"},
-    "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-}
+POD = bare_pod("p", container="c", image="busybox")
 
 
 def refused_attempts(installation: Installation, job_namespace: str) -> list[Attempt]:

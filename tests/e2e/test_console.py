@@ -22,6 +22,7 @@ from support.console import (
 )
 from support.eventually import eventually
 from support.kubelet_logs import log_kubelet
+from support.pods import bare_pod
 from support.processes import ServiceProcess
 
 from torchjob.api.constants import LABEL_JOB_NAME, LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
@@ -205,12 +206,7 @@ async def test_a_log_streams_into_the_page_until_its_container_exits(
 ) -> None:
     node = f"logs-{namespace[-6:]}"
     async with log_kubelet(control_plane, node) as kubelet:
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "trainer"},
-            "spec": {"nodeName": node, "containers": [{"name": "pytorch", "image": "trainer:1"}]},
-        }
+        pod = bare_pod("trainer", node=node)
         control_plane.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(pod))
         running = {"state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
         set_container(control_plane, namespace, "Running", running)
@@ -256,12 +252,7 @@ def set_container(
 
 def replica_pod(node: str, job: str, index: int) -> dict[str, Any]:
     labels = {LABEL_JOB_NAME: job, LABEL_REPLICA_TYPE: "worker", LABEL_REPLICA_INDEX: str(index)}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"{job}-worker-{index}", "labels": labels},
-        "spec": {"nodeName": node, "containers": [{"name": "pytorch", "image": "trainer:1"}]},
-    }
+    return bare_pod(f"{job}-worker-{index}", labels=labels, node=node)
 
 
 AT_END = "(log) => log.scrollHeight - log.scrollTop - log.clientHeight < 4"

@@ -24,6 +24,7 @@ from support.console import (
     tenant_token,
 )
 from support.jobs import JobBuilder, job_manifest
+from support.pods import bare_pod
 from support.prometheus import fake_prometheus, recording
 
 from torchjob.api.constants import LABEL_JOB_NAME
@@ -39,12 +40,7 @@ def create_job(control_plane: ControlPlane, namespace: str, name: str, stem: str
 
 def create_pod(control_plane: ControlPlane, namespace: str, job: str, name: str) -> None:
     """A replica's pod as the reconciler names and labels it; no node takes it."""
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": {LABEL_JOB_NAME: job}},
-        "spec": {"containers": [{"name": "pytorch", "image": "pytorch/pytorch:2.0.0"}]},
-    }
+    pod = bare_pod(name, labels={LABEL_JOB_NAME: job}, image="pytorch/pytorch:2.0.0")
     control_plane.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(pod))
 
 

@@ -17,6 +17,7 @@ from support import ControlPlane
 from support.console import Console, create_job, signed_in, tenant_token
 from support.eventually import TIMEOUT
 from support.kubelet_logs import LogKubelet, log_kubelet
+from support.pods import bare_pod
 
 from torchjob.console.security import HEADERS
 from torchjob.console.sessions import COOKIE
@@ -59,15 +60,7 @@ async def running_pod(control_plane: ControlPlane, namespace: str) -> AsyncItera
 
 
 async def _create_running_pod(control_plane: ControlPlane, namespace: str, node: str) -> None:
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "trainer"},
-        "spec": {
-            "nodeName": node,
-            "containers": [{"name": "pytorch", "image": "trainer:1"}],
-        },
-    }
+    pod = bare_pod("trainer", node=node)
     control_plane.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(pod))
     running = {"state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
     status = {

@@ -22,6 +22,7 @@ from support.cluster import Job
 from support.eventually import eventually
 from support.jobs import JobBuilder
 from support.operator import progress_port
+from support.pods import bare_pod
 from support.processes import ServiceProcess
 from support.progress import endpoint_ca, pod_token
 from support.tokens import expired_copy
@@ -176,12 +177,7 @@ async def _bodies_refused(session: aiohttp.ClientSession, url: str, token: str) 
 
 async def _stray_pod(kube_client: client.ApiClient, namespace: str) -> Any:
     core = client.CoreV1Api(kube_client)
-    manifest: Any = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "stray"},
-        "spec": {"containers": [{"name": "c", "image": "i"}]},
-    }
+    manifest: Any = bare_pod("stray", container="c", image="i")
     return await core.create_namespaced_pod(namespace, manifest)
 
 

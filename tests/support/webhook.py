@@ -6,7 +6,6 @@ in part."""
 from __future__ import annotations
 
 import asyncio
-import asyncio.base_events
 import contextlib
 import copy
 import dataclasses
@@ -266,9 +265,7 @@ class ServerThread:
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
-        server = site._server
-        assert isinstance(server, asyncio.base_events.Server)
-        self.port = server.sockets[0].getsockname()[1]
+        self.port = runner.addresses[0][1]  # port 0: the one the kernel chose
         lag = asyncio.create_task(self._watch_lag())
         self._started.set()
         try:

@@ -73,7 +73,11 @@ def test_parsed_jobs_are_bounded_keeping_the_most_recently_used() -> None:
     decoded = DecodedJobs(parsed_capacity=2)
     packed = {name: orjson.dumps(stored_job()) for name in "abcd"}
     kept = decoded.parsed("ns", "a", packed["a"])
+    first: dict[str, Any] = {}
     for name in "bcd":
-        decoded.parsed("ns", name, packed[name])
+        first[name] = decoded.parsed("ns", name, packed[name])
         assert decoded.parsed("ns", "a", packed["a"]) is kept  # used again each time
-    assert len(decoded._parsed) == 2  # "a" and "d": "b" and "c" went
+    # "a" and "d" are kept: asked again, each is the same object; "b" went, so it is parsed anew.
+    assert decoded.parsed("ns", "d", packed["d"]) is first["d"]
+    assert decoded.parsed("ns", "a", packed["a"]) is kept
+    assert decoded.parsed("ns", "b", packed["b"]) is not first["b"]

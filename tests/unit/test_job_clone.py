@@ -7,12 +7,11 @@ from typing import Any
 
 import pytest
 from hypothesis import given
+from support.forms import FORMS
 
 from torchjob.api.defaults import default_job
 from torchjob.views.console.job_clone import clone_name, cloned
 from torchjob.views.console.job_form import JobForm, form_of, manifest_of
-
-from .test_job_form import FORMS
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support.forms import FORMS
 
 from torchjob.api.kubeflow_admission import default_pytorchjob, validate_pytorchjob
 from torchjob.views.console.job_form import JobForm, NotShown
@@ -19,8 +20,6 @@ from torchjob.views.console.kubeflow_form import (
     kubeflow_form_of,
     kubeflow_manifest_of,
 )
-
-from .test_job_form import FORMS
 
 # The forms a PyTorchJob holds: none of the fields it has no place for filled.
 KUBEFLOW_FORMS = FORMS.map(

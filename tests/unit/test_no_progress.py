@@ -7,7 +7,16 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from support.planning import META, NOW, conditions, observe, settle, spec, stopped
+from support.planning import (
+    META,
+    NOW,
+    conditions,
+    observe,
+    replica_pod,
+    settle,
+    spec,
+    stopped,
+)
 
 from torchjob.api import constants
 from torchjob.lifecycle.backoff import RestartRules
@@ -19,13 +28,7 @@ STARTED = NOW - timedelta(hours=2)
 
 
 def running(since: Any = STARTED) -> list[PodView]:
-    return [
-        replace(
-            PodView(f"j-{k}-{i}", f"uid-{k}-{i}", k, i, "Running", None, False, 0, False, ()),
-            running_since=since,
-        )
-        for k, i in KEYS
-    ]
+    return [replica_pod(k, i, running_since=since) for k, i in KEYS]
 
 
 def reported(status: dict[str, Any], ago: timedelta) -> dict[str, Any]:

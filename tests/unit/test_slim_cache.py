@@ -1,5 +1,5 @@
 """The reconciler caches slim pods and Services (kube/slim.py), each kept as its JSON
-(informer._Store): the lifecycle must see exactly the facts the full objects gave. Replays pod
+(informer.ObjectStore): the lifecycle must see exactly the facts the full objects gave. Replays pod
 events recorded from a real kube-apiserver (tests/data/recorded/pod_events.json, made by
 record_pod_events.py beside it) through two caches, one of full objects and the informer's store
 of slim ones, and plans every round from each."""
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from torchjob.api import constants
 from torchjob.api.admission import Request
 from torchjob.api.types import PyTorchTrainingJobSpec
-from torchjob.kube.informer import _Store, controller_uid, object_key
+from torchjob.kube.informer import ObjectStore, controller_uid, object_key
 from torchjob.kube.resources import owner_job_key
 from torchjob.kube.slim import job_without_status, slim_pod, slim_service
 from torchjob.lifecycle.backoff import RestartBackoff, RestartRules
@@ -67,7 +67,7 @@ def test_the_recording_covers_what_the_lifecycle_reads() -> None:
     assert {e["type"] for e in EVENTS} == {"ADDED", "MODIFIED", "DELETED"}
 
 
-def stored(store: _Store, event: dict[str, Any]) -> Cache:
+def stored(store: ObjectStore, event: dict[str, Any]) -> Cache:
     """What the informer does with a watch event: the slim pod put into (or removed from) its
     store; the store's contents as it hands them out, by owner as the reconciler reads them."""
     pod = slim_pod(copy.deepcopy(event["object"]))
@@ -82,7 +82,7 @@ def stored(store: _Store, event: dict[str, Any]) -> Cache:
 
 def test_slim_pods_plan_as_full_ones_after_every_recorded_event() -> None:
     full: Cache = {}
-    store = _Store({"owner": controller_uid})
+    store = ObjectStore({"owner": controller_uid})
     services = frozenset(s["metadata"]["name"] for s in rendered_services())
     status: dict[str, Any] = {}
     for event in EVENTS:
@@ -96,7 +96,7 @@ def test_slim_pods_plan_as_full_ones_after_every_recorded_event() -> None:
 
 
 def test_the_store_hands_out_a_fresh_copy_of_what_was_put() -> None:
-    store = _Store({})
+    store = ObjectStore({})
     pod = slim_pod(EVENTS[-2]["object"])
     store.put(pod)
     first, second = store.get(object_key(pod)), store.get(object_key(pod))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.planning import REPLICA_SCOPE, conditions, observe, settle, spec
+from support.planning import REPLICA_SCOPE, conditions, observe, replica_pod, settle, spec
 
 from torchjob.api import constants
 from torchjob.lifecycle.observe import PodView, describe_failure, exit_code_text, view_pod
@@ -89,9 +89,7 @@ def test_an_eviction_is_named_with_its_cause() -> None:
 
 def test_the_kubelets_error_reason_is_in_the_replica_status() -> None:
     job = spec("Never", master=False, workers=1)
-    running = PodView(
-        "j-worker-0", "uid-worker-0", "worker", 0, "Running", None, False, 0, False, ()
-    )
+    running = replica_pod("worker", 0)
     status = settle(job, [running])
     failed = view({"exitCode": 1, "reason": "Error"})
     result = observe(job, [failed], status)
@@ -104,9 +102,7 @@ def test_the_kubelets_error_reason_is_in_the_replica_status() -> None:
 
 def test_an_evicted_replica_under_exit_code_is_restarted_and_the_event_says_why() -> None:
     job = spec("ExitCode", master=False, workers=1)
-    running = PodView(
-        "j-worker-0", "uid-worker-0", "worker", 0, "Running", None, False, 0, False, ()
-    )
+    running = replica_pod("worker", 0)
     status = settle(job, [running], REPLICA_SCOPE)
     evicted = view(None, {"reason": "Evicted", "message": "The node was low on resource: memory."})
     result = observe(job, [evicted], status, meta=REPLICA_SCOPE)

@@ -108,7 +108,7 @@ class _Backoff:
         return delay * random.uniform(0.8, 1.2)
 
 
-class _Store:
+class ObjectStore:
     """The cached objects by namespace and name, and each index's value -> keys.
 
     Each object is kept as the JSON orjson encodes it and decoded again when read: a parsed
@@ -216,7 +216,7 @@ class Informer:
         self._backoff = _Backoff(retry_base, retry_cap)
         self._page_size = page_size
         self._transform = transform or _strip
-        self._store = _Store(indexers or {})
+        self._store = ObjectStore(indexers or {})
         self._resource_version: str | None = None
         # A lazy logger, so that logging configured after construction still applies.
         self._log = structlog.get_logger(

@@ -24,7 +24,7 @@ Every field read of a cached pod or Service, and so kept here:
 A new reader of any other field must add it here; tests/unit/test_slim_cache.py checks that the
 lifecycle plans the same from slim pods as from full ones.
 
-The informer keeps what is left as JSON bytes (`informer._Store`), a few hundred bytes a pod.
+The informer keeps what is left as JSON bytes (`informer.ObjectStore`), a few hundred bytes a pod.
 """
 
 from __future__ import annotations

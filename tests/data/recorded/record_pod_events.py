@@ -16,9 +16,9 @@ from typing import Any
 TESTS_DIR = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(TESTS_DIR))
 
-from bench.admission import install_crd  # noqa: E402
 from support import ControlPlane  # noqa: E402
 from support.jobs import JobBuilder  # noqa: E402
+from support.operator import install_crds  # noqa: E402
 
 from torchjob.api import constants, types  # noqa: E402
 from torchjob.render.replica_objects import render_pod  # noqa: E402
@@ -193,7 +193,7 @@ class Recorder:
 
 def main() -> None:
     with ControlPlane() as plane:
-        install_crd(plane)
+        install_crds(plane)
         plane.kubectl("create", "namespace", NAMESPACE)
         recorder = Recorder(plane)
         job = recorder.kubectl_json("create", "-f", "-", input=json.dumps(job_manifest()))
