@@ -205,7 +205,7 @@ async def _default_service_account(core: client.CoreV1Api, namespace: str) -> No
             return False
         return True
 
-    await eventually(made, f"the default ServiceAccount of {namespace}", timeout=60)
+    await eventually(made, f"the default ServiceAccount of {namespace}")
 
 
 def unique_namespace_name(test_name: str) -> str:

@@ -39,6 +39,7 @@ from support.operator import (
     start_reconciler,
 )
 from support.processes import ServiceProcess
+from support.tables import printed_rows
 
 from torchjob.api import constants
 from torchjob.api.kubeflow_admission import UNSUPPORTED
@@ -391,8 +392,8 @@ async def test_kubectl_says_why_a_replica_cannot_start(
 
     def start_column() -> str:
         shown = control_plane.kubectl("get", "pytorchjobs", job.name, "-n", job.namespace)
-        header, row = shown.stdout.split("\n")[:2]
-        return dict(zip(header.split(), row.split(), strict=False)).get("START", "")
+        [row] = printed_rows(shown.stdout)
+        return row["START"]
 
     await eventually(start_column, "kubectl's START column", explain=start_column)
     assert start_column() == "ImagePullFailed"

@@ -13,6 +13,7 @@ from support.eventually import eventually
 from support.jobs import JobBuilder, names
 from support.metrics import failures_counted
 from support.processes import ServiceProcess
+from support.tables import printed_rows
 
 from torchjob.api import constants
 
@@ -56,8 +57,8 @@ async def test_a_replica_that_cannot_start_is_named_then_fails_the_job_at_its_de
 
     await job.wait(f"a Warning Event {told!r}", warned)
     shown = control_plane.kubectl("get", "pytorchtrainingjob", job.name, "-n", job.namespace)
-    assert shown.stdout.split("\n")[0].split()[:3] == ["NAME", "PHASE", "START"], shown.stdout
-    assert shown.stdout.split("\n")[1].split()[2] == reason, shown.stdout
+    assert list(printed_rows(shown.stdout)[0])[:3] == ["NAME", "PHASE", "START"], shown.stdout
+    assert printed_rows(shown.stdout)[0]["START"] == reason, shown.stdout
     status = await job.wait_phase("Failed")
     start = condition(status, "StartFailure")
     assert (start["status"], start["reason"], start["message"]) == ("True", reason, told)

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 from support.controlplane import REPO_ROOT
 from support.node import Node, host_path_claim, http_get_from_a_pod, wait_until
+from support.tables import printed_rows
 
 EXAMPLE_JOB = REPO_ROOT / "examples" / "mnist-ddp" / "job.yaml"
 # The master is replica 0 of the example's only replica spec.
@@ -39,12 +40,9 @@ def example_job_with_tensorboard(image: str, claim: str) -> dict[str, Any]:
 
 def progress_shown(node: Node, namespace: str) -> dict[str, str] | None:
     """The columns of `kubectl get ptj mnist-ddp` once PROGRESS shows a value while it runs."""
-    header, row = node.kubectl("get", "ptj", "mnist-ddp", "-n", namespace).stdout.splitlines()[:2]
-    if len(row.split()) != len(header.split()):
-        return None  # a column is still empty (kubectl prints nothing for it)
-    cells = dict(zip(header.split(), row.split(), strict=True))
-    running = cells["PHASE"] == "Running" and cells["PROGRESS"] != "<none>"
-    return cells if running else None
+    [cells] = printed_rows(node.kubectl("get", "ptj", "mnist-ddp", "-n", namespace).stdout)
+    shown = cells["PROGRESS"] not in ("", "<none>") and cells["ETA"] not in ("", "<none>")
+    return cells if cells["PHASE"] == "Running" and shown else None
 
 
 def last_report(node: Node, namespace: str) -> dict[str, Any] | None:

@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from .eventually import eventually_sync
 from .pki import (
     issue_client_cert,
     issue_serving_cert,
@@ -64,6 +65,9 @@ STARTUP_TIMEOUT = 120.0
 STOP_GRACE = 5.0
 POLL_INTERVAL = 0.1
 LOG_TAIL_LINES = 40
+
+
+_PROBES = itertools.count()
 
 
 class ControlPlaneError(RuntimeError):
@@ -358,10 +362,27 @@ class ControlPlane:
         _stop_all([self._apiserver])
 
     def start_apiserver(self) -> None:
-        """Start kube-apiserver again with the same flags, on the same port."""
+        """Start kube-apiserver again with the same flags, on the same port, and return once the
+        controller-manager acts again: after a restart (and above all after a compaction) its
+        watches list again with a backoff of their own, and a later test's namespace would wait
+        for its default ServiceAccount meanwhile."""
         if self._stopped:
             raise ControlPlaneError("the control plane has been stopped")
         self._launch(self._apiserver, self._apiserver_ready)
+        self._wait_controllers_act()
+
+    def _wait_controllers_act(self) -> None:
+        probe = f"controllers-probe-{next(_PROBES)}"
+        self.kubectl("create", "namespace", probe)
+
+        def account_made() -> bool:
+            found = self.kubectl("get", "serviceaccount", "default", "-n", probe, check=False)
+            return found.returncode == 0
+
+        try:
+            eventually_sync(account_made, "the controller-manager acting again", timeout=300)
+        finally:
+            self.kubectl("delete", "namespace", probe, "--wait=false", check=False)
 
     def compact_etcd(self) -> int:
         """Write a key of our own to etcd and compact its history up to that write; returns the

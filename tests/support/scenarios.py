@@ -10,7 +10,7 @@ from kubernetes_asyncio import client
 
 from support.cluster import Cluster, Job, condition
 from support.controlplane import ControlPlane
-from support.eventually import eventually
+from support.eventually import TIMEOUT, eventually
 from support.jobs import JobBuilder, names
 from torchjob.api import constants, types
 
@@ -74,10 +74,12 @@ async def master_failure(
 async def kubectl_wait(
     control_plane: ControlPlane, job: Job, condition: str
 ) -> subprocess.CompletedProcess[str]:
-    """`kubectl wait ptj/<job> <condition>`, as a user would wait for the job."""
+    """`kubectl wait ptj/<job> <condition>`, as a user would wait for the job, as long as any
+    test waits for what it expects (support.eventually.TIMEOUT)."""
     return await asyncio.to_thread(
         control_plane.kubectl,
-        *("wait", "ptj", job.name, "-n", job.namespace, condition, "--timeout=30s"),
+        *("wait", "ptj", job.name, "-n", job.namespace, condition, f"--timeout={TIMEOUT:.0f}s"),
+        timeout=TIMEOUT + 30,
     )
 
 
