@@ -179,10 +179,12 @@ def stop_process_group(process: subprocess.Popen[bytes]) -> None:
 def webhook_server(
     plane: ControlPlane, tls: TlsFiles, sources: Path | None = None
 ) -> Iterator[tuple[int, int]]:
-    """The webhook's port and process id; run from the package in `sources` when given."""
-    port, probe_port = free_port(), free_port()
+    """The webhook's port and process id; run from the package in `sources` when given. Each
+    server has ports of its own, so a baseline's can run beside the current one."""
+    port, probe_port, progress_port = free_port(), free_port(), free_port()
     args = [
         *("--host", LOOPBACK, "--port", str(port), "--probe-port", str(probe_port)),
+        *("--progress-port", str(progress_port)),
         *("--cert-file", str(tls.cert), "--key-file", str(tls.key)),
         *("--kubeconfig", str(plane.kubeconfig), "--pod-creators", RECONCILER),
     ]
