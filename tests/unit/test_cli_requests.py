@@ -4,6 +4,8 @@ context and namespace a kubeconfig names, and a pod's log with the apiserver's o
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,9 +68,10 @@ async def apiserver(tmp_path: Path) -> AsyncIterator[Seen]:
         await runner.cleanup()
 
 
-def kubeconfig(path: Path, server: str) -> str:
-    """Two contexts: the current one names no namespace, `team` names one and a token."""
-    config = {
+def kubeconfig(path: Path, server: str, exec_user: dict[str, Any] | None = None) -> str:
+    """Two contexts: the current one names no namespace, `team` names one and a token; and
+    `sso`, whose user is `exec_user`, when one is given."""
+    config: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "c", "cluster": {"server": server}}],
@@ -79,6 +82,9 @@ def kubeconfig(path: Path, server: str) -> str:
         ],
         "current-context": "plain",
     }
+    if exec_user:
+        config["users"].append({"name": "sso", "user": exec_user})
+        config["contexts"].append({"name": "sso", "context": {"cluster": "c", "user": "sso"}})
     path.write_text(yaml.safe_dump(config))
     return str(path)
 
@@ -143,3 +149,27 @@ async def test_an_unknown_context_says_how_to_choose(apiserver: Seen, tmp_path: 
     with pytest.raises(CliError, match=r"no cluster to talk to.*'prod'.*--context NAME"):
         async with connect(target):
             pass
+
+
+async def test_an_exec_plugin_of_the_chosen_context_signs_in(
+    apiserver: Seen, tmp_path: Path
+) -> None:
+    """A user whose credentials an exec plugin prints is loaded by kubernetes-asyncio's loader
+    (in kube/kubeconfig.py), for the context chosen; the requests are still our client's."""
+    plugin = tmp_path / "plugin.py"
+    credential = {
+        "apiVersion": "client.authentication.k8s.io/v1beta1",
+        "kind": "ExecCredential",
+        "status": {"token": "from-plugin"},
+    }
+    plugin.write_text(f"print({json.dumps(json.dumps(credential))})\n")
+    exec_user = {
+        "apiVersion": "client.authentication.k8s.io/v1beta1",
+        "command": sys.executable,
+        "args": [str(plugin)],
+    }
+    path = kubeconfig(tmp_path / "config", apiserver.url, {"exec": exec_user})
+    async with connect(Target(kubeconfig=path, context="sso")) as cluster:
+        await cluster.list_jobs()
+    assert apiserver.requests[-1]["authorization"] == "Bearer from-plugin"
+    assert apiserver.requests[-1]["path"] == JOBS.path("default")
