@@ -18,7 +18,9 @@ from aiohttp import web
 
 from torchjob.api import types
 from torchjob.api.constants import LABEL_JOB_NAME
+from torchjob.cli import connection
 from torchjob.cli.connection import CliError, Target, connect
+from torchjob.kube.credentials import Credentials, StaticToken, tls_context
 from torchjob.kube.resources import JOBS
 
 JOBS_IN_TEAM = JOBS.path("team")
@@ -173,3 +175,20 @@ async def test_an_exec_plugin_of_the_chosen_context_signs_in(
         await cluster.list_jobs()
     assert apiserver.requests[-1]["authorization"] == "Bearer from-plugin"
     assert apiserver.requests[-1]["path"] == JOBS.path("default")
+
+
+async def test_in_a_pod_without_a_kubeconfig_the_service_account_is_used(
+    apiserver: Seen, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config
+    monkeypatch.setenv("KUBECONFIG", "")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    pod_account = Credentials(apiserver.url, tls_context(), StaticToken("pod"))
+    monkeypatch.setattr(connection, "in_cluster", lambda: pod_account)
+    async with connect(Target()) as cluster:
+        await cluster.nodes()
+    assert apiserver.requests[-1]["authorization"] == "Bearer pod"
+    # With a kubeconfig named, one that cannot be read is said, not replaced by the pod's.
+    with pytest.raises(CliError, match="no cluster to talk to: cannot read the kubeconfig"):
+        async with connect(Target(kubeconfig=str(tmp_path / "absent"))):
+            pass
