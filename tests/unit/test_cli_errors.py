@@ -6,19 +6,18 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from kubernetes_asyncio import client
 
 from torchjob.cli.connection import CliError, Cluster, Target
 from torchjob.kube import errors
+from torchjob.kube.client import KubeClient
+from torchjob.kube.credentials import Credentials, StaticToken, tls_context
 
 
 @pytest.fixture
 async def cluster() -> AsyncIterator[Cluster]:
-    api = client.ApiClient(client.Configuration(host="https://cluster.example:6443"))
-    yield Cluster(
-        api, Target(kubeconfig="/absent", namespace="team"), "https://cluster.example:6443"
-    )
-    await api.close()
+    credentials = Credentials("https://cluster.example:6443", tls_context(), StaticToken(None))
+    async with KubeClient(credentials) as client:
+        yield Cluster(client, Target(kubeconfig="/absent", namespace="team"))
 
 
 async def explained(cluster: Cluster, error: errors.KubeError, **where: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import os
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -293,3 +294,37 @@ async def test_a_watch_stream_is_cut_into_lines_however_it_is_chunked() -> None:
         yield b'{"a":1}\n{"b":'
 
     assert [line async for line in lines_of(cut_off())] == [b'{"a":1}']
+
+
+async def test_a_context_chosen_by_name_and_the_namespace_it_names(
+    apiserver: Apiserver, tmp_path: Path
+) -> None:
+    path = write_kubeconfig(tmp_path / "kubeconfig", "https://current:6443", {"token": "a"}, {})
+    config = yaml.safe_load(path.read_text())
+    config["clusters"].append({"name": "c2", "cluster": {"server": "https://other:6443"}})
+    config["users"].append({"name": "u2", "user": {"token": "b"}})
+    chosen = {"cluster": "c2", "user": "u2", "namespace": "team"}
+    config["contexts"].append({"name": "y", "context": chosen})
+    path.write_text(yaml.safe_dump(config))
+
+    current, other = await kubeconfig.load(str(path)), await kubeconfig.load(str(path), "y")
+    assert (current.host, current.token.authorization()) == ("https://current:6443", "Bearer a")
+    assert (other.host, other.token.authorization()) == ("https://other:6443", "Bearer b")
+    assert kubeconfig.context_namespace(str(path), "y") == "team"
+    assert kubeconfig.context_namespace(str(path)) is None
+    assert kubeconfig.context_namespace(str(path), "absent") is None
+    assert kubeconfig.context_namespace(str(tmp_path / "absent")) is None
+    with pytest.raises(credentials.ConfigError, match="absent"):
+        await kubeconfig.load(str(path), "absent")
+
+    # A context kubernetes-asyncio loads (here, of two files) is chosen by name as well, and its
+    # refusal is our ConfigError.
+    config["users"][1]["user"] = {"username": "bob", "password": "pw"}
+    config["clusters"][1]["cluster"] = {"server": apiserver.url, "insecure-skip-tls-verify": True}
+    path.write_text(yaml.safe_dump(config))
+    both = f"{path}{os.pathsep}{tmp_path / 'absent'}"
+    loaded = await kubeconfig.load(both, "y")
+    assert loaded.host == apiserver.url
+    assert loaded.token.authorization() == "Basic " + base64.b64encode(b"bob:pw").decode()
+    with pytest.raises(credentials.ConfigError, match="nowhere"):
+        await kubeconfig.load(both, "nowhere")

@@ -1,33 +1,48 @@
 """The cluster of the current kubeconfig context, as the `torchjob` cluster commands reach it: the
-API client (`--kubeconfig`, `--context`, `-n`, `-A`), every call they make, objects as plain JSON
-dicts, and each failure turned into a message that says what to do."""
+client (`--kubeconfig`, `--context`, `-n`, `-A`), every call they make, objects as plain JSON
+dicts, and each failure turned into a message that says what to do.
+
+The calls are the services' own: our client (kube/client.py) by the REST paths of
+kube/resources.py, every segment quoted, its failures our KubeErrors (kube/errors.py), and the
+credentials of kube/kubeconfig.py (kubernetes-asyncio loads only a kubeconfig whose user runs an
+exec plugin or an auth provider). `tensorboard` and `console` forward with kubectl
+(cli/port_forward.py)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import orjson
-from kubernetes_asyncio import client, config
-from kubernetes_asyncio.client.exceptions import ApiException
-from kubernetes_asyncio.config.config_exception import ConfigException
-from kubernetes_asyncio.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION
 
-from torchjob.api import constants, types
-from torchjob.cli import api_errors
-from torchjob.kube import errors
+from torchjob.api import types
+from torchjob.api.constants import LABEL_JOB_NAME
+from torchjob.kube import errors, kubeconfig
+from torchjob.kube.client import KubeClient
+from torchjob.kube.credentials import ConfigError, Credentials, in_cluster
+from torchjob.kube.informer import ResourceKind
+from torchjob.kube.resources import (
+    CORE_EVENTS,
+    JOBS,
+    NODE_METRICS,
+    NODES,
+    POD_METRICS,
+    PODS,
+    SERVICES,
+)
+from torchjob.kube.rest import MERGE_PATCH
 from torchjob.views.cli.tables import similar_names
 
 FIELD_MANAGER = "torchjob-cli"
+WRITTEN_BY_US: Mapping[str, str] = {"fieldManager": FIELD_MANAGER}
 # Seconds to connect, and to wait for each read of an answer: an apiserver that does not answer
 # is reported rather than waited for (a followed log may be silent for as long as it likes).
-CONNECT_TIMEOUT = 15
-READ_TIMEOUT = 60
-TIMEOUTS = (CONNECT_TIMEOUT, READ_TIMEOUT)
+CONNECT_TIMEOUT = 15.0
+READ_TIMEOUT = 60.0
 DEFAULT_NAMESPACE = "default"
 EXIT_ERROR = 2
 
@@ -57,100 +72,62 @@ def kubeconfig_path(target: Target) -> str | None:
 
 def context_namespace(target: Target) -> str | None:
     """The namespace the kubeconfig's context names, if it names one."""
-    try:
-        contexts, active = config.list_kube_config_contexts(config_file=kubeconfig_path(target))
-    except (ConfigException, OSError, TypeError):
-        return None
-    chosen = next((c for c in contexts if c.get("name") == target.context), None)
-    chosen = chosen or (active if target.context is None else None)
-    namespace = ((chosen or {}).get("context") or {}).get("namespace")
-    return namespace if isinstance(namespace, str) and namespace else None
+    path = kubeconfig_path(target) or kubeconfig.DEFAULT_PATH
+    return kubeconfig.context_namespace(path, target.context)
 
 
 class Cluster:
     """The API calls of the `torchjob` commands, in one namespace (or all, with -A)."""
 
-    def __init__(self, api: client.ApiClient, target: Target, host: str) -> None:
-        self.api = api
+    def __init__(self, client: KubeClient, target: Target) -> None:
+        self.client = client
         self.target = target
-        self.host = host
-        self.objects = client.CustomObjectsApi(api)
-        self.core = client.CoreV1Api(api)
+        self.host = client.host
         self.namespace = target.namespace or context_namespace(target) or DEFAULT_NAMESPACE
+
+    def scope(self, all_namespaces: bool | None = None) -> str | None:
+        """The namespace to list in; None for every namespace (-A, unless told otherwise)."""
+        everywhere = self.target.all_namespaces if all_namespaces is None else all_namespaces
+        return None if everywhere else self.namespace
 
     # -- jobs --------------------------------------------------------------------------------
 
     async def get_job(self, name: str) -> dict[str, Any]:
         async with self.translated(job=name):
-            job: dict[str, Any] = await self.objects.get_namespaced_custom_object(
-                types.GROUP,
-                types.VERSION,
-                self.namespace,
-                types.PLURAL,
-                name,
-                _request_timeout=TIMEOUTS,
+            job: dict[str, Any] = await self.client.request_json(
+                "GET", JOBS.object_path(self.namespace, name)
             )
         return job
 
     async def list_jobs(self, *, all_namespaces: bool | None = None) -> list[dict[str, Any]]:
-        everywhere = self.target.all_namespaces if all_namespaces is None else all_namespaces
-        async with self.translated():
-            if everywhere:
-                listed = await self.objects.list_cluster_custom_object(
-                    types.GROUP, types.VERSION, types.PLURAL, _request_timeout=TIMEOUTS
-                )
-            else:
-                listed = await self.objects.list_namespaced_custom_object(
-                    types.GROUP,
-                    types.VERSION,
-                    self.namespace,
-                    types.PLURAL,
-                    _request_timeout=TIMEOUTS,
-                )
-        items: list[dict[str, Any]] = listed.get("items") or []
-        return items
+        return await self._items(JOBS, self.scope(all_namespaces))
 
     async def create_job(self, manifest: dict[str, Any]) -> dict[str, Any]:
         name = str((manifest.get("metadata") or {}).get("name") or "")
         async with self.translated(creating=name):
-            created: dict[str, Any] = await self.objects.create_namespaced_custom_object(
-                types.GROUP,
-                types.VERSION,
-                self.namespace,
-                types.PLURAL,
-                manifest,
-                field_manager=FIELD_MANAGER,
-                _request_timeout=TIMEOUTS,
+            created: dict[str, Any] = await self.client.request_json(
+                "POST", JOBS.path(self.namespace), query=WRITTEN_BY_US, body=manifest
             )
         return created
 
     async def patch_job(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         """A JSON merge patch of the job, written by our field manager."""
-        call: Any = self.objects.patch_namespaced_custom_object  # the stubs omit _content_type
         async with self.translated(job=name):
-            patched: dict[str, Any] = await call(
-                types.GROUP,
-                types.VERSION,
-                self.namespace,
-                types.PLURAL,
-                name,
-                patch,
-                field_manager=FIELD_MANAGER,
-                _content_type="application/merge-patch+json",
-                _request_timeout=TIMEOUTS,
+            patched: dict[str, Any] = await self.client.request_json(
+                "PATCH",
+                JOBS.object_path(self.namespace, name),
+                query=WRITTEN_BY_US,
+                body=patch,
+                content_type=MERGE_PATCH,
             )
         return patched
 
     async def delete_job(self, name: str) -> None:
         async with self.translated(job=name):
-            await self.objects.delete_namespaced_custom_object(
-                types.GROUP,
-                types.VERSION,
-                self.namespace,
-                types.PLURAL,
-                name,
-                propagation_policy="Background",
-                _request_timeout=TIMEOUTS,
+            await self.client.request(
+                "DELETE",
+                JOBS.object_path(self.namespace, name),
+                query={"propagationPolicy": "Background"},
             )
 
     # -- what jobs own, and the nodes -------------------------------------------------------
@@ -159,97 +136,79 @@ class Cluster:
         self, job: str | None = None, *, all_namespaces: bool | None = None
     ) -> list[dict[str, Any]]:
         """The replica pods of `job`, or of every job (in the namespace, or everywhere)."""
-        selector = constants.LABEL_JOB_NAME + (f"={job}" if job else "")
+        selector = LABEL_JOB_NAME + (f"={job}" if job else "")
         return await self.pods(selector, all_namespaces=all_namespaces)
 
     async def pods(
         self, selector: str = "", *, all_namespaces: bool | None = None, field: str = ""
     ) -> list[dict[str, Any]]:
-        everywhere = self.target.all_namespaces if all_namespaces is None else all_namespaces
-        if everywhere:
-            listed = await self.raw(
-                self.core.list_pod_for_all_namespaces,
-                label_selector=selector,
-                field_selector=field,
-            )
-        else:
-            listed = await self.raw(
-                self.core.list_namespaced_pod,
-                self.namespace,
-                label_selector=selector,
-                field_selector=field,
-            )
-        return list(listed.get("items") or [])
+        chosen = {"labelSelector": selector, "fieldSelector": field}
+        query = {key: value for key, value in chosen.items() if value}
+        return await self._items(PODS, self.scope(all_namespaces), query)
 
     async def get_pod(self, name: str) -> dict[str, Any] | None:
-        try:
-            pod: dict[str, Any] = await self.raw(
-                self.core.read_namespaced_pod, name, self.namespace
-            )
-            return pod
-        except CliError as error:
-            if isinstance(error.__cause__, errors.NotFound):
-                return None
-            raise
+        return await self._object_or_none(PODS, name)
 
     async def events(self) -> list[dict[str, Any]]:
-        listed = await self.raw(self.core.list_namespaced_event, self.namespace)
-        return list(listed.get("items") or [])
+        return await self._items(CORE_EVENTS, self.namespace)
 
     async def nodes(self) -> list[dict[str, Any]]:
-        listed = await self.raw(self.core.list_node)
-        return list(listed.get("items") or [])
+        return await self._items(NODES, None)
 
-    async def metrics(self, plural: str) -> list[dict[str, Any]] | None:
-        """metrics-server's node or pod metrics; None when it is not installed (or refuses)."""
-        try:
-            if plural == "pods" and not self.target.all_namespaces:
-                listed = await self.objects.list_namespaced_custom_object(
-                    "metrics.k8s.io", "v1beta1", self.namespace, plural, _request_timeout=TIMEOUTS
-                )
-            else:
-                listed = await self.objects.list_cluster_custom_object(
-                    "metrics.k8s.io", "v1beta1", plural, _request_timeout=TIMEOUTS
-                )
-        except (ApiException, aiohttp.ClientError, TimeoutError):
-            return None
-        return list(listed.get("items") or [])
+    async def node_metrics(self) -> list[dict[str, Any]] | None:
+        """metrics-server's node metrics; None when it is not installed (or refuses)."""
+        return await self._metrics(NODE_METRICS, None)
+
+    async def pod_metrics(self) -> list[dict[str, Any]] | None:
+        """metrics-server's pod metrics, in the namespace (or everywhere, with -A); None when it
+        is not installed (or refuses)."""
+        return await self._metrics(POD_METRICS, self.scope())
 
     async def service(self, name: str) -> dict[str, Any] | None:
-        try:
-            service: dict[str, Any] = await self.raw(
-                self.core.read_namespaced_service, name, self.namespace
-            )
-            return service
-        except CliError as error:
-            if isinstance(error.__cause__, errors.NotFound):
-                return None
-            raise
+        return await self._object_or_none(SERVICES, name)
 
-    async def pod_log(self, pod: str, **options: Any) -> aiohttp.ClientResponse:
-        """The open response of a pod's log (the caller reads and closes it)."""
-        async with self.translated(pod=pod):
-            call: Any = self.core.read_namespaced_pod_log
-            timeouts = (CONNECT_TIMEOUT, None) if options.get("follow") else TIMEOUTS
-            response: aiohttp.ClientResponse = await call(
-                pod, self.namespace, _preload_content=False, _request_timeout=timeouts, **options
-            )
-            if not 200 <= response.status <= 299:
-                data = await response.read()
-                response.release()
-                raise _refusal(response, data)
-        return response
+    @asynccontextmanager
+    async def pod_log(
+        self, pod: str, query: Mapping[str, str]
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """The open answer of a pod's log (its body the caller's to read), with the apiserver's
+        log options in `query`; a followed log may be silent for as long as it likes."""
+        read_seconds = None if query.get("follow") == "true" else READ_TIMEOUT
+        path = PODS.object_path(self.namespace, pod, "log")
+        async with (
+            self.translated(pod=pod),
+            self.client.open("GET", path, query=query, read_seconds=read_seconds) as response,
+        ):
+            if response.status >= 300:
+                raise errors.from_status(response.status, response.reason, await response.read())
+            yield response
 
-    async def raw(self, method: Callable[..., Awaitable[Any]], *args: Any, **kw: Any) -> Any:
-        """A call whose answer is read as plain JSON, as the apiserver wrote it (the client's
-        models would rename fields and refuse some that real servers send)."""
+    async def _items(
+        self, kind: ResourceKind, namespace: str | None, query: Mapping[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        """The objects of a list, as the apiserver wrote them."""
         async with self.translated():
-            response = await method(*args, _preload_content=False, _request_timeout=TIMEOUTS, **kw)
-            data = await response.read()
-            response.release()
-            if not 200 <= response.status <= 299:
-                raise _refusal(response, data)
-        return orjson.loads(data)
+            listed = await self.client.request_json("GET", kind.path(namespace), query=query)
+        return list(listed.get("items") or [])
+
+    async def _object_or_none(self, kind: ResourceKind, name: str) -> dict[str, Any] | None:
+        async with self.translated():
+            try:
+                found: dict[str, Any] = await self.client.request_json(
+                    "GET", kind.object_path(self.namespace, name)
+                )
+            except errors.NotFound:
+                return None
+        return found
+
+    async def _metrics(
+        self, kind: ResourceKind, namespace: str | None
+    ) -> list[dict[str, Any]] | None:
+        try:
+            listed = await self.client.request_json("GET", kind.path(namespace))
+        except (errors.KubeError, aiohttp.ClientError, OSError, TimeoutError, ValueError):
+            return None
+        return list(listed.get("items") or [])
 
     # -- errors ------------------------------------------------------------------------------
 
@@ -258,8 +217,7 @@ class Cluster:
         self, *, job: str | None = None, creating: str | None = None, pod: str | None = None
     ) -> AsyncIterator[None]:
         try:
-            async with api_errors.translated():
-                yield
+            yield
         except errors.KubeError as error:
             raise await self._explain(error, job=job, creating=creating, pod=pod) from error
         except (aiohttp.ClientError, OSError, TimeoutError) as error:
@@ -268,6 +226,13 @@ class Cluster:
                 "Check that it is up and that --kubeconfig / --context (or $KUBECONFIG) point "
                 "at it: kubectl cluster-info"
             ) from error
+        except orjson.JSONDecodeError as error:
+            raise CliError(
+                f"the server at {self.host} answered with something that is not the Kubernetes "
+                "API's JSON: check that --kubeconfig / --context point at an apiserver"
+            ) from error
+        except ValueError as error:  # a name that cannot be a segment of a path ("..")
+            raise CliError(f"not a name: {error}") from error
 
     async def _explain(
         self,
@@ -337,8 +302,8 @@ class Cluster:
 
 
 def _require_kubeconfig(path: str | None) -> None:
-    """A kubeconfig that is not there is said plainly (the client's message names a key)."""
-    chosen = path or os.path.expanduser(KUBE_CONFIG_DEFAULT_LOCATION)
+    """A kubeconfig that is not there is said plainly (the reader's message names a key)."""
+    chosen = os.path.expanduser(path or kubeconfig.DEFAULT_PATH)
     if not os.path.exists(chosen) and not os.environ.get("KUBERNETES_SERVICE_HOST"):
         raise CliError(
             f"no cluster to talk to: the kubeconfig {chosen} does not exist. Give "
@@ -346,32 +311,38 @@ def _require_kubeconfig(path: str | None) -> None:
         )
 
 
-def _refusal(response: aiohttp.ClientResponse, data: bytes) -> ApiException:
-    error = ApiException(status=response.status, reason=response.reason)
-    error.body = data
-    return error
+async def credentials_of(target: Target) -> Credentials:
+    """The credentials of `target`'s kubeconfig and context; in a pod without a kubeconfig, the
+    pod's ServiceAccount."""
+    path = kubeconfig_path(target)
+    _require_kubeconfig(path)
+    try:
+        return await _kubeconfig_or_pod(path, target.context)
+    except (ConfigError, OSError, ValueError) as error:
+        raise CliError(
+            f"no cluster to talk to: {error}. Give --kubeconfig FILE (or set $KUBECONFIG), "
+            "and --context NAME to choose one of its contexts (kubectl config get-contexts)"
+        ) from error
+
+
+async def _kubeconfig_or_pod(path: str | None, context: str | None) -> Credentials:
+    try:
+        return await kubeconfig.load(path or kubeconfig.DEFAULT_PATH, context)
+    except (ConfigError, OSError, ValueError):
+        if path is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            return in_cluster()
+        raise
 
 
 @asynccontextmanager
 async def connect(target: Target) -> AsyncIterator[Cluster]:
     """The cluster of `target`'s kubeconfig and context; the client is closed on the way out."""
-    configuration = client.Configuration()
-    path = kubeconfig_path(target)
-    _require_kubeconfig(path)
+    client = KubeClient(
+        await credentials_of(target),
+        connect_seconds=CONNECT_TIMEOUT,
+        read_seconds=READ_TIMEOUT,
+    )
     try:
-        await config.load_kube_config(
-            config_file=path, context=target.context, client_configuration=configuration
-        )
-    except (ConfigException, OSError) as error:
-        if path is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        else:
-            raise CliError(
-                f"no cluster to talk to: {error}. Give --kubeconfig FILE (or set $KUBECONFIG), "
-                "and --context NAME to choose one of its contexts (kubectl config get-contexts)"
-            ) from error
-    api = client.ApiClient(configuration)
-    try:
-        yield Cluster(api, target, str(configuration.host))
+        yield Cluster(client, target)
     finally:
-        await api.close()
+        await client.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 from torchjob.api.queries import training_container_in
@@ -119,6 +120,23 @@ async def _until_started(cluster: Cluster, pod_name: str, container: str, replic
         await asyncio.sleep(WAIT_POLL)
 
 
+def log_query(args: argparse.Namespace, container: str, *, previous: bool) -> dict[str, str]:
+    """The apiserver's log options for the flags given: the previous container's log is never
+    followed."""
+    query = {"container": container}
+    if previous:
+        query["previous"] = "true"
+    elif args.follow:
+        query["follow"] = "true"
+    if args.tail is not None:
+        query["tailLines"] = str(args.tail)
+    if args.since is not None:
+        query["sinceSeconds"] = str(args.since)
+    if args.timestamps:
+        query["timestamps"] = "true"
+    return query
+
+
 async def _print(
     cluster: Cluster,
     pod_name: str,
@@ -128,33 +146,26 @@ async def _print(
     *,
     previous: bool,
 ) -> None:
-    options: dict[str, Any] = {"container": container, "follow": bool(args.follow)}
-    if previous:
-        options = {"container": container, "previous": True}
-    if args.tail is not None:
-        options["tail_lines"] = args.tail
-    if args.since is not None:
-        options["since_seconds"] = args.since
-    if args.timestamps:
-        options["timestamps"] = True
     try:
-        response = await cluster.pod_log(pod_name, **options)
+        async with cluster.pod_log(pod_name, log_query(args, container, previous=previous)) as log:
+            await _write_lines(log.content.iter_any(), prefix)
     except CliError as error:
         if previous and "previous terminated container" in error.message:
             raise CliError(f"{pod_name}: no previous attempt: {NO_PREVIOUS}") from error
         raise
-    try:
-        partial = b""
-        async for chunk in response.content.iter_any():
-            partial += chunk
-            *lines, partial = partial.split(b"\n")
-            if lines:
-                sys.stdout.write(
-                    "".join(f"{prefix}{line.decode(errors='replace')}\n" for line in lines)
-                )
-                sys.stdout.flush()
-        if partial:
-            sys.stdout.write(f"{prefix}{partial.decode(errors='replace')}\n")
+
+
+async def _write_lines(chunks: AsyncIterator[bytes], prefix: str) -> None:
+    """Each line of the log as it arrives, `prefix` before it."""
+    partial = b""
+    async for chunk in chunks:
+        partial += chunk
+        *lines, partial = partial.split(b"\n")
+        if lines:
+            sys.stdout.write(
+                "".join(f"{prefix}{line.decode(errors='replace')}\n" for line in lines)
+            )
             sys.stdout.flush()
-    finally:
-        response.release()
+    if partial:
+        sys.stdout.write(f"{prefix}{partial.decode(errors='replace')}\n")
+        sys.stdout.flush()

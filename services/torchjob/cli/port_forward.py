@@ -1,11 +1,13 @@
 """`kubectl port-forward` to a Service, for `torchjob tensorboard` and `torchjob console`: the
 local URL printed once kubectl forwards, its errors relayed, and kubectl stopped with the command.
 
-The forwarding is kubectl's: kubernetes-asyncio has no port-forward client (its stream module
-does exec only), and kubectl's is the one users already trust, reconnecting per browser
-connection and speaking whichever protocol the apiserver offers (SPDY or WebSocket). A user of
-the `kubectl torchjob` plugin has kubectl by definition; elsewhere `--kubectl PATH` or $KUBECTL
-names it."""
+The forwarding is kubectl's. The other commands ask the apiserver through our REST client
+(kube/client.py); a port-forward is a stream protocol of its own, a multiplexed connection per
+browser connection over SPDY or WebSocket (portforward.k8s.io, v4.channel.k8s.io), with its
+error channel and the apiserver's choice among versions. kubectl's is the client users already
+trust and speaks whichever protocol the apiserver offers; a second one of ours would be the
+riskiest code of the CLI for no gain. A user of the `kubectl torchjob` plugin has kubectl by
+definition; elsewhere `--kubectl PATH` or $KUBECTL names it."""
 
 from __future__ import annotations
 

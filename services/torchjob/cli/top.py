@@ -19,7 +19,7 @@ async def top(args: argparse.Namespace) -> int:
         if args.what == "node":
             nodes = await cluster.nodes()
             pods = await cluster.pods(all_namespaces=True, field="status.phase!=Succeeded")
-            metrics = None if args.no_metrics else await cluster.metrics("nodes")
+            metrics = None if args.no_metrics else await cluster.node_metrics()
             node_usage = (
                 None
                 if metrics is None
@@ -33,7 +33,7 @@ async def top(args: argparse.Namespace) -> int:
             if not jobs:
                 await cluster.get_job(args.job)  # says it is not found, with similar names
         pods = await cluster.job_pods()
-        metrics = None if args.no_metrics else await cluster.metrics("pods")
+        metrics = None if args.no_metrics else await cluster.pod_metrics()
         pod_usage = (
             None
             if metrics is None

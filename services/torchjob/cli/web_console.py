@@ -20,13 +20,11 @@ from typing import Any, Protocol
 from torchjob.cli.commands import EXIT_SUCCEEDED
 from torchjob.cli.connection import CliError, Target, connect, kubeconfig_path
 from torchjob.cli.port_forward import forward, kubectl_path, port_forward_argv
-from torchjob.kube import errors
+from torchjob.kube import errors, kubeconfig
 
 SERVICE = "torchjob-console"
 OPERATOR_NAMESPACE = "torchjob-system"
 SERVICE_PORT = 80  # the chart's console.service.port, when the Service cannot be read
-# Where kubectl and the client look when neither --kubeconfig nor $KUBECONFIG says.
-DEFAULT_KUBECONFIG = "~/.kube/config"
 
 
 class ServiceReader(Protocol):
@@ -51,7 +49,7 @@ def in_cluster(target: Target) -> bool:
     ServiceAccount (cli/connection.py), and the Service is reachable by its name."""
     if not os.environ.get("KUBERNETES_SERVICE_HOST") or kubeconfig_path(target) or target.context:
         return False
-    return not os.path.exists(os.path.expanduser(DEFAULT_KUBECONFIG))
+    return not os.path.exists(os.path.expanduser(kubeconfig.DEFAULT_PATH))
 
 
 async def console_port(cluster: ServiceReader) -> int:

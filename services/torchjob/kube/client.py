@@ -1,7 +1,8 @@
-"""Our client of the Kubernetes API, for the services: requests by REST path on one aiohttp
-session, whose answers are bytes (or JSON decoded by orjson) and whose failures are our KubeErrors
-(kube/errors.py); watches read as a stream of lines; and client-go's client-side rate limit.
-Credentials come from a kubeconfig or from the pod's service account (kube/credentials.py).
+"""Our client of the Kubernetes API, for the services and the `torchjob` CLI: requests by REST path
+on one aiohttp session, whose answers are bytes (or JSON decoded by orjson) and whose failures are
+our KubeErrors (kube/errors.py); watches read as a stream of lines; and client-go's client-side
+rate limit. Credentials come from a kubeconfig or from the pod's service account
+(kube/credentials.py).
 
 kubernetes-asyncio's ApiClient is not used: its generated classes decode replies into model
 objects, which costs more CPU than the request, and importing it loads every one of them."""
@@ -107,7 +108,9 @@ EVENTS_PATH = "/apis/events.k8s.io/"
 class KubeClient:
     """Requests to one apiserver over a pool of at most `max_connections` connections. Every
     request first takes a token from `limiter`, or from `events_limiter` for an Event; a watch
-    takes none (it is one long request; client-go does not throttle watches either).
+    takes none (it is one long request; client-go does not throttle watches either). A connection
+    is given `connect_seconds` to open, and an answer `read_seconds` for each wait for its next
+    byte (a watch, and a request `open`s, say their own).
 
     The session does not read the environment on each request (aiohttp's `trust_env` looks for
     proxy variables and reads ~/.netrc in a worker thread before each one, which cost more CPU
@@ -121,8 +124,11 @@ class KubeClient:
         limiter: TokenBucket | None = None,
         events_limiter: TokenBucket | None = None,
         headers: Sequence[tuple[str, str]] = (),
+        connect_seconds: float = CONNECT_TIMEOUT,
+        read_seconds: float = READ_SECONDS,
     ) -> None:
         self.host = credentials.host
+        self.connect_seconds = connect_seconds
         # Sent with every request, a name given more than once sent as many times (the console's
         # Impersonate-User and Impersonate-Group headers).
         self._headers = tuple(headers)
@@ -137,7 +143,7 @@ class KubeClient:
             # A connection the apiserver's end of which is gone (its node died) is given up after
             # a minute without a byte, not after the kernel's retransmissions (about 15 min); a
             # watch sets its own limits.
-            timeout=aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT, sock_read=READ_SECONDS),
+            timeout=aiohttp.ClientTimeout(sock_connect=connect_seconds, sock_read=read_seconds),
             # A watch event holds a whole object: etcd allows up to 1.5 MiB.
             read_bufsize=2**21,
         )
@@ -191,7 +197,7 @@ class KubeClient:
         """The lines of a watch of `path` (one JSON event each), however large; a read that waits
         longer than `read_seconds` for the next byte fails. Close it (contextlib.aclosing) to end
         the watch before the apiserver does."""
-        limits = aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT, sock_read=read_seconds)
+        limits = aiohttp.ClientTimeout(sock_connect=self.connect_seconds, sock_read=read_seconds)
         response = await self._send("GET", path, {**query, "watch": "true"}, None, JSON, limits)
         try:
             if response.status >= 300:
@@ -210,12 +216,13 @@ class KubeClient:
         query: Query | None = None,
         data: bytes | None = None,
         headers: Mapping[str, str] | None = None,
-        read_seconds: float = READ_SECONDS,
+        read_seconds: float | None = READ_SECONDS,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """The answer to a request whose body is not JSON or not read at once (a pod's log, a
         service proxy's page), whatever its status, its body left to the caller to stream. Like
-        a watch it takes no token: it is one long request."""
-        limits = aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT, sock_read=read_seconds)
+        a watch it takes no token: it is one long request. `read_seconds` None waits for the
+        next byte as long as it takes (a followed log may be silent for hours)."""
+        limits = aiohttp.ClientTimeout(sock_connect=self.connect_seconds, sock_read=read_seconds)
         sent = self._headers_with(headers or {})
         response = await self._request(method, path, query, data, sent, limits)
         try:

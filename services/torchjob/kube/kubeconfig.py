@@ -1,5 +1,5 @@
-"""Credentials from a kubeconfig file; the only module of the services that imports
-kubernetes-asyncio (the CLI uses its API classes besides).
+"""Credentials from a kubeconfig file, of its current context or of one chosen by name; the only
+module of the package that imports kubernetes-asyncio.
 
 A kubeconfig whose user authenticates by token, token file or client certificate (every one the
 services are given: a service account token, an admin certificate) is read here. Any other way of
@@ -39,18 +39,32 @@ USER_FIELDS = frozenset(
     }
 )
 Section = dict[str, Any]
+# Where kubectl and client-go look when neither a flag nor $KUBECONFIG names a kubeconfig.
+DEFAULT_PATH = "~/.kube/config"
 
 
-async def load(path: str) -> Credentials:
+async def load(path: str, context: str | None = None) -> Credentials:
     """The credentials of the current context of the kubeconfig at `path` (or of the files
-    `path` lists, separated as in $KUBECONFIG)."""
+    `path` lists, separated as in $KUBECONFIG), or of the context named `context`."""
     if os.pathsep not in path:
         file = _expanded(path)
         config = _read(file)
-        user = _current(config, "user")
+        user = _current(config, "user", context)
         if set(user) <= USER_FIELDS:
-            return _credentials(_current(config, "cluster"), user, file.parent)
-    return await _loaded_by_kubernetes_asyncio(path)
+            return _credentials(_current(config, "cluster", context), user, file.parent)
+    return await _loaded_by_kubernetes_asyncio(path, context)
+
+
+def context_namespace(path: str, context: str | None = None) -> str | None:
+    """The namespace the current context (or the one named `context`) of the kubeconfig at
+    `path` names, if it names one; None as well for a kubeconfig that cannot be read."""
+    try:
+        config = _read(_expanded(path))
+        chosen = _context(config, context)
+    except ConfigError:
+        return None
+    namespace = chosen.get("namespace")
+    return namespace if isinstance(namespace, str) and namespace else None
 
 
 def load_server(path: str) -> Credentials:
@@ -84,11 +98,16 @@ def _read(path: Path) -> Section:
     return config
 
 
-def _current(config: Section, kind: str) -> Section:
-    """The current context's cluster or user (`kind`), as its section."""
-    context = _named(config, "contexts", config.get("current-context"), "context")
-    name = context.get(kind)
+def _current(config: Section, kind: str, context_name: str | None = None) -> Section:
+    """The cluster or user (`kind`) of the context named `context_name` (the current context
+    when None), as its section."""
+    name = _context(config, context_name).get(kind)
     return _named(config, f"{kind}s", name, kind) if name or kind == "cluster" else {}
+
+
+def _context(config: Section, name: str | None) -> Section:
+    """The context named `name`, or the current context when None."""
+    return _named(config, "contexts", name or config.get("current-context"), "context")
 
 
 def _named(config: Section, collection: str, name: object, field: str) -> Section:
@@ -139,16 +158,22 @@ def _as_file(user: Section, field: str, base: Path, scratch: Path) -> str | None
     return str(base / named) if named else None
 
 
-async def _loaded_by_kubernetes_asyncio(path: str) -> Credentials:
+async def _loaded_by_kubernetes_asyncio(path: str, context: str | None) -> Credentials:
     from kubernetes_asyncio.client import Configuration
-    from kubernetes_asyncio.config import load_kube_config
+    from kubernetes_asyncio.config import ConfigException, load_kube_config
 
     configuration = Configuration()
-    await load_kube_config(
-        config_file=path, client_configuration=configuration, persist_config=False
-    )
+    try:
+        await load_kube_config(
+            config_file=path,
+            context=context,
+            client_configuration=configuration,
+            persist_config=False,
+        )
+    except ConfigException as error:
+        raise ConfigError(f"cannot load the kubeconfig {path}: {error}") from error
     authorization = await configuration.get_api_key_with_prefix("BearerToken")
-    context = tls_context(
+    tls = tls_context(
         ca_file=configuration.ssl_ca_cert,
         cert_file=configuration.cert_file,
         key_file=configuration.key_file,
@@ -156,7 +181,7 @@ async def _loaded_by_kubernetes_asyncio(path: str) -> Credentials:
     )
     return Credentials(
         str(configuration.host).rstrip("/"),
-        context,
+        tls,
         _Header(authorization),
         server_name=configuration.tls_server_name,
         proxy=configuration.proxy,

@@ -1,5 +1,5 @@
-"""The kinds the controllers list, watch and write, the index of what a job controls, and a job's
-work-queue key."""
+"""The kinds the controllers and the `torchjob` commands list, watch and write, the index of what a
+job controls, and a job's work-queue key."""
 
 from __future__ import annotations
 
@@ -25,9 +25,12 @@ DEPLOYMENTS = ResourceKind("apps", "v1", "deployments")
 REPLICASETS = ResourceKind("apps", "v1", "replicasets")
 AUTOSCALERS = ResourceKind("autoscaling", "v2", "horizontalpodautoscalers")
 EVENTS = ResourceKind("events.k8s.io", "v1", "events")
+# The same Events in the core API's shape (involvedObject, message), as `torchjob get` reads them.
+CORE_EVENTS = ResourceKind("", "v1", "events")
 SECRETS = ResourceKind("", "v1", "secrets")
 LEASES = ResourceKind("coordination.k8s.io", "v1", "leases")
 POD_METRICS = ResourceKind("metrics.k8s.io", "v1beta1", "pods")
+NODE_METRICS = ResourceKind("metrics.k8s.io", "v1beta1", "nodes")
 CLAIMS = ResourceKind("", "v1", "persistentvolumeclaims")
 # The PodGroup kinds of each gang mode (render/scheduling.py).
 GROUP_RESOURCES: dict[GangMode, ResourceKind] = {
