@@ -4,7 +4,8 @@ renders, admits and writes a job asks its job's kind (`kind_of`) what differs in
 which API it is. Both run through the same lifecycle, on the PyTorchTrainingJob a job stands for.
 As kueue's `GenericJob`, a kind says whether a stored job is paused and how to pause it, its phase
 and outcome as its API shows them, and the children it has beside pods and services (optional:
-`autoscaler` is None for a kind without). A new kind is a class meeting `JobKind` and its row
+`autoscaler` is None for a kind without), and the spec of its job a recipe describes
+(`recipe_spec`, render/recipe.py). A new kind is a class meeting `JobKind` and its row
 in `KINDS` (CONTRIBUTING.md, "a job kind").
 Pure."""
 
@@ -34,8 +35,11 @@ from torchjob.render.kubeflow import (
     kubeflow_status,
     render_autoscaler,
 )
+from torchjob.render.kubeflow_recipe import kubeflow_recipe_spec
 from torchjob.render.pod_rewrite import PreparedJob, Rewrite, rewrite_kubeflow_pod, rewrite_pod
+from torchjob.render.recipe import JobRecipe
 from torchjob.render.topology import Replica
+from torchjob.render.training_recipe import training_recipe_spec
 
 Object = dict[str, Any]
 
@@ -107,6 +111,11 @@ class JobKind(Protocol):
         """The merge patch of a job's spec that pauses it (`paused`) or resumes it."""
         ...
 
+    def recipe_spec(self, recipe: JobRecipe) -> dict[str, Any]:
+        """The spec of this kind's job a recipe describes (`render_job` of render/recipe.py
+        writes the rest); NoPlace naming the recipe's fields this kind has no place for."""
+        ...
+
 
 class TrainingJobKind:
     api: JobApi = TRAINING_JOB
@@ -155,6 +164,9 @@ class TrainingJobKind:
 
     def pause_patch(self, paused: bool) -> dict[str, Any]:
         return {"spec": {"runMode": {"pause": {"enabled": paused}}}}
+
+    def recipe_spec(self, recipe: JobRecipe) -> dict[str, Any]:
+        return training_recipe_spec(recipe)
 
 
 class KubeflowJobKind:
@@ -216,6 +228,9 @@ class KubeflowJobKind:
 
     def pause_patch(self, paused: bool) -> dict[str, Any]:
         return {"spec": {"runPolicy": {"suspend": paused}}}  # `training_spec` reads it as a pause
+
+    def recipe_spec(self, recipe: JobRecipe) -> dict[str, Any]:
+        return kubeflow_recipe_spec(recipe)
 
 
 KINDS: Final[Mapping[JobApi, JobKind]] = {
