@@ -10,12 +10,12 @@ import re
 from markupsafe import escape
 
 from torchjob.api.defaults import default_job
+from torchjob.api.job_api import KUBEFLOW_JOB
 from torchjob.api.kubeflow_admission import default_pytorchjob
 from torchjob.console.create import (
     FORM,
     KIND_HELP,
     KIND_LABELS,
-    KUBEFLOW_KIND,
     TRAINING_KIND,
     YAML,
     Claim,
@@ -32,6 +32,7 @@ from torchjob.kube.errors import Conflict, Forbidden, Invalid
 from torchjob.views.console.job_form import JobForm, manifest_of
 from torchjob.views.console.kubeflow_form import kubeflow_manifest_of
 
+KUBEFLOW_KIND = KUBEFLOW_JOB.kind
 WEBHOOK_REFUSAL = Invalid(
     422,
     "Invalid",

@@ -44,9 +44,6 @@ ALLOWED = {
     # Which API a manifest is written in is what `torchjob run` reads first, to admit it by
     # that API's rules, as the webhook's routes do by path.
     "cli/manifest.py": "a manifest's API",
-    # The create form writes one form per kind (views/console/job_form.py and
-    # views/console/kubeflow_form.py), chosen by the kind the user picked.
-    "console/create.py": "the form a user picked",
 }
 # The names that stand for a job API or its kind in the code.
 KIND_NAMES = {"TRAINING_JOB", "KUBEFLOW_JOB", "TRAINING_KIND", "KUBEFLOW_KIND"}

@@ -19,7 +19,15 @@ from typing import Any
 
 from torchjob.api.job_api import TRAINING_JOB
 from torchjob.render.job_kinds import kind_of
-from torchjob.render.recipe import Count, JobRecipe, TensorBoard, Volume, render_job
+from torchjob.render.recipe import (
+    Count,
+    JobRecipe,
+    NoPlace,
+    RendersRecipes,
+    TensorBoard,
+    Volume,
+    render_job,
+)
 from torchjob.views.console.command_line import container_command, line_of_container
 
 CONTAINER = "pytorch"
@@ -30,6 +38,8 @@ GPU = "nvidia.com/gpu"
 RESTART_POLICIES = ("Never", "OnFailure", "Always", "ExitCode")
 CLEAN_UP_POLICIES = ("None", "All", "Unfinished")
 INTEGER = re.compile(r"-?[0-9]+")
+# The form field of each recipe field (render/recipe.py) whose name differs.
+FORM_FIELD_OF = {"queue_priority": "priority"}
 
 Manifest = dict[str, Any]
 
@@ -95,9 +105,37 @@ def form_from_fields(fields: dict[str, str]) -> JobForm:
     return JobForm(**values)
 
 
+class NoFormPlace(ValueError):
+    """Fields the form has filled that the kind picked has no place for, each with why."""
+
+    def __init__(self, fields: dict[str, str]) -> None:
+        super().__init__("; ".join(f"{name}: {message}" for name, message in fields.items()))
+        self.fields = fields
+
+
 def manifest_of(form: JobForm) -> Manifest:
     """The PyTorchTrainingJob of `form`, with only what the form gives."""
-    return render_job(recipe_of_form(form), kind_of(TRAINING_JOB))
+    return kind_manifest_of(form, kind_of(TRAINING_JOB))
+
+
+def kind_manifest_of(form: JobForm, kind: RendersRecipes) -> Manifest:
+    """The job of `kind` that `form` describes, with only what the form gives; NoFormPlace for
+    the fields it fills that `kind` has no place for, said before an UnreadableField."""
+    try:
+        recipe = recipe_of_form(form)
+    except UnreadableField:
+        # What has no place is said first: the form's other fields, without the line.
+        _render(recipe_of_form(dataclasses.replace(form, command_line="")), kind)
+        raise
+    return _render(recipe, kind)
+
+
+def _render(recipe: JobRecipe, kind: RendersRecipes) -> Manifest:
+    try:
+        return render_job(recipe, kind)
+    except NoPlace as refusal:
+        fields = {FORM_FIELD_OF.get(name, name): why for name, why in refusal.fields.items()}
+        raise NoFormPlace(fields) from None
 
 
 def recipe_of_form(form: JobForm) -> JobRecipe:

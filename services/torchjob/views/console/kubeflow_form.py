@@ -12,7 +12,6 @@ refused beside its field, never dropped."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 import re
 from typing import Any
 
@@ -21,51 +20,28 @@ from torchjob.api.kubeflow import CLEAN_POD_POLICIES, MASTER, WORKER
 from torchjob.api.types import API_VERSION, KIND
 from torchjob.render.job_kinds import kind_of
 from torchjob.render.kubeflow_recipe import TORCHRUN
-from torchjob.render.recipe import JobRecipe, NoPlace, render_job
 from torchjob.views.console.job_form import (
     FIELD_OF_PATH,
     JobForm,
     Manifest,
+    NoFormPlace,
     NotShown,
-    UnreadableField,
     field_of_path,
     form_of,
-    recipe_of_form,
+    kind_manifest_of,
 )
 
-# The form field of each recipe field a PyTorchJob has no place for, where the two differ.
-FORM_FIELD_OF = {"queue_priority": "priority"}
 # The replica of the PyTorchTrainingJob the form writes, which a PyTorchJob's Master is read as.
 TRAINING_MASTER_PATH = "spec.replicaSpecs[0]"
-
-
-class NoKubeflowPlace(ValueError):
-    """Fields the form has filled that Kubeflow's PyTorchJob has no place for, each with why."""
-
-    def __init__(self, fields: dict[str, str]) -> None:
-        super().__init__("; ".join(f"{name}: {message}" for name, message in fields.items()))
-        self.fields = fields
+# Fields the form has filled that a PyTorchJob has no place for (render/kubeflow_recipe.py).
+NoKubeflowPlace = NoFormPlace
 
 
 def kubeflow_manifest_of(form: JobForm) -> Manifest:
     """The PyTorchJob of `form`, with only what the form gives; NoKubeflowPlace when a field
     it fills has no place in a PyTorchJob (UnreadableField, as manifest_of, for a command line
     that cannot be split)."""
-    try:
-        recipe = recipe_of_form(form)
-    except UnreadableField:
-        # What has no place is said first: the form's other fields, without the line.
-        _render(recipe_of_form(dataclasses.replace(form, command_line="")))
-        raise
-    return _render(recipe)
-
-
-def _render(recipe: JobRecipe) -> Manifest:
-    try:
-        return render_job(recipe, kind_of(KUBEFLOW_JOB))
-    except NoPlace as refusal:
-        fields = {FORM_FIELD_OF.get(name, name): why for name, why in refusal.fields.items()}
-        raise NoKubeflowPlace(fields) from None
+    return kind_manifest_of(form, kind_of(KUBEFLOW_JOB))
 
 
 def kubeflow_form_of(manifest: Any) -> JobForm | NotShown:
@@ -82,7 +58,7 @@ def kubeflow_form_of(manifest: Any) -> JobForm | NotShown:
         return NotShown(tuple(r.replace(TRAINING_MASTER_PATH, master) for r in shown.reasons))
     try:
         written = kubeflow_manifest_of(shown)
-    except NoKubeflowPlace:
+    except NoFormPlace:
         written = None
     if written != manifest:
         return NotShown(("the form writes a PyTorchJob's Master and Workers alike, and no more",))
