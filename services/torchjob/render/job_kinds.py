@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
 from torchjob.api import constants
+from torchjob.api.defaults import default_job
+from torchjob.api.field_errors import Result
 from torchjob.api.job_api import JOB_APIS, KUBEFLOW_JOB, TRAINING_JOB, JobApi
 from torchjob.api.jsoncopy import merge_patched
 from torchjob.api.kubeflow import (
@@ -24,8 +26,10 @@ from torchjob.api.kubeflow import (
     as_training_job,
     managed_elsewhere,
 )
+from torchjob.api.kubeflow_admission import default_pytorchjob, validate_pytorchjob
 from torchjob.api.progress import ProgressEndpoint
 from torchjob.api.types import JOB_PHASE_VALUES
+from torchjob.api.validation import validate
 from torchjob.render.kubeflow import (
     CREATED,
     FINISHED_CONDITIONS,
@@ -111,6 +115,17 @@ class JobKind(Protocol):
         """The merge patch of a job's spec that pauses it (`paused`) or resumes it."""
         ...
 
+    def default(self, job: Object) -> Object:
+        """A copy of `job` with its API's defaults filled in, as its mutating webhook fills
+        them (`torchjob run` admits a file so)."""
+        ...
+
+    def validate(self, job: Object) -> Result:
+        """The defaulted `job` checked by its API's rules, as its validating webhook checks it,
+        and by what its CRD's schema says where a kind checks that too (nothing has checked a
+        file before `torchjob run`)."""
+        ...
+
     def recipe_spec(self, recipe: JobRecipe) -> dict[str, Any]:
         """The spec of this kind's job a recipe describes (`render_job` of render/recipe.py
         writes the rest); NoPlace naming the recipe's fields this kind has no place for."""
@@ -164,6 +179,12 @@ class TrainingJobKind:
 
     def pause_patch(self, paused: bool) -> dict[str, Any]:
         return {"spec": {"runMode": {"pause": {"enabled": paused}}}}
+
+    def default(self, job: Object) -> Object:
+        return default_job(job)[0]
+
+    def validate(self, job: Object) -> Result:
+        return validate(job, schema=True)
 
     def recipe_spec(self, recipe: JobRecipe) -> dict[str, Any]:
         return training_recipe_spec(recipe)
@@ -229,6 +250,12 @@ class KubeflowJobKind:
     def pause_patch(self, paused: bool) -> dict[str, Any]:
         return {"spec": {"runPolicy": {"suspend": paused}}}  # `training_spec` reads it as a pause
 
+    def default(self, job: Object) -> Object:
+        return default_pytorchjob(job)[0]
+
+    def validate(self, job: Object) -> Result:
+        return validate_pytorchjob(job)  # Kubeflow's rules, then torchjob's on the job it runs
+
     def recipe_spec(self, recipe: JobRecipe) -> dict[str, Any]:
         return kubeflow_recipe_spec(recipe)
 
@@ -241,6 +268,18 @@ KINDS: Final[Mapping[JobApi, JobKind]] = {
 
 def kind_of(api: JobApi) -> JobKind:
     return KINDS[api]
+
+
+def written_api(document: Mapping[str, Any]) -> JobApi:
+    """The API a manifest is written in: the one its apiVersion or its kind names, an opt-in one
+    before the others (a manifest naming two is then refused by that API's rules, naming the
+    field that is not its own); torchjob's own where it names none."""
+    named = [
+        api
+        for api in JOB_APIS
+        if document.get("apiVersion") == api.api_version or document.get("kind") == api.kind
+    ]
+    return next((api for api in named if KINDS[api].opt_in), named[0] if named else TRAINING_JOB)
 
 
 def served_apis(opted_in: bool) -> tuple[JobApi, ...]:
