@@ -11,10 +11,12 @@ Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from torchjob.api import constants
+from torchjob.api.admission import Request, Response, mutate_job, validate_job
 from torchjob.api.defaults import default_job
 from torchjob.api.field_errors import Result
 from torchjob.api.job_api import JOB_APIS, KUBEFLOW_JOB, TRAINING_JOB, JobApi
@@ -26,7 +28,12 @@ from torchjob.api.kubeflow import (
     as_training_job,
     managed_elsewhere,
 )
-from torchjob.api.kubeflow_admission import default_pytorchjob, validate_pytorchjob
+from torchjob.api.kubeflow_admission import (
+    default_pytorchjob,
+    mutate_pytorchjob,
+    validate_pytorchjob,
+    validate_pytorchjob_request,
+)
 from torchjob.api.progress import ProgressEndpoint
 from torchjob.api.types import JOB_PHASE_VALUES
 from torchjob.api.validation import validate
@@ -48,8 +55,20 @@ from torchjob.render.training_recipe import training_recipe_spec
 Object = dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A kind's admission webhooks: the routes `/mutate/<plural>` and `/validate/<plural>`, named
+    `mutate-<endpoint>` and `validate-<endpoint>` (the admission metrics' label), and the
+    handlers of their AdmissionReview requests."""
+
+    endpoint: str
+    mutate: Callable[[Request], Response]
+    validate: Callable[[Request], Response]
+
+
 class JobKind(Protocol):
     api: JobApi
+    admission: Admission
     # Served only when the operator is asked to (--kubeflow); else always.
     opt_in: bool
     # Its jobs may ask for a HorizontalPodAutoscaler (`autoscaler`), which is then watched.
@@ -134,6 +153,7 @@ class JobKind(Protocol):
 
 class TrainingJobKind:
     api: JobApi = TRAINING_JOB
+    admission = Admission("jobs", mutate_job, validate_job)
     opt_in = False
     autoscaled = False
     phases: tuple[str, ...] = JOB_PHASE_VALUES
@@ -196,6 +216,7 @@ class KubeflowJobKind:
     (with the lifecycle's record kept in it)."""
 
     api: JobApi = KUBEFLOW_JOB
+    admission = Admission("kubeflow-jobs", mutate_pytorchjob, validate_pytorchjob_request)
     opt_in = True
     autoscaled = True
     phases: tuple[str, ...] = tuple(c.type for c in KUBEFLOW_CONDITIONS)
