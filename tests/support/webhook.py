@@ -28,18 +28,13 @@ from torchjob.webhook import settings as webhook_settings
 from torchjob.webhook.admission.bounds import Admissions
 from torchjob.webhook.admission.job_cache import DecodedJobs
 from torchjob.webhook.admission.keys import ADMISSION_LOG, ADMISSIONS_BOUND, DECODED_JOBS
-from torchjob.webhook.admission.routes import add_admission_routes
+from torchjob.webhook.admission.routes import add_admission_routes, admission_routes
 from torchjob.webhook.keys import JOB_CACHES, SETTINGS
 from torchjob.webhook.settings import Limits
 
 RECONCILER = "system:serviceaccount:torchjob:torchjob-reconciler"
-ROUTES = (
-    "/mutate/pytorchtrainingjobs",
-    "/validate/pytorchtrainingjobs",
-    "/mutate/pytorchjobs",
-    "/validate/pytorchjobs",
-    "/mutate/pods",
-)
+# Every admission route, each job kind's among them (JobKind.admission).
+ROUTES = tuple(admission_routes())
 JOB: dict[str, Any] = {
     "apiVersion": "batch.tensorstack.dev/v1beta1",
     "kind": "PyTorchTrainingJob",

@@ -10,12 +10,12 @@ import re
 from markupsafe import escape
 
 from torchjob.api.defaults import default_job
+from torchjob.api.job_api import KUBEFLOW_JOB, JobApi
 from torchjob.api.kubeflow_admission import default_pytorchjob
 from torchjob.console.create import (
     FORM,
     KIND_HELP,
     KIND_LABELS,
-    KUBEFLOW_KIND,
     TRAINING_KIND,
     YAML,
     Claim,
@@ -27,11 +27,14 @@ from torchjob.console.create import (
     draft_of_yaml,
     refusal_problems,
 )
+from torchjob.console.jobs import create_query, kind_tabs
 from torchjob.console.templating import Pages
 from torchjob.kube.errors import Conflict, Forbidden, Invalid
-from torchjob.views.console.job_form import JobForm, manifest_of
+from torchjob.views.console.job_form import JobForm, NotShown, manifest_of
+from torchjob.views.console.kind_forms import kind_form
 from torchjob.views.console.kubeflow_form import kubeflow_manifest_of
 
+KUBEFLOW_KIND = KUBEFLOW_JOB.kind
 WEBHOOK_REFUSAL = Invalid(
     422,
     "Invalid",
@@ -240,3 +243,24 @@ def test_the_claim_field_offers_the_namespaces_claims_with_their_phase() -> None
     assert "pick one of the 2 listed" in html
     unlisted = render("fragments/create_editor.html", draft, claims=None)
     assert "may not list the namespace" in unlisted and 'label="data' not in unlisted
+
+
+def test_the_jobs_page_offers_each_served_kind_from_the_kinds_table() -> None:
+    assert kind_tabs(kubeflow=False) == {"jobs": "PyTorchTrainingJobs"}
+    assert kind_tabs(kubeflow=True) == {
+        "jobs": "PyTorchTrainingJobs",
+        "pytorchjobs": "Kubeflow PyTorchJobs",
+    }
+    assert (create_query("jobs"), create_query("pytorchjobs")) == ("", "?kind=PyTorchJob")
+    assert KIND_LABELS == {
+        "PyTorchTrainingJob": "PyTorchTrainingJob",
+        "PyTorchJob": "Kubeflow PyTorchJob",
+    }
+
+
+def test_a_kind_without_a_row_of_its_own_is_offered_by_its_name_and_cloned_as_yaml() -> None:
+    unknown = JobApi("example.dev", "v1", "TrainJob", "trainjobs")
+    shown = kind_form(unknown)
+    assert shown.label == "TrainJob" and shown.field_of_path("spec.x") is None
+    assert isinstance(shown.form_of({"kind": "TrainJob"}), NotShown)
+    assert shown.defaulting({"spec": {}}) == ({"spec": {}}, None)

@@ -17,7 +17,7 @@ from support.webhook import KUBEFLOW_JOB as kubeflow_job_manifest
 from torchjob.api.job_api import JOB_APIS, KUBEFLOW_JOB, TRAINING_JOB, JobApi
 from torchjob.api.jsoncopy import merge_patched
 from torchjob.api.kubeflow_admission import default_pytorchjob
-from torchjob.render.job_kinds import KINDS, kind_of, served_apis
+from torchjob.render.job_kinds import KINDS, kind_of, served_apis, written_api
 from torchjob.render.replica_objects import owner_reference
 
 TRAINING_KIND = kind_of(TRAINING_JOB)
@@ -41,12 +41,6 @@ ALLOWED = {
     "cli/connection.py": "a refusal's resource",
     # A key's text leaves out the default kind, so `namespace/name` keys still parse.
     "kube/reconcile.py": "a job key's text",
-    # Which API a manifest is written in is what `torchjob run` reads first, to admit it by
-    # that API's rules, as the webhook's routes do by path.
-    "cli/manifest.py": "a manifest's API",
-    # The create form writes one form per kind (views/console/job_form.py and
-    # views/console/kubeflow_form.py), chosen by the kind the user picked.
-    "console/create.py": "the form a user picked",
 }
 # The names that stand for a job API or its kind in the code.
 KIND_NAMES = {"TRAINING_JOB", "KUBEFLOW_JOB", "TRAINING_KIND", "KUBEFLOW_KIND"}
@@ -165,3 +159,28 @@ def test_only_a_kind_that_is_autoscaled_renders_an_autoscaler() -> None:
         owner = owner_reference(job["metadata"], api)
         if not kind.autoscaled:
             assert kind.autoscaler(job, owner) is None
+
+
+@pytest.mark.parametrize("api", JOB_APIS, ids=lambda api: api.kind)
+def test_a_kind_admits_a_manifest_of_its_api_as_its_webhooks_do(api: JobApi) -> None:
+    kind = kind_of(api)
+    manifest = copy.deepcopy(kubeflow_job_manifest) if api is KUBEFLOW_JOB else None
+    if manifest is None:
+        replica = {"type": "worker", "replicas": 1}
+        pod = {"containers": [{"name": "python", "image": "i", "command": ["python", "t.py"]}]}
+        spec = {"replicaSpecs": [{**replica, "template": {"spec": pod}}]}
+        manifest = {"apiVersion": api.api_version, "kind": api.kind, "spec": spec}
+    manifest["metadata"] = {"name": "j", "namespace": "ns"}
+    assert written_api(manifest) is api
+    defaulted = kind.default(manifest)
+    assert kind.validate(defaulted).allowed and kind.default(defaulted) == defaulted
+    assert not kind.validate({**defaulted, "spec": {}}).allowed
+
+
+def test_the_api_a_manifest_is_written_in_is_the_one_it_names() -> None:
+    assert written_api({"kind": "Pod"}) is TRAINING_JOB
+    assert written_api({"apiVersion": KUBEFLOW_JOB.api_version}) is KUBEFLOW_JOB
+    # Named by both, an opt-in API's rules judge it, naming the field that is not its own.
+    assert written_api({"apiVersion": TRAINING_JOB.api_version, "kind": KUBEFLOW_JOB.kind}) is (
+        KUBEFLOW_JOB
+    )

@@ -112,6 +112,14 @@ def as_run(job: dict[str, Any]) -> dict[str, Any] | None:
     return None if managed_elsewhere(job) else as_training_job(job)
 
 
+def is_kubeflow(document: Mapping[str, Any]) -> bool:
+    """A manifest written as Kubeflow's PyTorchJob (its apiVersion, or its kind)."""
+    return (
+        document.get("apiVersion") == KUBEFLOW_JOB.api_version
+        or document.get("kind") == KUBEFLOW_JOB.kind
+    )
+
+
 def managed_elsewhere(job: Mapping[str, Any]) -> bool:
     """The PyTorchJob's runPolicy.managedBy names another controller (such as Kueue's
     MultiKueue, which runs it on another cluster): torchjob leaves it alone, as Kubeflow does."""

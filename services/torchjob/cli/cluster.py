@@ -43,7 +43,7 @@ def admitted_pod(
     pod = render_pod(job.meta, job.spec, replica, annotations, scheduler_name, job.api)
     prepared = PreparedJob(job.typed, job.api)
     kind = kind_of(job.api)
-    return kind.rewrite_pod(prepared, job.kubeflow_spec or {}, pod, progress).pod
+    return kind.rewrite_pod(prepared, job.own_spec or {}, pod, progress).pod
 
 
 def dry_run_documents(job: AdmittedJob) -> list[dict[str, Any]]:

@@ -32,6 +32,7 @@ from torchjob.api.kubeflow import (
     DEFAULT_CONTAINER,
     KUBEFLOW_MANAGER,
     MASTER,
+    is_kubeflow,
     kubeflow_run_policy,
     kubeflow_type_of,
 )
@@ -39,14 +40,7 @@ from torchjob.api.kubeflow_admission import default_pytorchjob, validate_pytorch
 from torchjob.api.queries import TRAINING_CONTAINER_NAME
 from torchjob.api.validation import validate
 from torchjob.cli.convert_fields import PYTORCHJOB_FIELDS, TRAINING_JOB_FIELDS, Fate
-from torchjob.cli.manifest import (
-    API_VERSION,
-    InvalidManifest,
-    admit,
-    is_kubeflow,
-    read_manifest,
-    training_job_of,
-)
+from torchjob.cli.manifest import InvalidManifest, admit, read_manifest, training_job_of
 
 EXIT_CONVERTED, EXIT_INVALID = 0, 2
 TO_KUBEFLOW: Final = "kubeflow"
@@ -169,7 +163,7 @@ def to_training_job(document: dict[str, Any], dropped: _Dropped) -> dict[str, An
     if "elasticPolicy" in spec:
         spec = {k: v for k, v in spec.items() if k != "elasticPolicy"}
         pytorchjob = {**pytorchjob, "spec": spec}
-    job = training_job_of(pytorchjob)
+    job = training_job_of(pytorchjob, KUBEFLOW_JOB)
     # Without a backoffLimit Kubeflow restarts without limit: the largest one, written out.
     out_spec = json_copy(job["spec"])
     for replica in out_spec.get("replicaSpecs") or []:
@@ -177,7 +171,7 @@ def to_training_job(document: dict[str, Any], dropped: _Dropped) -> dict[str, An
         path = f"spec.pytorchReplicaSpecs.{kind}.template.spec.containers"
         _rename_container(replica, DEFAULT_CONTAINER, TRAINING_CONTAINER_NAME, path)
     out = {
-        "apiVersion": API_VERSION,
+        "apiVersion": types.API_VERSION,
         "kind": types.KIND,
         "metadata": _metadata(document),
         "spec": out_spec,

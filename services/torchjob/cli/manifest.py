@@ -16,19 +16,16 @@ from typing import Any
 
 import yaml
 
-from torchjob.api import constants, types
-from torchjob.api.defaults import default_job
-from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB, JobApi
+from torchjob.api import constants
+from torchjob.api.job_api import TRAINING_JOB, JobApi
 from torchjob.api.jsoncopy import json_copy
-from torchjob.api.kubeflow import KUBEFLOW_SPEC, KUBEFLOW_STATUS, as_training_job
-from torchjob.api.kubeflow_admission import default_pytorchjob, validate_pytorchjob
+from torchjob.api.kubeflow import KUBEFLOW_SPEC, KUBEFLOW_STATUS
 from torchjob.api.types import PyTorchTrainingJob, PyTorchTrainingJobSpec
-from torchjob.api.validation import validate
 from torchjob.kube.reconcile import JobKey
 from torchjob.lifecycle.times import format_time
+from torchjob.render.job_kinds import kind_of, written_api
 
 DEFAULT_NAMESPACE = "default"
-API_VERSION = f"{types.GROUP}/{types.VERSION}"
 
 
 class InvalidManifest(Exception):
@@ -44,8 +41,7 @@ class AdmittedJob:
     """The defaulted job as stored (`manifest`), and the same job as the reconciler sees it once
     the apiserver has given it a namespace, a uid and a generation (`job`). For a Kubeflow
     PyTorchJob, `manifest` is the defaulted PyTorchJob, `job` the PyTorchTrainingJob that runs it
-    (still named by the PyTorchJob's apiVersion and kind, which own what is made for it) and
-    `kubeflow_spec` the PyTorchJob's own spec, from which its pods' environment is rendered."""
+    (still named by the PyTorchJob's apiVersion and kind, which own what is made for it)."""
 
     manifest: dict[str, Any]
     job: dict[str, Any]
@@ -53,7 +49,9 @@ class AdmittedJob:
     typed: PyTorchTrainingJob
     warnings: list[str]
     api: JobApi = TRAINING_JOB
-    kubeflow_spec: dict[str, Any] | None = None
+    # The stored job's own spec, from which a kind renders its pods' own parts (a PyTorchJob's
+    # environment).
+    own_spec: dict[str, Any] | None = None
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -102,63 +100,35 @@ def read_manifest(path: str) -> dict[str, Any]:
 def admit(
     document: dict[str, Any], *, namespace: str | None = None, uid: str | None = None
 ) -> AdmittedJob:
-    """Default and validate `document` as the webhook does; give it the identity the apiserver
-    would (the namespace, a uid: `uid`, or a stable stand-in derived from the name). A Kubeflow
-    PyTorchJob (by its apiVersion or kind) is admitted as Kubeflow's (`admit_kubeflow`)."""
-    if is_kubeflow(document):
-        return admit_kubeflow(document, namespace=namespace, uid=uid)
-    errors = _identity_errors(document, namespace)
+    """Default and validate `document` as the webhooks of the API it is written in do
+    (`written_api`: a Kubeflow PyTorchJob by its apiVersion or kind is admitted by Kubeflow's
+    defaults and validation, and torchjob's rules on the job that runs it, its paths the
+    PyTorchJob's); give it the identity the apiserver would (the namespace, a uid: `uid`, or a
+    stable stand-in derived from the name). The job that runs it is its kind's `training_job`."""
+    api = written_api(document)
+    kind = kind_of(api)
+    errors = _identity_errors(document, namespace, api)
     if errors:
         raise InvalidManifest(errors)
-    manifest, _ = default_job(document)
+    manifest = kind.default(document)
     meta = manifest.setdefault("metadata", {})
     meta["namespace"] = meta.get("namespace") or namespace or DEFAULT_NAMESPACE
-    result = validate(manifest, schema=True)
-    if not result.allowed:
-        raise InvalidManifest([str(e) for e in result.errors])
-    job = json_copy(manifest)
-    _identify(job["metadata"], uid)
-    typed = PyTorchTrainingJob.from_dict(job)
-    assert typed.spec is not None  # validation refuses a job without one
-    return AdmittedJob(manifest, job, typed.spec, typed, result.warnings)
-
-
-def is_kubeflow(document: dict[str, Any]) -> bool:
-    """A manifest written as Kubeflow's PyTorchJob (its apiVersion, or its kind)."""
-    return (
-        document.get("apiVersion") == KUBEFLOW_JOB.api_version
-        or document.get("kind") == KUBEFLOW_JOB.kind
-    )
-
-
-def admit_kubeflow(
-    document: dict[str, Any], *, namespace: str | None = None, uid: str | None = None
-) -> AdmittedJob:
-    """A Kubeflow PyTorchJob admitted as torchjob's webhooks admit it: Kubeflow's defaults, then
-    Kubeflow's validation and torchjob's rules on the job that runs it (paths are the
-    PyTorchJob's); the job that runs it is `as_training_job` of the stored PyTorchJob."""
-    errors = _identity_errors(document, namespace, KUBEFLOW_JOB.api_version, KUBEFLOW_JOB.kind)
-    if errors:
-        raise InvalidManifest(errors)
-    manifest, _ = default_pytorchjob(document)
-    meta = manifest.setdefault("metadata", {})
-    meta["namespace"] = meta.get("namespace") or namespace or DEFAULT_NAMESPACE
-    result = validate_pytorchjob(manifest)
+    result = kind.validate(manifest)
     if not result.allowed:
         raise InvalidManifest([str(e) for e in result.errors])
     stored = json_copy(manifest)
     _identify(stored["metadata"], uid)
-    job = training_job_of(stored)
+    job = training_job_of(stored, api)
     typed = PyTorchTrainingJob.from_dict(job)
-    assert typed.spec is not None  # as_training_job always makes one
-    spec = stored.get("spec") or {}
-    return AdmittedJob(manifest, job, typed.spec, typed, result.warnings, KUBEFLOW_JOB, spec)
+    assert typed.spec is not None  # validation refuses a job without one
+    own_spec = stored.get("spec") or {}
+    return AdmittedJob(manifest, job, typed.spec, typed, result.warnings, api, own_spec)
 
 
-def training_job_of(pytorchjob: dict[str, Any]) -> dict[str, Any]:
-    """The PyTorchTrainingJob that runs a defaulted PyTorchJob, without the PyTorchJob's own spec
-    and status that `as_training_job` carries along for the operator."""
-    job = as_training_job(pytorchjob)
+def training_job_of(stored: dict[str, Any], api: JobApi) -> dict[str, Any]:
+    """The PyTorchTrainingJob that runs a defaulted job of `api`, without what its kind's
+    `training_job` carries along for the operator (a PyTorchJob's own spec and status)."""
+    job = kind_of(api).training_job(stored)
     job.pop(KUBEFLOW_STATUS, None)
     job.pop(KUBEFLOW_SPEC, None)
     return job
@@ -175,17 +145,12 @@ def _identify(job_meta: dict[str, Any], uid: str | None) -> None:
     job_meta.setdefault("creationTimestamp", format_time(datetime.now(UTC)))
 
 
-def _identity_errors(
-    document: dict[str, Any],
-    namespace: str | None,
-    api_version: str = API_VERSION,
-    kind: str = types.KIND,
-) -> list[str]:
+def _identity_errors(document: dict[str, Any], namespace: str | None, api: JobApi) -> list[str]:
     errors = []
-    if document.get("apiVersion") != api_version:
-        errors.append(f"apiVersion: must be {api_version}, not {document.get('apiVersion')!r}")
-    if document.get("kind") != kind:
-        errors.append(f"kind: must be {kind}, not {document.get('kind')!r}")
+    if document.get("apiVersion") != api.api_version:
+        errors.append(f"apiVersion: must be {api.api_version}, not {document.get('apiVersion')!r}")
+    if document.get("kind") != api.kind:
+        errors.append(f"kind: must be {api.kind}, not {document.get('kind')!r}")
     meta = document.get("metadata")
     if not isinstance(meta, dict):
         return [*errors, "metadata: must be an object with a name"]

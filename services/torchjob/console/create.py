@@ -8,9 +8,10 @@ manifest (views/console/job_form.py), or the YAML, which is the manifest. Switch
 shown and answers the other; a manifest the form cannot show stays in the YAML view, which says
 why.
 
-With `--kubeflow` the form also writes Kubeflow's PyTorchJob (`kind`,
-views/console/kubeflow_form.py): the check, the YAML and Create then use that kind, and the job
-opens at its PyTorchJob page.
+With `--kubeflow` the form also writes Kubeflow's PyTorchJob (`kind`): the form's recipe is
+rendered by the kind picked (render/job_kinds.py), whose row in views/console/kind_forms.py says
+what the page shows of it; the check, the YAML and Create then use that kind, and the job opens at
+its kind's page. No kind is tested here: each is asked of its table.
 
 `?from=<jobs|pytorchjobs>/<name>` fills the page with an existing job, read as the user, under a
 new name (views/console/job_clone.py): Clone opens it in the form, `&as=yaml` (Edit as YAML) in
@@ -25,56 +26,42 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from torchjob.api import kubeflow_types, types
-from torchjob.api.defaults import default_job
-from torchjob.api.kubeflow_admission import default_pytorchjob
+from torchjob.api.job_api import JOB_APIS, TRAINING_JOB, api_named, api_of
 from torchjob.api.names import is_dns_1123_subdomain
 from torchjob.console import yaml_input
+from torchjob.console.jobs import ROUTE_APIS
 from torchjob.console.keys import PAGES, SETTINGS, session_of
 from torchjob.console.user_api import UserApi
 from torchjob.kube.errors import KubeError
-from torchjob.kube.informer import ResourceKind
-from torchjob.kube.resources import CLAIMS, JOBS, KUBEFLOW_JOBS
-from torchjob.views.console.job_clone import Defaulting, cloned
+from torchjob.kube.resources import CLAIMS, job_resource
+from torchjob.render.job_kinds import kind_of, served_apis
+from torchjob.views.console.job_clone import cloned
 from torchjob.views.console.job_form import (
     CLEAN_UP_POLICIES,
     RESTART_POLICIES,
     JobForm,
+    NoFormPlace,
     NotShown,
     UnreadableField,
-    field_of_path,
     form_from_fields,
-    form_of,
-    manifest_of,
+    kind_manifest_of,
 )
-from torchjob.views.console.kubeflow_form import (
-    NoKubeflowPlace,
-    kubeflow_field_of_path,
-    kubeflow_form_of,
-    kubeflow_manifest_of,
-)
+from torchjob.views.console.kind_forms import kind_form
 
 FORM, YAML = "form", "yaml"
 ACCEPTED = "the cluster accepts this job"
-TRAINING_KIND, KUBEFLOW_KIND = types.KIND, kubeflow_types.KIND
-# The kinds the form writes: each one's name on the page, resource, and page of a job.
-KIND_LABELS = {TRAINING_KIND: "PyTorchTrainingJob", KUBEFLOW_KIND: "Kubeflow PyTorchJob"}
-RESOURCE_OF: dict[str, ResourceKind] = {TRAINING_KIND: JOBS, KUBEFLOW_KIND: KUBEFLOW_JOBS}
-ROUTE_OF = {TRAINING_KIND: "jobs", KUBEFLOW_KIND: "pytorchjobs"}
-KIND_OF_ROUTE = {route: kind for kind, route in ROUTE_OF.items()}
-DEFAULTING: dict[str, Defaulting] = {TRAINING_KIND: default_job, KUBEFLOW_KIND: default_pytorchjob}
-# What each kind is, said beside the Kind choice while it is chosen.
-KIND_HELP = {
-    TRAINING_KIND: "torchjob's own job: its replicas all run the same pod; with torchrun on, "
-    "torchrun starts the command line on each of them and connects them. It can have a "
-    "TensorBoard and a T9k Scheduler queue.",
-    KUBEFLOW_KIND: "A PyTorchJob runs as Kubeflow runs it: a Master and Workers, each running the "
-    "same pod; with torchrun on, its container's command is torchrun. It has no TensorBoard and "
-    "no T9k Scheduler queue.",
-}
-# What a clone keeps even where it is the default, to be shown in the form: a PyTorchJob's replica
-# counts, which the form writes for a Master with Workers.
-KEPT_IN_CLONES = {TRAINING_KIND: frozenset[str](), KUBEFLOW_KIND: frozenset({"replicas"})}
+# The kind a page starts with, and the kind of a YAML written in no other kind served.
+TRAINING_KIND = TRAINING_JOB.kind
+# Each kind's name on the page, and what it is, said beside the Kind choice while it is chosen.
+KIND_LABELS = {api.kind: kind_form(api).label for api in JOB_APIS}
+KIND_HELP = {api.kind: kind_form(api).help for api in JOB_APIS}
+# The route of each kind's pages (console/jobs.py).
+ROUTE_OF = {api: route for route, api in ROUTE_APIS.items()}
+
+
+def served_kinds(kubeflow: bool) -> tuple[str, ...]:
+    """The kinds the console writes: every kind the operator serves (render/job_kinds.py)."""
+    return tuple(api.kind for api in served_apis(kubeflow))
 
 
 @dataclass(frozen=True, order=True)
@@ -95,8 +82,7 @@ class Problems:
     kind: str = TRAINING_KIND
 
     def add(self, path: str, message: str, view: str) -> None:
-        of_path = kubeflow_field_of_path if self.kind == KUBEFLOW_KIND else field_of_path
-        name = of_path(path) if view == FORM else None
+        name = kind_form(api_named(self.kind)).field_of_path(path) if view == FORM else None
         if name:
             self.fields.setdefault(name, []).append(message)
         else:
@@ -130,11 +116,11 @@ def draft_of_form(form: JobForm, kind: str = TRAINING_KIND) -> Draft:
     beside them."""
     problems = Problems(kind=kind)
     try:
-        manifest = kubeflow_manifest_of(form) if kind == KUBEFLOW_KIND else manifest_of(form)
+        manifest = kind_manifest_of(form, kind_of(api_named(kind)))
     except UnreadableField as error:
         problems.fields.setdefault(error.field, []).append(error.message)
         return Draft(FORM, form, "", None, problems, kind=kind)
-    except NoKubeflowPlace as refusal:
+    except NoFormPlace as refusal:
         for name, message in refusal.fields.items():
             problems.fields.setdefault(name, []).append(message)
         return Draft(FORM, form, "", None, problems, kind=kind)
@@ -149,12 +135,12 @@ def draft_of_yaml(text: str, kubeflow: bool = False) -> Draft:
     except yaml.YAMLError as error:
         return Draft(YAML, JobForm(), text, None, Problems(), yaml_problem=str(error))
     if not isinstance(manifest, dict):
-        problem = "the YAML must be one mapping: a PyTorchTrainingJob"
-        if kubeflow:
-            problem += " or a PyTorchJob"
+        problem = "the YAML must be one mapping: " + " or ".join(
+            f"a {kind}" for kind in served_kinds(kubeflow)
+        )
         return Draft(YAML, JobForm(), text, None, Problems(), yaml_problem=problem)
-    written = manifest.get("apiVersion") == kubeflow_types.API_VERSION
-    kind = KUBEFLOW_KIND if kubeflow and written else TRAINING_KIND
+    written = api_of(manifest)
+    kind = written.kind if written in served_apis(kubeflow) else TRAINING_KIND
     return Draft(YAML, JobForm(), text, manifest, Problems(kind=kind), kind=kind)
 
 
@@ -164,7 +150,8 @@ async def posted_draft(request: web.Request) -> Draft:
     kubeflow = request.app[SETTINGS].kubeflow
     if fields.get("view") == YAML:
         return draft_of_yaml(fields.get("yaml", ""), kubeflow)
-    kind = KUBEFLOW_KIND if kubeflow and fields.get("kind") == KUBEFLOW_KIND else TRAINING_KIND
+    asked = fields.get("kind", "")
+    kind = asked if asked in served_kinds(kubeflow) else TRAINING_KIND
     return draft_of_form(form_from_fields(fields), kind)
 
 
@@ -175,7 +162,7 @@ async def check_with_cluster(api: UserApi, namespace: str, draft: Draft, *, dry_
         return None
     draft.problems.checked = True
     try:
-        resource = RESOURCE_OF[draft.kind]
+        resource = job_resource(api_named(draft.kind))
         return await api.create(resource, namespace, draft.manifest, dry_run=dry_run)
     except KubeError as error:
         if error.status >= 500 or error.status == 401:
@@ -208,7 +195,7 @@ def page_context(
     (None: the user may not list them)."""
     namespace = request.match_info["namespace"]
     if kinds is None:
-        kinds = tuple(KIND_LABELS) if request.app[SETTINGS].kubeflow else (TRAINING_KIND,)
+        kinds = served_kinds(request.app[SETTINGS].kubeflow)
     return {
         "session": session_of(request),
         "namespace": namespace,
@@ -245,8 +232,8 @@ def render(
 
 async def creatable_kinds(request: web.Request, namespace: str) -> tuple[str, ...]:
     """The kinds the console serves that the user may create in `namespace`."""
-    served = tuple(KIND_LABELS) if request.app[SETTINGS].kubeflow else (TRAINING_KIND,)
-    checks = {kind: ("create", RESOURCE_OF[kind], "") for kind in served}
+    served = served_kinds(request.app[SETTINGS].kubeflow)
+    checks = {kind: ("create", job_resource(api_named(kind)), "") for kind in served}
     allowed = await UserApi(session_of(request).client).allowed(namespace, checks)
     return tuple(kind for kind in served if allowed[kind])
 
@@ -270,26 +257,25 @@ def clone_source(source: str, kubeflow: bool) -> tuple[str, str] | None:
     """The kind and name of the job `?from=<route>/<name>` names, of a kind the console serves
     (PyTorchJobs only with `kubeflow`); None where it names none."""
     route, _, name = source.partition("/")
-    kind = KIND_OF_ROUTE.get(route)
-    served = kind == TRAINING_KIND or (kind == KUBEFLOW_KIND and kubeflow)
-    if kind is None or not served or not is_dns_1123_subdomain(name):
+    api = ROUTE_APIS.get(route)
+    if api is None or api not in served_apis(kubeflow) or not is_dns_1123_subdomain(name):
         return None
-    return kind, name
+    return api.kind, name
 
 
 def draft_of_job(job: dict[str, Any], kind: str, view: str) -> Draft:
     """The draft of a new job like `job`, in `view`: the form where it can show the clone (else
     the YAML, saying why)."""
-    kubeflow = kind == KUBEFLOW_KIND
-    show = kubeflow_form_of if kubeflow else form_of
-    for keep in (KEPT_IN_CLONES[kind], frozenset()):
-        manifest = cloned(job, DEFAULTING[kind], keep)
-        shown = show(manifest)
+    form = kind_form(api_named(kind))
+    for keep in (form.kept_in_clones, frozenset()):
+        manifest = cloned(job, form.defaulting, keep)
+        shown = form.form_of(manifest)
         if not isinstance(shown, NotShown):
             break
     if view == FORM and not isinstance(shown, NotShown):
         return draft_of_form(shown, kind)
-    draft = draft_of_yaml(yaml_of(manifest), kubeflow)
+    # The job's kind is one the console serves (`clone_source`), so its YAML is read as it.
+    draft = draft_of_yaml(yaml_of(manifest), kubeflow=True)
     if view == FORM:
         draft.not_shown = str(shown)
     return draft
@@ -308,7 +294,8 @@ async def starting_draft(request: web.Request, namespace: str, kinds: tuple[str,
             text="from names a job as jobs/<name> or pytorchjobs/<name>; as is form or yaml"
         )
     kind, name = source
-    job = await UserApi(session_of(request).client).get(RESOURCE_OF[kind], namespace, name)
+    resource = job_resource(api_named(kind))
+    job = await UserApi(session_of(request).client).get(resource, namespace, name)
     return draft_of_job(job, kind, view)
 
 
@@ -351,8 +338,7 @@ async def to_form(request: web.Request) -> web.Response:
     """The form view of the posted YAML, or the YAML still, saying why the form cannot show it."""
     draft = await posted_draft(request)
     if draft.view == YAML and draft.manifest is not None:
-        kubeflow = draft.kind == KUBEFLOW_KIND
-        shown = kubeflow_form_of(draft.manifest) if kubeflow else form_of(draft.manifest)
+        shown = kind_form(api_named(draft.kind)).form_of(draft.manifest)
         if isinstance(shown, NotShown):
             draft.not_shown = str(shown)
         else:
@@ -381,4 +367,4 @@ async def create(request: web.Request) -> web.StreamResponse:
         claims = await claims_in(request, namespace)
         return render(request, "create.html", draft, status=422, claims=claims)
     name = created["metadata"]["name"]
-    raise web.HTTPSeeOther(f"/ns/{namespace}/{ROUTE_OF[draft.kind]}/{name}")
+    raise web.HTTPSeeOther(f"/ns/{namespace}/{ROUTE_OF[api_named(draft.kind)]}/{name}")

@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from torchjob.api.constants import LABEL_JOB_NAME
-from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB
+from torchjob.api.job_api import JOB_APIS, TRAINING_JOB
 from torchjob.console.keys import PAGES, SETTINGS, session_of
 from torchjob.console.sse import EventStream, event_stream
 from torchjob.console.user_api import UserApi
@@ -20,17 +20,19 @@ from torchjob.kube.errors import KubeError
 from torchjob.kube.follow import Change, Snapshot
 from torchjob.kube.informer import ResourceKind
 from torchjob.kube.resources import EVENTS, JOBS, PODS, job_resource
-from torchjob.render.job_kinds import kind_of
+from torchjob.render.job_kinds import kind_of, served_apis
 from torchjob.views import summary
 from torchjob.views.console import rows
+from torchjob.views.console.kind_forms import kind_form
 
 PAGE_SIZE = 50
 # The live list's rows are sent again at most this often.
 ROWS_INTERVAL = 0.5
 # A filtered page reads at most this many chunks of the list before it offers "more".
 MAX_CHUNKS = 20
-# The job API each route serves, and where its jobs live.
-ROUTE_APIS = {"jobs": TRAINING_JOB, "pytorchjobs": KUBEFLOW_JOB}
+# The job API each route serves, and where its jobs live: torchjob's own jobs at `jobs`, every
+# other kind (render/job_kinds.py) at its plural.
+ROUTE_APIS = {"jobs": TRAINING_JOB, **{api.plural: api for api in JOB_APIS[1:]}}
 ROUTE_KINDS = {route: job_resource(api) for route, api in ROUTE_APIS.items()}
 
 
@@ -73,20 +75,34 @@ async def job_list(request: web.Request) -> web.Response:
         read_page(api, namespace, kind, query),
         api.allowed(namespace, {"create": ("create", JOBS, "")}),
     )
-    kubeflow = request.app[SETTINGS].kubeflow
+    route = request.match_info.get("kind", "jobs")
     return request.app[PAGES].response(
         "jobs.html",
         session=session_of(request),
         namespace=namespace,
-        route_kind=request.match_info.get("kind", "jobs"),
+        route_kind=route,
         rows=found,
         query=query,
-        phases=rows.PHASES[ROUTE_APIS[request.match_info.get("kind", "jobs")]],
+        phases=rows.PHASES[ROUTE_APIS[route]],
         next_page=urlencode({**query, "continue": more}) if more else "",
         stream_url=f"{request.path}/stream?{urlencode({**query, 'resourceVersion': version})}",
         may=may,
-        kubeflow=kubeflow,
+        kind_tabs=kind_tabs(request.app[SETTINGS].kubeflow),
+        create_query=create_query(route),
     )
+
+
+def kind_tabs(kubeflow: bool) -> dict[str, str]:
+    """The list page's tab of each kind the console serves: its route and its name, plural."""
+    served = served_apis(kubeflow)
+    return {route: kind_form(api).label + "s" for route, api in ROUTE_APIS.items() if api in served}
+
+
+def create_query(route: str) -> str:
+    """The Create button's query on a kind's list: the form of that kind (none for the first,
+    the form's own default)."""
+    first = next(iter(ROUTE_APIS))
+    return "" if route == first else "?" + urlencode({"kind": ROUTE_APIS[route].kind})
 
 
 async def job_list_stream(request: web.Request) -> web.StreamResponse:

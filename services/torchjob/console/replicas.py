@@ -17,7 +17,7 @@ from torchjob.console.keys import PAGES, session_of
 from torchjob.console.sse import event_stream
 from torchjob.console.user_api import UserApi
 from torchjob.kube.follow import Snapshot
-from torchjob.kube.resources import KUBEFLOW_JOBS, PODS
+from torchjob.kube.resources import PODS
 from torchjob.render.job_kinds import kind_of
 from torchjob.views.console.rows import kubelet_message
 from torchjob.views.summary import pod_phase, pod_reason, pod_restarts, replica_pods
@@ -118,7 +118,7 @@ async def replicas_page(request: web.Request) -> web.Response:
     pods, _ = await list_pods(api, request.match_info["namespace"], name)
     training = training_view(request.match_info.get("kind", "jobs"), job)
     rows = replica_rows(training, list(pods.values()))
-    context = page_context(request, job, rows=rows, kubeflow=KUBEFLOW_JOBS.plural)
+    context = page_context(request, job, rows=rows)
     return request.app[PAGES].response("replicas.html", **context)
 
 

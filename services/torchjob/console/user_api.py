@@ -14,13 +14,12 @@ from torchjob.api.constants import FIELD_MANAGER
 from torchjob.kube.client import KubeClient
 from torchjob.kube.follow import Change, Snapshot, WatchEvent, follow
 from torchjob.kube.informer import ResourceKind
-from torchjob.kube.resources import EVENTS, JOBS, KUBEFLOW_JOBS
+from torchjob.kube.resources import EVENTS
 
 MERGE_PATCH = "application/merge-patch+json"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 # A watch the apiserver ends after its own timeout is made again; the page sees no gap.
 WATCH_SECONDS = 300
-KINDS = {"pytorchtrainingjobs": JOBS, "pytorchjobs": KUBEFLOW_JOBS}
 
 Object = dict[str, Any]
 

@@ -4,16 +4,21 @@ renders, admits and writes a job asks its job's kind (`kind_of`) what differs in
 which API it is. Both run through the same lifecycle, on the PyTorchTrainingJob a job stands for.
 As kueue's `GenericJob`, a kind says whether a stored job is paused and how to pause it, its phase
 and outcome as its API shows them, and the children it has beside pods and services (optional:
-`autoscaler` is None for a kind without). A new kind is a class meeting `JobKind` and its row
+`autoscaler` is None for a kind without), and the spec of its job a recipe describes
+(`recipe_spec`, render/recipe.py). A new kind is a class meeting `JobKind` and its row
 in `KINDS` (CONTRIBUTING.md, "a job kind").
 Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from torchjob.api import constants
+from torchjob.api.admission import Request, Response, mutate_job, validate_job
+from torchjob.api.defaults import default_job
+from torchjob.api.field_errors import Result
 from torchjob.api.job_api import JOB_APIS, KUBEFLOW_JOB, TRAINING_JOB, JobApi
 from torchjob.api.jsoncopy import merge_patched
 from torchjob.api.kubeflow import (
@@ -23,8 +28,15 @@ from torchjob.api.kubeflow import (
     as_training_job,
     managed_elsewhere,
 )
+from torchjob.api.kubeflow_admission import (
+    default_pytorchjob,
+    mutate_pytorchjob,
+    validate_pytorchjob,
+    validate_pytorchjob_request,
+)
 from torchjob.api.progress import ProgressEndpoint
 from torchjob.api.types import JOB_PHASE_VALUES
+from torchjob.api.validation import validate
 from torchjob.render.kubeflow import (
     CREATED,
     FINISHED_CONDITIONS,
@@ -34,14 +46,29 @@ from torchjob.render.kubeflow import (
     kubeflow_status,
     render_autoscaler,
 )
+from torchjob.render.kubeflow_recipe import kubeflow_recipe_spec
 from torchjob.render.pod_rewrite import PreparedJob, Rewrite, rewrite_kubeflow_pod, rewrite_pod
+from torchjob.render.recipe import JobRecipe
 from torchjob.render.topology import Replica
+from torchjob.render.training_recipe import training_recipe_spec
 
 Object = dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A kind's admission webhooks: the routes `/mutate/<plural>` and `/validate/<plural>`, named
+    `mutate-<endpoint>` and `validate-<endpoint>` (the admission metrics' label), and the
+    handlers of their AdmissionReview requests."""
+
+    endpoint: str
+    mutate: Callable[[Request], Response]
+    validate: Callable[[Request], Response]
+
+
 class JobKind(Protocol):
     api: JobApi
+    admission: Admission
     # Served only when the operator is asked to (--kubeflow); else always.
     opt_in: bool
     # Its jobs may ask for a HorizontalPodAutoscaler (`autoscaler`), which is then watched.
@@ -107,9 +134,26 @@ class JobKind(Protocol):
         """The merge patch of a job's spec that pauses it (`paused`) or resumes it."""
         ...
 
+    def default(self, job: Object) -> Object:
+        """A copy of `job` with its API's defaults filled in, as its mutating webhook fills
+        them (`torchjob run` admits a file so)."""
+        ...
+
+    def validate(self, job: Object) -> Result:
+        """The defaulted `job` checked by its API's rules, as its validating webhook checks it,
+        and by what its CRD's schema says where a kind checks that too (nothing has checked a
+        file before `torchjob run`)."""
+        ...
+
+    def recipe_spec(self, recipe: JobRecipe) -> dict[str, Any]:
+        """The spec of this kind's job a recipe describes (`render_job` of render/recipe.py
+        writes the rest); NoPlace naming the recipe's fields this kind has no place for."""
+        ...
+
 
 class TrainingJobKind:
     api: JobApi = TRAINING_JOB
+    admission = Admission("jobs", mutate_job, validate_job)
     opt_in = False
     autoscaled = False
     phases: tuple[str, ...] = JOB_PHASE_VALUES
@@ -156,6 +200,15 @@ class TrainingJobKind:
     def pause_patch(self, paused: bool) -> dict[str, Any]:
         return {"spec": {"runMode": {"pause": {"enabled": paused}}}}
 
+    def default(self, job: Object) -> Object:
+        return default_job(job)[0]
+
+    def validate(self, job: Object) -> Result:
+        return validate(job, schema=True)
+
+    def recipe_spec(self, recipe: JobRecipe) -> dict[str, Any]:
+        return training_recipe_spec(recipe)
+
 
 class KubeflowJobKind:
     """Kubeflow's PyTorchJob: run as the PyTorchTrainingJob `as_training_job` makes of it, its
@@ -163,6 +216,7 @@ class KubeflowJobKind:
     (with the lifecycle's record kept in it)."""
 
     api: JobApi = KUBEFLOW_JOB
+    admission = Admission("kubeflow-jobs", mutate_pytorchjob, validate_pytorchjob_request)
     opt_in = True
     autoscaled = True
     phases: tuple[str, ...] = tuple(c.type for c in KUBEFLOW_CONDITIONS)
@@ -217,6 +271,15 @@ class KubeflowJobKind:
     def pause_patch(self, paused: bool) -> dict[str, Any]:
         return {"spec": {"runPolicy": {"suspend": paused}}}  # `training_spec` reads it as a pause
 
+    def default(self, job: Object) -> Object:
+        return default_pytorchjob(job)[0]
+
+    def validate(self, job: Object) -> Result:
+        return validate_pytorchjob(job)  # Kubeflow's rules, then torchjob's on the job it runs
+
+    def recipe_spec(self, recipe: JobRecipe) -> dict[str, Any]:
+        return kubeflow_recipe_spec(recipe)
+
 
 KINDS: Final[Mapping[JobApi, JobKind]] = {
     TRAINING_JOB: TrainingJobKind(),
@@ -226,6 +289,18 @@ KINDS: Final[Mapping[JobApi, JobKind]] = {
 
 def kind_of(api: JobApi) -> JobKind:
     return KINDS[api]
+
+
+def written_api(document: Mapping[str, Any]) -> JobApi:
+    """The API a manifest is written in: the one its apiVersion or its kind names, an opt-in one
+    before the others (a manifest naming two is then refused by that API's rules, naming the
+    field that is not its own); torchjob's own where it names none."""
+    named = [
+        api
+        for api in JOB_APIS
+        if document.get("apiVersion") == api.api_version or document.get("kind") == api.kind
+    ]
+    return next((api for api in named if KINDS[api].opt_in), named[0] if named else TRAINING_JOB)
 
 
 def served_apis(opted_in: bool) -> tuple[JobApi, ...]:

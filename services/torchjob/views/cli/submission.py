@@ -1,11 +1,11 @@
 """A PyTorchTrainingJob from the flags of `torchjob submit` (Arena's `submit pytorch` and ours).
-Pure: the flags come in as a `Submission`, the job manifest goes out as a plain dict; admission
-(defaulting, validation) is the caller's, so the result is checked by the same rules as
-`kubectl apply` and `torchjob run`.
+Pure: the flags come in as a `Submission` and are read into the job recipe the console's form
+fills in too (render/recipe.py), each refusal naming its flag; the recipe is rendered as a
+PyTorchTrainingJob, a plain dict. Admission (defaulting, validation) is the caller's, so the
+result is checked by the same rules as `kubectl apply` and `torchjob run`.
 
-The job has one replica spec, `worker`, of `workers` replicas; its replica 0 is the master (the
-T9k convention for a job without a `master` type), so the same job runs with plain `python` and
-with torchrun. Each replica's pod has one container, `python`, the training container.
+The job has one replica spec of `workers` replicas (render/training_recipe.py). Each replica's
+pod has one container, `python`, the training container.
 """
 
 from __future__ import annotations
@@ -15,14 +15,22 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from torchjob.api import constants, types
-from torchjob.api.queries import GPU_RESOURCE, TRAINING_CONTAINER_NAME
+from torchjob.api import constants
+from torchjob.api.job_api import TRAINING_JOB
+from torchjob.api.queries import GPU_RESOURCE
+from torchjob.render.job_kinds import kind_of
+from torchjob.render.recipe import (
+    GitCode,
+    JobRecipe,
+    Pairs,
+    TensorBoard,
+    Toleration,
+    Volume,
+    render_job,
+)
 
-REPLICA_TYPE = "worker"
 DEFAULT_SYNC_IMAGE = "alpine/git:2.47.2"
 DEFAULT_SYNC_DIR = "/workspace"
-SYNC_CONTAINER = "git-sync"
-SYNC_VOLUME = "code"
 PYTHONS = ("python", "python3")
 _TOLERATION = re.compile(r"^(?P<key>[^=:]+)(=(?P<value>[^:]*))?(:(?P<effect>[A-Za-z]+))?$")
 TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -109,156 +117,108 @@ class Submission:
 
 def build_job(s: Submission) -> dict[str, Any]:
     """The job manifest the flags describe (not yet defaulted)."""
+    return render_job(recipe_of(s), kind_of(TRAINING_JOB))
+
+
+def recipe_of(s: Submission) -> JobRecipe:
+    """The recipe the flags describe; SubmissionError naming a flag that cannot be part of it."""
     if not s.command and not s.sync_source:
         raise SubmissionError("give the command to run after `--` (e.g. -- python train.py)")
-    metadata: dict[str, Any] = {"name": s.name}
-    if s.namespace:
-        metadata["namespace"] = s.namespace
-    if s.labels:
-        metadata["labels"] = _pairs(s.labels, "--label")
-    spec: dict[str, Any] = {"replicaSpecs": [_replica_spec(s)]}
-    if s.uses_torchrun:
-        torchrun: dict[str, Any] = {"enabled": True}
-        if s.nproc_per_node is not None:
-            torchrun["procPerNode"] = s.nproc_per_node
-        if s.max_restarts is not None:
-            torchrun["maxRestarts"] = s.max_restarts
-        spec["torchrunConfig"] = torchrun
-    if s.elastic_min is not None or s.elastic_max is not None:
-        elastic: dict[str, Any] = {"enabled": True}
-        if s.elastic_min is not None:
-            elastic["minReplicas"] = s.elastic_min
-        if s.elastic_max is not None:
-            elastic["maxReplicas"] = s.elastic_max
-        spec["elastic"] = elastic
-    run_policy = {
-        key: value
-        for key, value in (
-            ("backoffLimit", s.backoff_limit),
-            ("activeDeadlineSeconds", s.deadline),
-            ("cleanUpPolicy", s.cleanup_policy),
-            ("ttlSecondsAfterFinished", s.ttl),
-        )
-        if value is not None
-    }
-    if run_policy:
-        spec["runPolicy"] = run_policy
-    if s.queue is not None:
-        t9k: dict[str, Any] = {"queue": s.queue}
-        if s.queue_priority is not None:
-            t9k["priority"] = s.queue_priority
-        spec["scheduler"] = {"t9kScheduler": t9k}
-    elif s.queue_priority is not None:
-        raise SubmissionError("--queue-priority needs --queue (the T9k scheduler's queue)")
-    if s.tensorboard or s.logdir is not None:
-        spec["tensorboardSpec"] = _tensorboard(s)
-    return {
-        "apiVersion": types.API_VERSION,
-        "kind": types.KIND,
-        "metadata": metadata,
-        "spec": spec,
-    }
-
-
-def _replica_spec(s: Submission) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": TRAINING_CONTAINER_NAME, "image": s.image}
-    if s.image_pull_policy:
-        container["imagePullPolicy"] = s.image_pull_policy
-    command = list(s.command)
-    if s.uses_torchrun:
-        # torchrun replaces the container's command; its arguments are the script and its own.
-        if command and posixpath.basename(command[0]) in PYTHONS:
-            command = command[1:]
-        if command:
-            container["args"] = command
-    elif command:
-        container["command"] = command
+    labels = tuple(_pairs(s.labels, "--label").items())
+    command, args = _command(s)
     working_dir = s.working_dir or (DEFAULT_SYNC_DIR if s.sync_source else None)
-    if working_dir:
-        container["workingDir"] = working_dir
-    if s.env:
-        container["env"] = [{"name": k, "value": v} for k, v in _pairs(s.env, "--env").items()]
-    resources = _resources(s)
-    if resources:
-        container["resources"] = resources
-    pod: dict[str, Any] = {"containers": [container]}
-    volumes, mounts = _data_volumes(s)
-    if s.sync_mode not in (None, "git"):
-        raise SubmissionError(f"--sync-mode {s.sync_mode!r}: only git is supported")
-    if s.sync_mode == "git" and not s.sync_source:
-        raise SubmissionError("--sync-mode git needs --sync-source (the repository's URL)")
-    if s.sync_source:
-        assert working_dir is not None
-        volumes.append({"name": SYNC_VOLUME, "emptyDir": {}})
-        mount = {"name": SYNC_VOLUME, "mountPath": working_dir}
-        mounts.append(mount)
-        pod["initContainers"] = [_sync_container(s, working_dir, mount)]
-    if mounts:
-        container["volumeMounts"] = mounts
-    if volumes:
-        pod["volumes"] = volumes
-    if s.node_selector:
-        pod["nodeSelector"] = _pairs(s.node_selector, "--selector")
-    if s.tolerations:
-        pod["tolerations"] = [_toleration(t) for t in s.tolerations]
-    if s.priority_class:
-        pod["priorityClassName"] = s.priority_class
-    replica: dict[str, Any] = {"type": REPLICA_TYPE, "replicas": s.workers}
-    if s.restart_policy is not None:
-        replica["restartPolicy"] = s.restart_policy
-    replica["template"] = {"spec": pod}
-    return replica
+    env = tuple(_pairs(s.env, "--env").items())
+    requests, limits = _resources(s)
+    volumes = tuple(_data_volumes(s))
+    code = _code(s, working_dir)
+    selector = tuple(_pairs(s.node_selector, "--selector").items())
+    tolerations = tuple(_toleration(t) for t in s.tolerations)
+    if s.queue is None and s.queue_priority is not None:
+        raise SubmissionError("--queue-priority needs --queue (the T9k scheduler's queue)")
+    tensorboard = _tensorboard(s) if s.tensorboard or s.logdir is not None else None
+    return JobRecipe(
+        name=s.name,
+        namespace=s.namespace or None,
+        labels=labels,
+        replicas=s.workers,
+        restart_policy=s.restart_policy,
+        image=s.image,
+        image_pull_policy=s.image_pull_policy or None,
+        command=command,
+        args=args,
+        working_dir=working_dir,
+        env=env,
+        requests=requests,
+        limits=limits,
+        volumes=volumes,
+        code=code,
+        node_selector=selector,
+        tolerations=tolerations,
+        priority_class=s.priority_class or None,
+        queue=s.queue,
+        queue_priority=s.queue_priority,
+        torchrun=s.uses_torchrun,
+        proc_per_node=s.nproc_per_node,
+        max_restarts=s.max_restarts,
+        elastic_min=s.elastic_min,
+        elastic_max=s.elastic_max,
+        backoff_limit=s.backoff_limit,
+        active_deadline_seconds=s.deadline,
+        clean_up_policy=s.cleanup_policy,
+        ttl_seconds_after_finished=s.ttl,
+        tensorboard=tensorboard,
+    )
 
 
-def _resources(s: Submission) -> dict[str, Any]:
+def _command(s: Submission) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The training container's command and args: with torchrun, which replaces the command,
+    its arguments are the script and its own."""
+    if not s.uses_torchrun:
+        return s.command, ()
+    if s.command and posixpath.basename(s.command[0]) in PYTHONS:
+        return (), s.command[1:]
+    return (), s.command
+
+
+def _resources(s: Submission) -> tuple[Pairs, Pairs]:
     """--cpu and --memory are requests and, unless --cpu-limit or --memory-limit say more, the
     limits too (what a replica asks for is what it may use); GPUs are limits, as Kubernetes
     requires of extended resources, and requests alike."""
     if s.gpus < 0:
         raise SubmissionError(f"--gpus {s.gpus}: must be 0 or more")
-    requests: dict[str, Any] = {}
-    limits: dict[str, Any] = {}
+    requests: list[tuple[str, str]] = []
+    limits: list[tuple[str, str]] = []
     for name, request, limit in (
         ("cpu", s.cpu, s.cpu_limit),
         ("memory", s.memory, s.memory_limit),
         (GPU_RESOURCE, str(s.gpus) if s.gpus else None, None),
     ):
         if request:
-            requests[name] = request
+            requests.append((name, request))
         if limit or request:
-            limits[name] = limit or request
-    resources: dict[str, Any] = {}
-    if requests:
-        resources["requests"] = requests
-    if limits:
-        resources["limits"] = limits
-    return resources
+            limits.append((name, limit or request or ""))
+    return tuple(requests), tuple(limits)
 
 
-def _data_volumes(s: Submission) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    volumes: list[dict[str, Any]] = []
-    mounts: list[dict[str, Any]] = []
-    for index, mount in enumerate(DataMount.parse(d) for d in s.data):
-        name = f"data-{index}"
-        volumes.append({"name": name, "persistentVolumeClaim": {"claimName": mount.claim}})
-        mounts.append({"name": name, "mountPath": mount.path})
-    return volumes, mounts
+def _data_volumes(s: Submission) -> list[Volume]:
+    return [
+        Volume(f"data-{index}", mount.path, claim=mount.claim)
+        for index, mount in enumerate(DataMount.parse(d) for d in s.data)
+    ]
 
 
-def _sync_container(s: Submission, working_dir: str, mount: dict[str, Any]) -> dict[str, Any]:
-    clone = ["git", "clone", "--depth", "1"]
-    if s.sync_branch:
-        clone += ["--branch", s.sync_branch]
-    assert s.sync_source is not None
-    return {
-        "name": SYNC_CONTAINER,
-        "image": s.sync_image,
-        "command": [*clone, s.sync_source, working_dir],
-        "volumeMounts": [dict(mount)],
-    }
+def _code(s: Submission, working_dir: str | None) -> GitCode | None:
+    if s.sync_mode not in (None, "git"):
+        raise SubmissionError(f"--sync-mode {s.sync_mode!r}: only git is supported")
+    if s.sync_mode == "git" and not s.sync_source:
+        raise SubmissionError("--sync-mode git needs --sync-source (the repository's URL)")
+    if not s.sync_source:
+        return None
+    assert working_dir is not None  # the sync directory is the default
+    return GitCode(s.sync_source, working_dir, s.sync_image, s.sync_branch)
 
 
-def _tensorboard(s: Submission) -> dict[str, Any]:
+def _tensorboard(s: Submission) -> TensorBoard:
     if s.logdir is None:
         raise SubmissionError("--tensorboard needs --logdir, a directory on a --data claim")
     if not s.tensorboard_image:
@@ -272,7 +232,7 @@ def _tensorboard(s: Submission) -> dict[str, Any]:
             fileset = constants.T9K_PVC_PREFIX + mount.claim
             if subpath != ".":
                 fileset += "/" + subpath
-            return {"image": s.tensorboard_image, "trainingLogFilesets": [fileset]}
+            return TensorBoard(image=s.tensorboard_image, filesets=(fileset,))
     raise SubmissionError(
         f"--logdir {s.logdir}: not on any --data claim; TensorBoard reads the logs from a "
         "PersistentVolumeClaim, so give --data CLAIM:/path with the log directory under /path"
@@ -289,22 +249,15 @@ def _pairs(items: tuple[str, ...], flag: str) -> dict[str, str]:
     return out
 
 
-def _toleration(text: str) -> dict[str, str]:
+def _toleration(text: str) -> Toleration:
     """`all` tolerates every taint; `key[=value][:Effect]` one (any effect when none is given)."""
     if text == "all":
-        return {"operator": "Exists"}
+        return Toleration()
     match = _TOLERATION.match(text)
     if match is None:
         raise SubmissionError(f"--toleration {text!r}: write KEY[=VALUE][:EFFECT] or all")
-    toleration = {"key": match["key"]}
-    if match["value"] is not None:
-        toleration.update(operator="Equal", value=match["value"])
-    else:
-        toleration["operator"] = "Exists"
-    if match["effect"]:
-        if match["effect"] not in TOLERATION_EFFECTS:
-            raise SubmissionError(
-                f"--toleration {text!r}: the effect must be one of {', '.join(TOLERATION_EFFECTS)}"
-            )
-        toleration["effect"] = match["effect"]
-    return toleration
+    if match["effect"] and match["effect"] not in TOLERATION_EFFECTS:
+        raise SubmissionError(
+            f"--toleration {text!r}: the effect must be one of {', '.join(TOLERATION_EFFECTS)}"
+        )
+    return Toleration(match["key"], match["value"], match["effect"] or None)

@@ -2,7 +2,9 @@
 PyTorchTrainingJob they make, the form a manifest makes back (the YAML view's round trip), and the
 form field an API error names.
 
-The manifest holds only what the user gave: the webhook fills the defaults, and the cluster's own
+The form's fields fill in the job recipe (`recipe_of_form`, render/recipe.py) that
+`torchjob submit`'s flags fill in too; the recipe is rendered in the kind the user picked. The
+manifest holds only what the user gave: the webhook fills the defaults, and the cluster's own
 checks (the CRD's schema, the webhook, the apiserver) judge every value, so a number typed as
 `two` is sent as written and refused with the cluster's message beside its field. Only a command
 line that cannot be split is refused here, since it has no manifest to send."""
@@ -15,10 +17,19 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from torchjob.api.types import API_VERSION, KIND
+from torchjob.api.job_api import TRAINING_JOB
+from torchjob.render.job_kinds import kind_of
+from torchjob.render.recipe import (
+    Count,
+    JobRecipe,
+    NoPlace,
+    RendersRecipes,
+    TensorBoard,
+    Volume,
+    render_job,
+)
 from torchjob.views.console.command_line import container_command, line_of_container
 
-REPLICA_TYPE = "worker"
 CONTAINER = "pytorch"
 DATA_VOLUME = "data"
 SHM_VOLUME = "dshm"
@@ -27,6 +38,8 @@ GPU = "nvidia.com/gpu"
 RESTART_POLICIES = ("Never", "OnFailure", "Always", "ExitCode")
 CLEAN_UP_POLICIES = ("None", "All", "Unfinished")
 INTEGER = re.compile(r"-?[0-9]+")
+# The form field of each recipe field (render/recipe.py) whose name differs.
+FORM_FIELD_OF = {"queue_priority": "priority"}
 
 Manifest = dict[str, Any]
 
@@ -92,24 +105,73 @@ def form_from_fields(fields: dict[str, str]) -> JobForm:
     return JobForm(**values)
 
 
+class NoFormPlace(ValueError):
+    """Fields the form has filled that the kind picked has no place for, each with why."""
+
+    def __init__(self, fields: dict[str, str]) -> None:
+        super().__init__("; ".join(f"{name}: {message}" for name, message in fields.items()))
+        self.fields = fields
+
+
 def manifest_of(form: JobForm) -> Manifest:
     """The PyTorchTrainingJob of `form`, with only what the form gives."""
-    spec: Manifest = {"replicaSpecs": [_replica_spec(form)]}
-    _put(spec, "torchrunConfig", _torchrun(form))
-    _put(spec, "runPolicy", _run_policy(form))
-    _put(spec, "scheduler", {"t9kScheduler": t9k} if (t9k := _t9k_scheduler(form)) else {})
-    _put(spec, "tensorboardSpec", _tensorboard(form))
-    metadata = {"name": form.name} if form.name else {}
-    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec}
+    return kind_manifest_of(form, kind_of(TRAINING_JOB))
 
 
-def _put(into: Manifest, key: str, value: Any) -> None:
-    if value not in (None, "", {}, []):
-        into[key] = value
+def kind_manifest_of(form: JobForm, kind: RendersRecipes) -> Manifest:
+    """The job of `kind` that `form` describes, with only what the form gives; NoFormPlace for
+    the fields it fills that `kind` has no place for, said before an UnreadableField."""
+    try:
+        recipe = recipe_of_form(form)
+    except UnreadableField:
+        # What has no place is said first: the form's other fields, without the line.
+        _render(recipe_of_form(dataclasses.replace(form, command_line="")), kind)
+        raise
+    return _render(recipe, kind)
 
 
-def _value(text: str) -> Any:
+def _render(recipe: JobRecipe, kind: RendersRecipes) -> Manifest:
+    try:
+        return render_job(recipe, kind)
+    except NoPlace as refusal:
+        fields = {FORM_FIELD_OF.get(name, name): why for name, why in refusal.fields.items()}
+        raise NoFormPlace(fields) from None
+
+
+def recipe_of_form(form: JobForm) -> JobRecipe:
+    """The job recipe the form's fields fill in (render/recipe.py), as `torchjob submit`'s flags
+    fill it in; UnreadableField for a command line that cannot be split."""
+    command, args = container_command(_words("command_line", form.command_line), form.torchrun)
+    requests = {"cpu": form.cpu_request, "memory": form.memory_request}
+    limits = {"cpu": form.cpu_limit, "memory": form.memory_limit, GPU: form.gpus}
+    return JobRecipe(
+        name=form.name or None,
+        replicas=_count(form.replicas),
+        restart_policy=form.restart_policy or None,
+        container=CONTAINER,
+        image=form.image or None,
+        command=tuple(command),
+        args=tuple(args),
+        working_dir=form.working_dir or None,
+        requests=tuple((name, value) for name, value in requests.items() if value),
+        limits=tuple((name, value) for name, value in limits.items() if value),
+        volumes=_volumes(form),
+        queue=form.queue or None,
+        queue_priority=_count(form.priority),
+        torchrun=form.torchrun,
+        proc_per_node=form.proc_per_node or None,
+        max_restarts=_count(form.max_restarts),
+        backoff_limit=_count(form.backoff_limit),
+        active_deadline_seconds=_count(form.active_deadline_seconds),
+        clean_up_policy=form.clean_up_policy or None,
+        tensorboard=_tensorboard(form),
+    )
+
+
+def _count(text: str) -> Count | None:
     """A whole number as a number; anything else as written, for the cluster to judge."""
+    if not text:
+        return None
     return int(text) if INTEGER.fullmatch(text) else text
 
 
@@ -120,83 +182,24 @@ def _words(field: str, line: str) -> list[str]:
         raise UnreadableField(field, f"cannot be split into words: {error}") from None
 
 
-def _replica_spec(form: JobForm) -> Manifest:
-    replica: Manifest = {"type": REPLICA_TYPE}
-    _put(replica, "replicas", _value(form.replicas) if form.replicas else None)
-    _put(replica, "restartPolicy", form.restart_policy)
-    pod: Manifest = {"containers": [_container(form)]}
-    _put(pod, "volumes", _volumes(form))
-    replica["template"] = {"spec": pod}
-    return replica
-
-
-def _container(form: JobForm) -> Manifest:
-    container: Manifest = {"name": CONTAINER}
-    _put(container, "image", form.image)
-    command, args = container_command(_words("command_line", form.command_line), form.torchrun)
-    _put(container, "command", command)
-    _put(container, "args", args)
-    _put(container, "workingDir", form.working_dir)
-    requests = {"cpu": form.cpu_request, "memory": form.memory_request}
-    limits = {"cpu": form.cpu_limit, "memory": form.memory_limit, GPU: form.gpus}
-    resources: Manifest = {}
-    _put(resources, "requests", {k: v for k, v in requests.items() if v})
-    _put(resources, "limits", {k: v for k, v in limits.items() if v})
-    _put(container, "resources", resources)
-    mounts = []
-    if form.pvc_claim or form.pvc_mount_path:
-        mounts.append({"name": DATA_VOLUME, "mountPath": form.pvc_mount_path})
-    if form.shm:
-        mounts.append({"name": SHM_VOLUME, "mountPath": SHM_PATH})
-    _put(container, "volumeMounts", mounts)
-    return container
-
-
-def _volumes(form: JobForm) -> list[Manifest]:
+def _volumes(form: JobForm) -> tuple[Volume, ...]:
     volumes = []
     if form.pvc_claim or form.pvc_mount_path:
-        claim = {"claimName": form.pvc_claim}
-        volumes.append({"name": DATA_VOLUME, "persistentVolumeClaim": claim})
+        volumes.append(Volume(DATA_VOLUME, form.pvc_mount_path, claim=form.pvc_claim))
     if form.shm:
-        volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}})
-    return volumes
+        volumes.append(Volume(SHM_VOLUME, SHM_PATH, memory=True))
+    return tuple(volumes)
 
 
-def _torchrun(form: JobForm) -> Manifest:
-    torchrun: Manifest = {"enabled": True} if form.torchrun else {}
-    _put(torchrun, "maxRestarts", _value(form.max_restarts) if form.max_restarts else None)
-    # procPerNode is a string in the API ("4" or "gpu").
-    _put(torchrun, "procPerNode", form.proc_per_node)
-    return torchrun
-
-
-def _run_policy(form: JobForm) -> Manifest:
-    policy: Manifest = {}
-    _put(policy, "backoffLimit", _value(form.backoff_limit) if form.backoff_limit else None)
-    deadline = form.active_deadline_seconds
-    _put(policy, "activeDeadlineSeconds", _value(deadline) if deadline else None)
-    _put(policy, "cleanUpPolicy", form.clean_up_policy)
-    return policy
-
-
-def _t9k_scheduler(form: JobForm) -> Manifest:
-    scheduler: Manifest = {}
-    _put(scheduler, "queue", form.queue)
-    _put(scheduler, "priority", _value(form.priority) if form.priority else None)
-    return scheduler
-
-
-def _tensorboard(form: JobForm) -> Manifest:
+def _tensorboard(form: JobForm) -> TensorBoard | None:
     if not form.tensorboard:
-        return {}
-    tensorboard: Manifest = {}
-    _put(tensorboard, "image", form.tensorboard_image)
-    if form.pvc_claim or form.tensorboard_log_path:
-        source: Manifest = {"name": form.pvc_claim}
-        _put(source, "subPath", [form.tensorboard_log_path] if form.tensorboard_log_path else [])
-        tensorboard["logDir"] = {"pvc": [source]}
-    # An empty spec still asks for a TensorBoard; the cluster names what it lacks.
-    return tensorboard or {"image": ""}
+        return None
+    logs = form.pvc_claim or form.tensorboard_log_path
+    return TensorBoard(
+        image=form.tensorboard_image or None,
+        log_claim=form.pvc_claim if logs else None,
+        log_path=form.tensorboard_log_path or None,
+    )
 
 
 def form_of(manifest: Any) -> JobForm | NotShown:

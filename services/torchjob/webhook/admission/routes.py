@@ -24,10 +24,8 @@ import structlog
 from aiohttp import hdrs, web
 from prometheus_client import REGISTRY
 
-from torchjob.api import types
-from torchjob.api.admission import Request, Response, handle, mutate_job, refuse, validate_job
-from torchjob.api.job_api import KUBEFLOW_JOB
-from torchjob.api.kubeflow_admission import mutate_pytorchjob, validate_pytorchjob_request
+from torchjob.api.admission import Request, Response, handle, refuse
+from torchjob.render.job_kinds import KINDS
 from torchjob.render.pod_admission_handler import mutate_pod
 from torchjob.runtime import logging as runtime_logging
 from torchjob.webhook.admission.bounds import (
@@ -173,17 +171,16 @@ class Route:
 
 
 def admission_routes() -> dict[str, Route]:
-    """The admission routes by path. Kubeflow's PyTorchJobs have routes of their own, which the
-    webhook configurations name only when Kubeflow's API is served."""
-    return {
-        f"/mutate/{types.PLURAL}": Route("mutate-jobs", _pure(mutate_job)),
-        f"/validate/{types.PLURAL}": Route("validate-jobs", _pure(validate_job)),
-        f"/mutate/{KUBEFLOW_JOB.plural}": Route("mutate-kubeflow-jobs", _pure(mutate_pytorchjob)),
-        f"/validate/{KUBEFLOW_JOB.plural}": Route(
-            "validate-kubeflow-jobs", _pure(validate_pytorchjob_request)
-        ),
-        "/mutate/pods": Route("mutate-pods", _rewrite_pod, look_up=job_of_pod),
-    }
+    """The admission routes by path: each job kind's own (`JobKind.admission`; an opt-in kind's
+    are named by the webhook configurations only when its API is served), and the pods'."""
+    routes: dict[str, Route] = {}
+    for api, kind in KINDS.items():
+        admission = kind.admission
+        mutate = Route(f"mutate-{admission.endpoint}", _pure(admission.mutate))
+        validate = Route(f"validate-{admission.endpoint}", _pure(admission.validate))
+        routes.update({f"/mutate/{api.plural}": mutate, f"/validate/{api.plural}": validate})
+    routes["/mutate/pods"] = Route("mutate-pods", _rewrite_pod, look_up=job_of_pod)
+    return routes
 
 
 def add_admission_routes(app: web.Application) -> None:
