@@ -126,6 +126,7 @@ def kwok_argv(directory: Path, kubeconfig: Path) -> list[str]:
         # No Leases: no node lifecycle controller runs to read them, and nodes stay Ready.
         "--node-lease-duration-seconds=0",
         f"--cidr={POD_CIDR}",
+        "--v=WARN",  # not a line for every pod it patches
         *(f"--config={stage}" for stage in stages),
     ]
 
