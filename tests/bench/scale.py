@@ -94,6 +94,7 @@ from support.scale_bench import (  # noqa: E402
     close_reporting_exit,
     create_as_reconciler,
     in_parallel,
+    reconcile_times,
     restart_as_reconciler,
     watching,
     while_alive,
@@ -285,13 +286,14 @@ def measure_reconciler(
         except ServiceExited as exited:
             print(f"reconciler: {exited} before the run ended", flush=True)
         counts = (
-            difference(reconciler_counts(reconciler), before)
+            f"{difference(reconciler_counts(reconciler), before)} (Lease renewals included); "
+            f"{reconcile_times(reconciler)}; CPU {cpu_seconds(reconciler):.1f} s since it started"
             if alive(reconciler)
             else "nothing known: the reconciler had exited"
         )
     finally:
         close_reporting_exit(reconciler)
-    print(f"            meanwhile: {counts} (Lease renewals included)", flush=True)
+    print(f"            meanwhile: {counts}", flush=True)
     delete_namespace(plane, namespace)
     return figures
 

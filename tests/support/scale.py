@@ -2,7 +2,8 @@
 own PodGroups, the real kube-scheduler with native gang scheduling on, and kwok playing the
 kubelet of N fake GPU nodes. kwok takes every pod bound to a fake node to Running (its default
 Stages, built beside it by hack/build-kwok.sh) and a pod annotated EXIT_CODE_ANNOTATION to
-Succeeded or Failed (scale_stages.yaml); a deleted pod is gone at once.
+Succeeded or Failed (scale_stages.yaml). The reaper, a process of the tier, removes a deleted
+pod at once, as a kubelet that stops its containers at once would (`reap`).
 
 `make scale-up` / `make scale-down` run this module's `up` and `down` (docs/scale.md): the tier
 runs in a process of its own in the background until `down` stops it."""
@@ -25,13 +26,22 @@ from typing import Any
 
 from kubernetes_asyncio import client, config
 
+from torchjob.kube.informer import Informer
+from torchjob.kube.resources import PODS
+from torchjob.runtime import logging as runtime_logging
+
 from .controlplane import REPO_ROOT, ControlPlane, ControlPlaneError, write_to_stderr
 from .eventually import eventually, eventually_sync
+from .informers import client_like
 from .operator import install_crds
 from .scheduling import GENERIC_WORKLOAD_GATE, GPU, POD_GROUP_API_ARGS, POD_GROUP_CONTROLLERS
 
 KWOK_BUILD_SCRIPT = REPO_ROOT / "hack" / "build-kwok.sh"
 OUR_STAGES = Path(__file__).with_name("scale_stages.yaml")
+# kwok's own Stages the tier plays. Not its pod-delete: kwok deletes by name, and a deletion
+# it still has queued for a pod already gone removes the replacement of the same name that a
+# gang restart creates next. The reaper below deletes as a kubelet does, by uid.
+KWOK_STAGES = ("node-initialize.yaml", "pod-ready.yaml")
 # kwok plays only the nodes annotated so, as it would beside real ones.
 FAKE_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 EXIT_CODE_ANNOTATION = "torchjob.test/exit-code"  # read by scale_stages.yaml
@@ -50,6 +60,7 @@ COMPONENT_LIMITS = (5000.0, 10000)
 POD_CIDR = "10.64.0.0/10"
 NODE_CREATE_CONCURRENCY = 16
 NODES_READY_TIMEOUT = 600.0
+TESTS_DIR = Path(__file__).resolve().parents[1]
 STATE_DIR = Path(os.environ.get("TORCHJOB_CACHE") or Path.home() / ".cache" / "torchjob") / "scale"
 
 
@@ -117,7 +128,7 @@ def kwok_dir() -> Path:
 
 def kwok_argv(directory: Path, kubeconfig: Path) -> list[str]:
     key, value = FAKE_NODE_ANNOTATION
-    stages = [*sorted((directory / "stages").glob("*.yaml")), OUR_STAGES]
+    stages = [*(directory / "stages" / name for name in KWOK_STAGES), OUR_STAGES]
     return [
         str(directory / "kwok"),
         f"--kubeconfig={kubeconfig}",
@@ -151,7 +162,7 @@ class ScaleTier:
             ),
             extra_controller_manager_args=(GENERIC_WORKLOAD_GATE, *component_limits),
         )
-        self._kwok: subprocess.Popen[bytes] | None = None
+        self._processes: dict[str, subprocess.Popen[bytes]] = {}  # kwok and the reaper
         self.kwok_log = self.plane.dir / "kwok.log"
 
     def start(self) -> ScaleTier:
@@ -174,13 +185,15 @@ class ScaleTier:
         return self
 
     def stop(self) -> None:
-        if self._kwok is not None and self._kwok.poll() is None:
-            self._kwok.terminate()
+        for process in self._processes.values():
+            if process.poll() is None:
+                process.terminate()
+        for process in self._processes.values():
             try:
-                self._kwok.wait(timeout=5)
+                process.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                self._kwok.kill()
-                self._kwok.wait()
+                process.kill()
+                process.wait()
         self.plane.stop()
 
     def __enter__(self) -> ScaleTier:
@@ -194,17 +207,20 @@ class ScaleTier:
     ) -> None:
         self.stop()
 
-    def kwok_pids(self) -> set[int]:
-        return {self._kwok.pid} if self._kwok is not None and self._kwok.poll() is None else set()
-
     def _start_kwok(self) -> None:
-        with self.kwok_log.open("ab") as log:
-            self._kwok = subprocess.Popen(
-                kwok_argv(self.kwok_dir, self.plane.kubeconfig),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+        reaper = [sys.executable, "-m", "support.scale", "reap"]
+        for name, argv in (
+            ("kwok", kwok_argv(self.kwok_dir, self.plane.kubeconfig)),
+            ("reaper", [*reaper, f"--kubeconfig={self.plane.kubeconfig}"]),
+        ):
+            with (self.plane.dir / f"{name}.log").open("ab") as log:
+                self._processes[name] = subprocess.Popen(
+                    argv,
+                    cwd=TESTS_DIR,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
 
     async def _add_nodes(self) -> None:
         api = await config.new_client_from_config(
@@ -228,8 +244,9 @@ class ScaleTier:
             )
 
     async def _all_ready(self, core: client.CoreV1Api) -> bool:
-        if self._kwok is None or self._kwok.poll() is not None:
-            raise ControlPlaneError(f"kwok exited:\n{self._kwok_tail()}")
+        for name, process in self._processes.items():
+            if process.poll() is not None:
+                raise ControlPlaneError(f"{name} exited:\n{self._kwok_tail()}")
         # Undecoded: the typed models of thousands of nodes take seconds to build.
         response: Any = await core.list_node(_preload_content=False)
         items = (await response.json())["items"]
@@ -244,6 +261,39 @@ class ScaleTier:
 def _ready(node: Any) -> bool:
     conditions = (node.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+# -- the reaper -----------------------------------------------------------------------------------
+
+REAP_CONCURRENCY = 16
+
+
+async def reap(kubeconfig: Path) -> None:
+    """Until cancelled: every pod of a node that is being deleted, deleted for good as its
+    kubelet would once its containers stopped (grace 0, the pod's uid as precondition)."""
+    api = await config.new_client_from_config(config_file=str(kubeconfig), persist_config=False)
+    core = client.CoreV1Api(api)
+    slots = asyncio.Semaphore(REAP_CONCURRENCY)
+    pending: set[asyncio.Task[None]] = set()
+
+    async def remove(pod: Any) -> None:
+        meta = pod["metadata"]
+        options = client.V1DeleteOptions(
+            grace_period_seconds=0, preconditions=client.V1Preconditions(uid=meta["uid"])
+        )
+        async with slots:
+            with contextlib.suppress(client.ApiException):  # gone already, or another pod now
+                await core.delete_namespaced_pod(meta["name"], meta["namespace"], body=options)
+
+    def changed(pod: Any) -> None:
+        if pod["metadata"].get("deletionTimestamp") and (pod.get("spec") or {}).get("nodeName"):
+            task = asyncio.create_task(remove(pod))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+
+    async with api, client_like(api) as ours:
+        informer = Informer(ours, PODS, on_add=changed, on_update=lambda _, new: changed(new))
+        await informer.run()
 
 
 # -- make scale-up / scale-down ------------------------------------------------------------------
@@ -268,7 +318,7 @@ def up(nodes: int) -> None:
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "support.scale", "serve", "--nodes", str(nodes)],
-            cwd=Path(__file__).resolve().parents[1],
+            cwd=TESTS_DIR,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -322,13 +372,19 @@ def _not_zombie(pid: int) -> bool:
 
 def main(argv: Iterator[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("command", choices=("up", "down", "serve"))
+    parser.add_argument("command", choices=("up", "down", "serve", "reap"))
     parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--kubeconfig", type=Path, help="reap: the cluster's")
     args = parser.parse_args(list(argv) if argv is not None else None)
     if args.command == "up":
         up(args.nodes)
     elif args.command == "serve":
         serve(args.nodes)
+    elif args.command == "reap":
+        runtime_logging.configure("scale-reaper", "WARNING")
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(reap(args.kubeconfig))
     else:
         down()
 

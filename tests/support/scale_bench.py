@@ -57,7 +57,11 @@ def big_job(name: str, replicas: int, gpus: int = 0) -> dict[str, Any]:
     if gpus:
         resources["limits"] = {GPU: str(gpus)}
     job = (
-        JobBuilder.example("torchrun", name).replica_count(replicas).container(resources=resources)
+        JobBuilder.example("torchrun", name)
+        .replica_count(replicas)
+        .container(resources=resources)
+        .metadata(annotations={constants.ANNOTATION_RESTART_SCOPE: constants.RESTART_SCOPE_GANG})
+        .run_policy(backoffLimit=3)
     )
     manifest = job.build()
     manifest["spec"]["torchrunConfig"]["minNodes"] = replicas
@@ -206,6 +210,22 @@ def close_reporting_exit(process: ServiceProcess) -> None:
             flush=True,
         )
     process.close()
+
+
+def reconcile_times(reconciler: ServiceProcess) -> str:
+    """How long the reconciler's reconciles took since it started, from its histogram."""
+    metric = "torchjob_reconcile_duration_seconds"
+    buckets = reconciler.samples(f"{metric}_bucket")
+    count = sum(reconciler.samples(f"{metric}_count").values())
+    total = sum(reconciler.samples(f"{metric}_sum").values())
+
+    def over(seconds: str) -> float:
+        return count - sum(v for k, v in buckets.items() if f'le="{seconds}"' in k)
+
+    return (
+        f"{count:.0f} reconciles took {total:.1f} s in all, {over('1.0'):.0f} of them over "
+        f"1 s, {over('10.0'):.0f} over 10 s"
+    )
 
 
 class ServiceExited(RuntimeError):
