@@ -94,20 +94,22 @@ def stopped(
 
 
 def replica_pod(kind: str, index: int, phase: Any = "Running", **fields: Any) -> PodView:
-    """The pod `j-<kind>-<index>` (uid `uid-<kind>-<index>`) in `phase`, with `fields`; a Failed
-    one's training container terminated with its exit_code."""
+    """The pod `j-<kind>-<index>` (uid `uid-<kind>-<index>` unless `uid`) in `phase`, with
+    `fields` (any of PodView's); a Failed one's training container terminated with its
+    exit_code unless `containers` says otherwise. Every test builds its pods here, so a new
+    field of PodView changes this one place (tests/unit/test_test_imports.py holds them to it)."""
     code = fields.pop("exit_code", None)
     ended = (ContainerView("python", "terminated", code),) if phase == "Failed" else ()
     return PodView(
-        f"j-{kind}-{index}",
-        f"uid-{kind}-{index}",
-        kind,
-        index,
-        phase,
-        code,
-        fields.pop("deleting", False),
-        fields.pop("backoff_count", 0),
-        False,
-        fields.pop("containers", ended),
+        name=f"j-{kind}-{index}",
+        uid=fields.pop("uid", f"uid-{kind}-{index}"),
+        replica_type=kind,
+        index=index,
+        phase=phase,
+        exit_code=code,
+        deleting=fields.pop("deleting", False),
+        backoff_count=fields.pop("backoff_count", 0),
+        debug=fields.pop("debug", False),
+        containers=fields.pop("containers", ended),
         **fields,
     )

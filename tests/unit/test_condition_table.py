@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
-from support.planning import META, NOW, gone, services, spec
+from support.planning import META, NOW, gone, replica_pod, services, spec
 
 from torchjob.api import constants
 from torchjob.api.objects import PodPhase
@@ -94,18 +94,9 @@ def pod(
     **fields: Any,
 ) -> PodView:
     ended = (ContainerView("python", "terminated", exit_code or 0),)
-    return PodView(
-        f"j-{kind}-{index}",
-        f"uid-{kind}-{index}",
-        kind,
-        index,
-        phase,
-        exit_code,
-        False,
-        0,
-        fields.pop("debug", False),
-        ended if phase in ("Succeeded", "Failed") else (),
-        **fields,
+    finished = phase in ("Succeeded", "Failed")
+    return replica_pod(
+        kind, index, phase, exit_code=exit_code, containers=ended if finished else (), **fields
     )
 
 

@@ -16,6 +16,7 @@ from support.planning import (
     conditions,
     gone,
     observe,
+    replica_pod,
     services,
     settle,
     spec,
@@ -45,19 +46,10 @@ WORKERS = [("j-worker-0", "uid-worker-0"), ("j-worker-1", "uid-worker-1")]
 
 def pod(kind: str, index: int, phase: PodPhase = "Running", code: int = 0, **extra: Any) -> PodView:
     finished = phase in ("Succeeded", "Failed")
-    view = PodView(
-        f"j-{kind}-{index}",
-        f"uid-{kind}-{index}",
-        kind,
-        index,
-        phase,
-        code if finished else None,
-        False,
-        0,
-        False,
-        (ContainerView("python", "terminated", code),) if finished else (),
+    ended = (ContainerView("python", "terminated", code),) if finished else ()
+    return replica_pod(
+        kind, index, phase, exit_code=code if finished else None, containers=ended, **extra
     )
-    return replace(view, **extra)
 
 
 def running() -> list[PodView]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support.planning import NOW, gone, services
+from support.planning import NOW, gone, replica_pod, services
 
 from torchjob.api import constants
 from torchjob.api.job_api import KUBEFLOW_JOB
@@ -67,10 +67,8 @@ def pytorchjob(
 
 
 def pod(kind: str, index: int, phase: Any = "Running", **fields: Any) -> PodView:
-    view = PodView(
-        f"j-{kind}-{index}", f"uid-{kind}-{index}", kind, index, phase, None, False, 0, False, ()
-    )
-    return replace(view, running_since=STARTED if phase == "Running" else None, **fields)
+    started = STARTED if phase == "Running" else None
+    return replica_pod(kind, index, phase, **{"containers": (), "running_since": started, **fields})
 
 
 def gang(**worker0: Any) -> list[PodView]:

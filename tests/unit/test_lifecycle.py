@@ -14,6 +14,7 @@ from support.planning import (
     REPLICA_SCOPE,
     conditions,
     observe,
+    replica_pod,
     services,
     settle,
     spec,
@@ -45,17 +46,16 @@ def pod(
         containers = (
             ContainerView("python", "terminated", exit_code if exit_code is not None else 0),
         )
-    return PodView(
-        f"j-{kind}-{index}",
-        uid or f"uid-{kind}-{index}",
+    return replica_pod(
         kind,
         index,
         phase,
-        exit_code if phase == "Failed" else (0 if phase == "Succeeded" else None),
-        deleting,
-        backoff,
-        debug,
-        containers,
+        uid=uid or f"uid-{kind}-{index}",
+        exit_code=exit_code if phase == "Failed" else (0 if phase == "Succeeded" else None),
+        deleting=deleting,
+        backoff_count=backoff,
+        debug=debug,
+        containers=containers,
     )
 
 
@@ -158,7 +158,7 @@ def test_failed_replica(policy: str, code: int | None, role: str) -> None:
         pods = [
             p
             if p.replica_type != role or p.index != 0
-            else PodView(p.name, p.uid, role, 0, "Failed", None, False, 0, False, ())
+            else replica_pod(role, 0, "Failed", uid=p.uid, containers=())
             for p in pods
         ]
     status = settle(job, all_pods(job))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from support.jobs import JobBuilder
-from support.planning import observe, services
+from support.planning import observe, replica_pod, services
 
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.lifecycle.observe import PodView
@@ -67,21 +67,7 @@ def test_a_disabled_elastic_ignores_expected_replicas() -> None:
 
 
 def running(spec: PyTorchTrainingJobSpec, count: int) -> list[PodView]:
-    return [
-        PodView(
-            f"j-{r.type}-{r.index}",
-            f"u{r.rank}",
-            r.type,
-            r.index,
-            "Running",
-            None,
-            False,
-            0,
-            False,
-            (),
-        )
-        for r in replicas_of(spec)[:count]
-    ]
+    return [replica_pod(r.type, r.index, uid=f"u{r.rank}") for r in replicas_of(spec)[:count]]
 
 
 def test_scaled_up_the_planner_creates_the_new_replicas_and_the_status_counts_them() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.planning import META, NOW, conditions, services, spec
+from support.planning import META, NOW, conditions, replica_pod, services, spec
 
 from torchjob.lifecycle.failures import retry_delay
 from torchjob.lifecycle.observe import PodView, Refusal
@@ -73,8 +73,7 @@ def test_an_invalid_service_name_fails_the_job() -> None:
 def test_a_refusal_of_an_object_that_exists_since_is_history() -> None:
     job = spec()
     pods = [
-        PodView(f"j-{k}-{i}", f"u{k}{i}", k, i, "Running", None, False, 0, False, ())
-        for k, i in (("master", 0), ("worker", 0), ("worker", 1))
+        replica_pod(k, i, uid=f"u{k}{i}") for k, i in (("master", 0), ("worker", 0), ("worker", 1))
     ]
     result = refused(Refusal("pod", "j-worker-1", INVALID, 422), pods=pods)
     assert result.status["phase"] == "Running"
@@ -96,7 +95,7 @@ def test_the_refusal_goes_once_the_creation_passes() -> None:
     shown = refused(Refusal("pod", "j-worker-1", QUOTA, 403)).status
     job = spec()
     pods = [
-        PodView(f"j-{k}-{i}", f"u{k}{i}", k, i, "Pending", None, False, 0, False, ())
+        replica_pod(k, i, "Pending", uid=f"u{k}{i}")
         for k, i in (("master", 0), ("worker", 0), ("worker", 1))
     ]
     after = plan(Observed.of_json(META, job, shown, pods, services(job), NOW)).status

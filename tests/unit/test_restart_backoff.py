@@ -10,7 +10,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from support.planning import NOW, REPLICA_SCOPE, conditions, gone, services, settle, spec
+from support.planning import (
+    NOW,
+    REPLICA_SCOPE,
+    conditions,
+    gone,
+    replica_pod,
+    services,
+    settle,
+    spec,
+)
 
 from torchjob.api import constants
 from torchjob.api.objects import PodPhase
@@ -26,17 +35,11 @@ RULE = RestartBackoff()
 
 
 def running(kind: str, index: int, *, in_a_row: int = 0, backoff: int = 0) -> PodView:
-    return PodView(
-        f"j-{kind}-{index}",
-        f"uid-{kind}-{index}",
+    return replica_pod(
         kind,
         index,
-        "Running",
-        None,
-        False,
-        backoff,
-        False,
-        (ContainerView("python", "running"),),
+        backoff_count=backoff,
+        containers=(ContainerView("python", "running"),),
         training_container="python",
         consecutive_restarts=in_a_row,
     )

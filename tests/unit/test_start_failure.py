@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from support.jobs import JobBuilder
-from support.planning import META, NOW, conditions, gone, services, spec
+from support.planning import META, NOW, conditions, gone, replica_pod, services, spec
 
 from torchjob.api import constants
 from torchjob.api.validation import validate
@@ -42,19 +42,7 @@ JOB = spec(workers=2)
 
 def pod(kind: str, index: int, **fields: Any) -> PodView:
     """A pending replica pod; `fields` says why it does not start."""
-    view = PodView(
-        f"j-{kind}-{index}",
-        f"uid-{kind}-{index}",
-        kind,
-        index,
-        "Pending",
-        None,
-        False,
-        0,
-        False,
-        (),
-    )
-    return replace(view, **fields)
+    return replica_pod(kind, index, **{"phase": "Pending", "containers": (), **fields})
 
 
 def three(**worker1: Any) -> list[PodView]:

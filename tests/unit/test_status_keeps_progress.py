@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any, cast
 
 import pytest
-from support.planning import META, NOW, services, settle, spec
+from support.planning import META, NOW, replica_pod, services, settle, spec
 
 from torchjob.api.jsoncopy import merge_patched
 from torchjob.api.kubeflow import KUBEFLOW_STATUS, STATUS_RECORD, as_run
@@ -71,19 +71,8 @@ def executor(client: RecordingClient) -> ReconcilerExecutor:
 
 
 def running(kind: str, index: int) -> PodView:
-    return PodView(
-        f"j-{kind}-{index}",
-        f"uid-{kind}-{index}",
-        kind,
-        index,
-        "Running",
-        None,
-        False,
-        0,
-        False,
-        (ContainerView("python", "running"),),
-        training_container="python",
-    )
+    running = (ContainerView("python", "running"),)
+    return replica_pod(kind, index, containers=running, training_container="python")
 
 
 def ended(kind: str, index: int, code: int) -> PodView:

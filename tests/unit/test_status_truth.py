@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from support.planning import conditions, observe, settle, spec
+from support.planning import conditions, observe, replica_pod, settle, spec
 
 from torchjob.api.objects import PodPhase
 from torchjob.api.types import PyTorchTrainingJobSpec
@@ -21,20 +21,8 @@ def pods(
         kind = replica_spec.type or ""
         for index in range(replica_spec.replicas or 1):
             containers = (ContainerView("python", phase.lower()),)
-            out.append(
-                PodView(
-                    f"j-{kind}-{index}",
-                    f"uid-{kind}-{index}{gen}",
-                    kind,
-                    index,
-                    phase,
-                    None,
-                    False,
-                    0,
-                    debug,
-                    containers,
-                )
-            )
+            uid = f"uid-{kind}-{index}{gen}"
+            out.append(replica_pod(kind, index, phase, uid=uid, debug=debug, containers=containers))
     return out
 
 

@@ -1,5 +1,7 @@
-"""The tests share code only through tests/support: no test module imports another, and none
-reads a private name of the services (a test goes through the public seam a caller uses)."""
+"""The tests share code only through tests/support: no test module imports another, none
+reads a private name of the services (a test goes through the public seam a caller uses), and
+none builds a PodView by hand (support.planning.replica_pod does, so a new field of it changes
+one place)."""
 
 from __future__ import annotations
 
@@ -83,6 +85,25 @@ def test_no_test_reads_a_private_name_of_the_services(rules: ModuleType) -> None
     assert found == [], "test through the public function, or make the seam public"
 
 
+def pod_views_built(tree: ast.Module) -> Iterator[str]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            if name == "PodView":
+                yield f"line {node.lineno}: PodView(...)"
+
+
+def test_no_test_builds_a_pod_view_by_hand() -> None:
+    found = []
+    for path in modules_of_tests():
+        if path.parent.name == "support":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        found += [f"{path.relative_to(TESTS)}: {what}" for what in pod_views_built(tree)]
+    assert found == [], "build a test's pods with support.planning.replica_pod"
+
+
 def test_both_checks_find_what_they_exist_for(rules: ModuleType) -> None:
     tree = ast.parse(
         "from .test_job_form import FORMS\nimport bench.reconcile\n"
@@ -96,3 +117,5 @@ def test_both_checks_find_what_they_exist_for(rules: ModuleType) -> None:
         "imports _Hidden from torchjob.kube.informer",
         "reads _parsed",
     ]
+    built = ast.parse("a = PodView('j', 'u')\nb = observe.PodView()\nc = replica_pod('w', 0)\n")
+    assert list(pod_views_built(built)) == ["line 1: PodView(...)", "line 2: PodView(...)"]

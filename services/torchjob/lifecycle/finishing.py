@@ -22,6 +22,7 @@ from typing import Any
 
 from torchjob.api import constants
 from torchjob.lifecycle.conditions import COMPLETED_REASONS, FAILED_REASONS, Event
+from torchjob.lifecycle.decision import Decision, PodRef
 from torchjob.lifecycle.nodes import judge_nodes
 from torchjob.lifecycle.observe import PodView
 from torchjob.lifecycle.round import Outcome, Round
@@ -46,34 +47,41 @@ def unfinished(pods: Iterable[PodView]) -> list[PodView]:
 
 
 def stop(
-    state: Round, delete_pods: list[tuple[str, str]], force_delete_pods: list[tuple[str, str]]
-) -> float | None:
-    """The job has ended: its pods that have not finished are added to `delete_pods` (name,
-    uid) unless they are being deleted already, those stuck being deleted on a lost node that
-    will never confirm it to `force_delete_pods`, and the round notes them as stopping. Returns
-    the seconds after which to look again at a pod being deleted on a node not Ready, whose
-    grace has not run out yet; None when there is none."""
-    deleting = {name for name, _ in delete_pods}
+    state: Round,
+    outcome: Outcome,
+    deleting: frozenset[str],
+    force_deleting: frozenset[PodRef],
+) -> Decision:
+    """The job has ended (`outcome`): its pods that have not finished are deleted unless they
+    are being deleted already (by the pod, or by a step before, of the names `deleting`), those
+    stuck being deleted on a lost node that will never confirm it force-deleted (unless a step
+    before does, `force_deleting`), and they are stopping. It looks again after the seconds
+    until a pod being deleted on a node not Ready has had its grace, or those of a job that
+    succeeded have had theirs; never when there is neither."""
     running = unfinished(state.observed.pods)
-    grace = grace_left(state)
-    for pod in running:
-        if not grace and not pod.deleting and pod.name not in deleting:
-            delete_pods.append((pod.name, pod.uid))
-    state.stopping = [pod.name for pod in running]
+    grace = grace_left(state, outcome)
+    deletes = tuple(
+        (pod.name, pod.uid)
+        for pod in running
+        if not grace and not pod.deleting and pod.name not in deleting
+    )
     observed = state.observed
     terminating = [pod for pod in running if pod.deleting]
     stuck = judge_nodes(terminating, (), observed.nodes, observed.now, lambda _: None)
-    force_delete_pods += [pod for pod in stuck.force_delete if pod not in force_delete_pods]
     waits = [w for w in (stuck.recheck, grace if running and grace else None) if w is not None]
-    return min(waits, default=None)
+    return Decision(
+        delete_pods=deletes,
+        force_delete_pods=tuple(p for p in stuck.force_delete if p not in force_deleting),
+        stopping=tuple(pod.name for pod in running),
+        requeue_after=min(waits, default=None),
+    )
 
 
-def grace_left(state: Round) -> float:
-    """Seconds the replicas of a job that succeeded still have to finish on their own (the
-    rules' success_grace: they leave the process group a moment after the one whose success
-    ended the job, and a worker about to exit 0 should not be killed, its log lost); 0 for a job
-    that failed, whose replicas are stopped at once."""
-    outcome = state.outcome
+def grace_left(state: Round, outcome: Outcome | None) -> float:
+    """Seconds the replicas of a job that succeeded (`outcome`) still have to finish on their
+    own (the rules' success_grace: they leave the process group a moment after the one whose
+    success ended the job, and a worker about to exit 0 should not be killed, its log lost); 0
+    for a job that failed, whose replicas are stopped at once."""
     if outcome is None or not outcome.succeeded:
         return 0.0
     since = _ending_recorded_at(state.observed.status) or state.observed.now

@@ -32,61 +32,64 @@ from datetime import timedelta
 from torchjob.api import constants, queries
 from torchjob.lifecycle.backoff import PendingRestart
 from torchjob.lifecycle.conditions import Event
+from torchjob.lifecycle.decision import (
+    NOTHING,
+    Decision,
+    GangRestart,
+    PodRef,
+    Tally,
+    announce,
+)
 from torchjob.lifecycle.observe import PodView, describe_failure
-from torchjob.lifecycle.round import GangCause, Outcome, Round
-from torchjob.lifecycle.status import recorded
+from torchjob.lifecycle.round import GangCause, Observed, Outcome, Round, recorded_in_a_row
 from torchjob.lifecycle.times import format_time, parse_time
 from torchjob.render.topology import replica_name
 
 
-def start(state: Round) -> None:
-    """The job's restart scope and gang restarts so far, from its status and its pods (a pod
-    created after a status write the cache does not show yet carries the newer count)."""
-    observed = state.observed
-    state.gang_scope = (
-        queries.restart_scope(observed.job_meta, observed.spec) == constants.RESTART_SCOPE_GANG
-    )
+def so_far(observed: Observed) -> tuple[bool, int, tuple[str, ...]]:
+    """The job's restart scope (True: Gang), its gang restarts so far and the times of those
+    counted against the limit, from its status and its pods (a pod created after a status write
+    the cache does not show yet carries the newer count)."""
+    scope = queries.restart_scope(observed.job_meta, observed.spec) == constants.RESTART_SCOPE_GANG
     shown = observed.status.get("gangRestarts")
     counts = [p.gang_restarts for p in observed.pods]
-    state.gang_restarts = max([shown if isinstance(shown, int) else 0, *counts])
+    restarts = max([shown if isinstance(shown, int) else 0, *counts])
     times = observed.status.get("gangRestartTimes")
-    state.gang_restart_times = [str(t) for t in times] if isinstance(times, list) else []
+    return scope, restarts, tuple(str(t) for t in times) if isinstance(times, list) else ()
 
 
-def stop_earlier(state: Round) -> list[PodView]:
-    """The pods of a gang restarted since, to delete (those not being deleted already). No pod is
-    created while one remains; their recorded uids are dropped and the replicas' restarts in a
-    row carried on as the status shows them."""
+def stop_earlier(state: Round) -> Decision:
+    """The pods of a gang restarted since are deleted (those not being deleted already). No pod
+    is created while one remains; their recorded uids are dropped and the replicas' restarts in
+    a row carried on as the status shows them."""
     earlier = [p for p in state.pods.values() if p.gang_restarts < state.gang_restarts]
     if not earlier:
-        return []
-    state.hold_creations = True
-    for pod in earlier:
-        state.uid_dropped.add(pod.name)
-        carried = recorded(state.observed.status, pod.name).get("consecutiveRestarts")
-        state.in_a_row.setdefault(pod.name, carried if isinstance(carried, int) else 0)
-    state.gang_restarting = (
-        f"restarting every replica together (gang restart {state.gang_restarts}): waiting for "
-        f"{len(earlier)} pod(s) of the gang before to stop"
+        return NOTHING
+    status = state.observed.status
+    return Decision(
+        delete_pods=tuple((p.name, p.uid) for p in earlier if not p.deleting),
+        hold_creations=True,
+        uid_dropped=frozenset(p.name for p in earlier),
+        in_a_row_kept=tuple((p.name, recorded_in_a_row(status, p.name)) for p in earlier),
+        gang_restarting=(
+            f"restarting every replica together (gang restart {state.gang_restarts}): waiting "
+            f"for {len(earlier)} pod(s) of the gang before to stop"
+        ),
     )
-    return [p for p in earlier if not p.deleting]
 
 
-def restarts_gang(state: Round, pending: PendingRestart) -> bool:
-    """Whether the restart `pending` is the gang's, not the replica's alone: in Gang scope, or
-    once the replica's restarts in a row reach the rules' count. It is then decided by `settle`,
-    with the others found this round."""
+def restart_cause(state: Round, pending: PendingRestart) -> GangCause | None:
+    """The gang restart the restart `pending` makes instead of the replica's alone: in Gang
+    scope, or once the replica's restarts in a row reach the rules' count; `settle` decides it
+    with the others found this round. None: the replica restarts alone."""
     made_in_a_row = pending.in_a_row - 1
     if not state.gang_scope and made_in_a_row < state.rules.replica_restarts_before_gang:
-        return False
+        return None
     pod = pending.pod
     what = describe(pod)
     if not state.gang_scope:
         what += f" after {made_in_a_row} restarts of it in a row"
-    state.gang_causes.append(
-        GangCause(what, constants.REASON_GANG_RESTARTING, True, pod.replica_type, pending)
-    )
-    return True
+    return GangCause(what, constants.REASON_GANG_RESTARTING, True, pod.replica_type, pending)
 
 
 def describe(pod: PodView) -> str:
@@ -96,38 +99,45 @@ def describe(pod: PodView) -> str:
     return describe_failure(pod)
 
 
-def lost(state: Round, name: str, replica_type: str) -> bool:
+def lost(state: Round, name: str, replica_type: str) -> GangCause | None:
     """In Gang scope, a replica whose recorded pod is gone (deleted by someone) restarts the
-    gang: its replacement could not join the others' group."""
+    gang: its replacement could not join the others' group. None in Replica scope."""
     if not state.gang_scope:
-        return False
+        return None
     what = f"{name}'s pod was deleted"
-    state.gang_causes.append(GangCause(what, constants.REASON_GANG_RESTARTING, True, replica_type))
-    return True
+    return GangCause(what, constants.REASON_GANG_RESTARTING, True, replica_type)
 
 
-def settle(state: Round) -> tuple[GangCause | None, PendingRestart | None]:
-    """The gang restart this round makes, if any, or the restart delay it waits for. A restart
-    the job may not make fails it (backoffLimit, the gang restart limit; with reason NoProgress
-    for a job restarted for its silence)."""
+def settle(
+    state: Round,
+    causes: tuple[GangCause, ...],
+    preempted: tuple[PodView, ...],
+    tally: Tally,
+    deleted: frozenset[str],
+) -> Decision:
+    """The gang restart this round makes for the first of `causes` (and, in Gang scope, of the
+    `preempted` pods), if any, or the restart delay it waits for; `deleted`: the uids of the pods
+    the steps before delete. A restart the job may not make fails it (backoffLimit, the gang
+    restart limit; with reason NoProgress for a job restarted for its silence)."""
     if state.gang_scope:
-        for pod in state.preempted:
+        for pod in preempted:
             what = f"{pod.name} was preempted ({pod.preempted})"
-            state.gang_causes.insert(0, GangCause(what, constants.REASON_GANG_RESTARTING, False))
-    if state.outcome is not None or not state.gang_causes:
-        return None, None
-    cause = min(state.gang_causes, key=_first_cause)
+            causes = (GangCause(what, constants.REASON_GANG_RESTARTING, False), *causes)
+    if not causes:
+        return NOTHING
+    cause = min(causes, key=_first_cause)
+    if cause.charged and (refused := _refused(state, cause, tally)) is not None:
+        return Decision(outcome=refused)
     pending = cause.pending
-    if cause.charged and not _allowed(state, cause):
-        return None, None
-    if pending is not None:
-        # The restart's place in its row, which the replica's status shows while it waits and
-        # its replacement carries.
-        state.in_a_row[pending.pod.name] = pending.in_a_row
-        if pending.remaining(state.observed.now) > 0:
-            return None, pending
-    _restart(state, cause)
-    return cause, None
+    if pending is not None and (wait := pending.remaining(state.observed.now)) > 0:
+        # The restart's place in its row, which the replica's status shows while it waits.
+        return Decision(
+            in_a_row=((pending.pod.name, pending.in_a_row),),
+            announced=announce(state, pending, wait, tally),
+            waiting=(pending,),
+            requeue_after=wait,
+        )
+    return _restart(state, cause, tally, deleted)
 
 
 def _first_cause(cause: GangCause) -> tuple[int, str, str]:
@@ -138,61 +148,66 @@ def _first_cause(cause: GangCause) -> tuple[int, str, str]:
     return (1, format_time(ended) if ended else "", cause.what)
 
 
-def _allowed(state: Round, cause: GangCause) -> bool:
+def _refused(state: Round, cause: GangCause, tally: Tally) -> Outcome | None:
+    """The job's failure when it may not make the charged gang restart `cause`."""
     limit = queries.backoff_limit(state.observed.spec)
     reason = constants.REASON_NO_PROGRESS if cause.reason == constants.REASON_NO_PROGRESS else None
-    if state.backoff_count + 1 > limit:
+    if tally.backoff_count + 1 > limit:
         message = f"replica restarts reached backoffLimit ({limit}); the last: {cause.what}"
-        state.outcome = Outcome(False, reason or constants.REASON_BACKOFF_LIMIT_EXCEEDED, message)
-        return False
+        return Outcome(False, reason or constants.REASON_BACKOFF_LIMIT_EXCEEDED, message)
     rules, now = state.rules, state.observed.now
     if not rules.gang_restart_limit:
-        return True
+        return None
     since = now - timedelta(seconds=rules.gang_restart_window)
     recent = [t for t in state.gang_restart_times if (moment := parse_time(t)) and moment > since]
     if len(recent) < rules.gang_restart_limit:
-        return True
+        return None
     message = (
         f"{len(recent)} gang restarts within {rules.gang_restart_window:.0f}s reached the limit "
         f"({rules.gang_restart_limit}); the last: {cause.what}"
     )
-    state.outcome = Outcome(False, reason or constants.REASON_GANG_RESTART_LIMIT_EXCEEDED, message)
-    return False
+    return Outcome(False, reason or constants.REASON_GANG_RESTART_LIMIT_EXCEEDED, message)
 
 
-def _restart(state: Round, cause: GangCause) -> None:
-    """Count the restart and drop every replica's recorded pod uid; the caller deletes the
-    pods."""
-    state.gang_restarts += 1
+def _restart(state: Round, cause: GangCause, tally: Tally, deleted: frozenset[str]) -> Decision:
+    """The restart counted, every replica's recorded pod uid dropped (so the recreations are not
+    counted again) and every pod deleted; the new gang is created once they are gone."""
+    times = None
     if cause.charged:
-        state.backoff_count += 1
-        if cause.replica_type is not None:
-            kind = cause.replica_type
-            state.restarts_by_type[kind] = state.restarts_by_type.get(kind, 0) + 1
-        times = [*state.gang_restart_times, format_time(state.observed.now)]
         limit = state.rules.gang_restart_limit
-        state.gang_restart_times = times[-limit:] if limit else []
-    job = state.observed.job_meta["name"]
+        times = (
+            (*state.gang_restart_times, format_time(state.observed.now))[-limit:] if limit else ()
+        )
+    job, status = state.observed.job_meta["name"], state.observed.status
+    kept = {}
     for replica in state.desired:
         name = replica_name(job, replica.type, replica.index)
         pod = state.pods.get((replica.type, replica.index))
-        carried = recorded(state.observed.status, name).get("consecutiveRestarts")
-        before = pod.consecutive_restarts if pod else carried if isinstance(carried, int) else 0
-        state.in_a_row.setdefault(name, before)
-        state.uid_dropped.add(name)
-    for pod in state.pods.values():
-        state.uid_dropped.add(pod.name)
-    state.waiting.clear()
-    state.gang_restarting = f"restarting every replica together: {cause.what}"
+        kept[name] = pod.consecutive_restarts if pod else recorded_in_a_row(status, name)
+    pending = cause.pending
+    pods = state.pods.values()
+    deletes: tuple[PodRef, ...] = tuple(
+        (p.name, p.uid) for p in pods if not p.deleting and p.uid not in deleted
+    )
+    return Decision(
+        gang_restart=GangRestart(cause, times),
+        charged=(cause.replica_type,) if cause.charged else (),
+        in_a_row=((pending.pod.name, pending.in_a_row),) if pending else (),
+        in_a_row_kept=tuple(kept.items()),
+        uid_dropped=frozenset(kept) | {p.name for p in pods},
+        gang_restarting=f"restarting every replica together: {cause.what}",
+        delete_pods=deletes,
+        announced=(_event(state, cause, tally),),
+    )
 
 
-def event(state: Round, cause: GangCause) -> Event:
-    """The Event of the gang restart `cause` made."""
+def _event(state: Round, cause: GangCause, tally: Tally) -> Event:
+    """The Event of the gang restart `cause` makes."""
     if not cause.charged:
         count = "not counted against backoffLimit"
         return Event("Normal", cause.reason, f"restarting every replica: {cause.what} ({count})")
     limit = queries.backoff_limit(state.observed.spec)
-    count = f"restart {state.backoff_count} of backoffLimit {limit}"
+    count = f"restart {tally.backoff_count + 1} of backoffLimit {limit}"
     return Event("Warning", cause.reason, f"restarting every replica: {cause.what} ({count})")
 
 

@@ -13,6 +13,7 @@ annotation (ANNOTATION_PROGRESS_DEADLINE), else the reconciler's setting; 0 turn
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -22,19 +23,30 @@ from torchjob.lifecycle.round import GangCause, Outcome, Round
 from torchjob.lifecycle.times import seconds_text
 
 
-def check(state: Round) -> float | None:
-    """Add the NoProgress restart to the round when the deadline has passed (or fail the job
-    when no restart is allowed); else the seconds until the deadline, None without one."""
+@dataclass(frozen=True, slots=True)
+class Silence:
+    """What the progress deadline decides this round: the seconds until it passes (`wait`), or,
+    once it has, the gang restart it asks for (`cause`) or the job's failure when no restart is
+    allowed (`outcome`); all None without a deadline."""
+
+    wait: float | None = None
+    cause: GangCause | None = None
+    outcome: Outcome | None = None
+
+
+def check(state: Round) -> Silence:
+    """The NoProgress restart when the deadline has passed (or the job's failure when no
+    restart is allowed); else the seconds until the deadline."""
     observed = state.observed
     deadline = queries.progress_deadline(observed.job_meta, state.rules.progress_deadline)
     status: dict[str, Any] = dict(observed.status)
     since_report = seconds_since_report(status, observed.now) if deadline else None
     running = _all_running_since(state)
     if since_report is None or running is None:
-        return None
+        return Silence()
     silent = min(since_report, max(0.0, (observed.now - running).total_seconds()))
     if silent < deadline:
-        return deadline - silent
+        return Silence(wait=deadline - silent)
     what = (
         f"no progress reported for {seconds_text(silent)}, past the progress deadline "
         f"({deadline}s); the last report, at {_last_report(status)}"
@@ -42,10 +54,8 @@ def check(state: Round) -> float | None:
     never = _never_restarted(state)
     if never is not None:
         message = f"{what}; replica type {never} has restartPolicy Never: no restart is allowed"
-        state.outcome = Outcome(False, constants.REASON_NO_PROGRESS, message)
-        return None
-    state.gang_causes.append(GangCause(what, constants.REASON_NO_PROGRESS, True))
-    return None
+        return Silence(outcome=Outcome(False, constants.REASON_NO_PROGRESS, message))
+    return Silence(cause=GangCause(what, constants.REASON_NO_PROGRESS, True))
 
 
 def _all_running_since(state: Round) -> datetime | None:

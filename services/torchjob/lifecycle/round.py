@@ -1,8 +1,10 @@
 """What one round of planning starts from and what it has found out, in the terms both the
 planner (lifecycle/plan.py) and the status builder (lifecycle/status.py) use. Pure.
 
-The planner fills a `Round` while it walks the replicas; the status is then built from the
-round's facts alone, so the status builder never needs to know how the planner decided.
+The planner's steps read a `Round` of what was observed and each returns what it decided
+(lifecycle/decision.py); the planner applies the decisions and ends with a `Round` of the facts
+they make, from which alone the status is built, so the status builder never needs to know how
+the planner decided.
 """
 
 from __future__ import annotations
@@ -10,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any, cast
 
 from torchjob.api.objects import ObjectMeta
 from torchjob.api.types import PyTorchTrainingJobSpec, PyTorchTrainingJobStatusDict
-from torchjob.lifecycle.backoff import DEFAULT_RULES, PendingRestart, RestartRules
+from torchjob.lifecycle.backoff import PendingRestart, RestartRules
 from torchjob.lifecycle.nodes import NodesSeen
 from torchjob.lifecycle.observe import GroupView, PodView, Refusal
 from torchjob.render.scheduling import Gang, GangUnavailable
@@ -22,6 +25,12 @@ from torchjob.render.topology import Replica
 
 # A replica's identity within its job: (replica type, index).
 PodKey = tuple[str, int]
+NO_COUNTS: Mapping[str, int] = MappingProxyType({})
+
+
+def no_counts() -> Mapping[str, int]:
+    """No count for any replica (a frozen dataclass's default is made by a function)."""
+    return NO_COUNTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,56 +108,55 @@ class GangCause:
     pending: PendingRestart | None = None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Round:
-    """The facts one round of planning gathers about the job."""
+    """The facts of one round about the job. The planner (lifecycle/plan.py) starts from those
+    it observed (nothing decided yet), and ends with those its steps decided; the status is
+    built from the latter alone (lifecycle/status.py)."""
 
     observed: Observed
     # Every replica the spec asks for now.
-    desired: list[Replica]
+    desired: tuple[Replica, ...]
     # The observed pod of each replica that has one.
-    pods: dict[PodKey, PodView]
+    pods: Mapping[PodKey, PodView]
+    # How replicas are restarted (lifecycle/backoff.py).
+    rules: RestartRules
+    # The job runs in debug mode now (runMode.debug, not paused): only pods of this mode are its
+    # current pods; the others are of the mode before and are deleted.
+    debug: bool
+    # The job's restart scope: a replica restart restarts every replica (Gang) or the replica
+    # alone (lifecycle/gang.py).
+    gang_scope: bool
+    # The job's gang restarts (status.gangRestarts), this round's included, and the times of
+    # the latest ones counted against the gang restart limit (status.gangRestartTimes).
+    gang_restarts: int
+    gang_restart_times: tuple[str, ...]
     # Restarts counted against backoffLimit, this round's recreations included.
     backoff_count: int
     # Restarts counted per replica type (status.tasks[].restartCount), this round's included.
-    restarts_by_type: dict[str, int]
+    restarts_by_type: Mapping[str, int]
     # How the job ended, when this round decided it.
     outcome: Outcome | None = None
     # How each replica that failed this round failed (`j-worker-0 failed with exit code 1`).
-    failures: list[str] = field(default_factory=list)
+    failures: tuple[str, ...] = ()
     # Replicas (by pod name) whose recorded pod uid the status drops: their pod is recreated,
     # or deleted by a pause or a change of mode, so it will not count as a restart.
-    uid_dropped: set[str] = field(default_factory=set)
+    uid_dropped: frozenset[str] = frozenset()
     # Restarts decided but not due yet.
-    waiting: list[PendingRestart] = field(default_factory=list)
+    waiting: tuple[PendingRestart, ...] = ()
     # Restarts in a row each replica's status shows, where this round decided it (a restart
     # pending or made); the others show their pod's own, or what the status recorded.
-    in_a_row: dict[str, int] = field(default_factory=dict)
+    in_a_row: Mapping[str, int] = field(default_factory=no_counts)
     # Refusals of creations this round makes again, which retrying may overcome.
-    refused: list[Refusal] = field(default_factory=list)
-    # The job runs in debug mode now (runMode.debug, not paused): only pods of this mode are its
-    # current pods; the others are of the mode before and are deleted.
-    debug: bool = False
-    # The job's group object is being replaced: no pod is created until the new one exists.
-    hold_creations: bool = False
+    refused: tuple[Refusal, ...] = ()
     # Pods stopped to make room for other work (observe.PREEMPTION_CONDITIONS): recreated
     # without counting a restart, to wait to be placed again.
-    preempted: list[PodView] = field(default_factory=list)
-    # How replicas are restarted (lifecycle/backoff.py), and the job's restart scope: a replica
-    # restart restarts every replica (Gang) or the replica alone.
-    rules: RestartRules = DEFAULT_RULES
-    gang_scope: bool = False
-    # The job's gang restarts (status.gangRestarts), this round's included, and the times of
-    # the latest ones counted against the gang restart limit (status.gangRestartTimes).
-    gang_restarts: int = 0
-    gang_restart_times: list[str] = field(default_factory=list)
-    # Reasons found this round to restart every replica; the first decides (lifecycle/gang.py).
-    gang_causes: list[GangCause] = field(default_factory=list)
+    preempted: tuple[PodView, ...] = ()
     # What the ReplicaFailure condition says while every replica is restarted; None otherwise.
     gang_restarting: str | None = None
     # The job has ended but these pods (by name) have not finished: they are stopped, and the
     # job says it ended once they are gone (lifecycle/finishing.py).
-    stopping: list[str] = field(default_factory=list)
+    stopping: tuple[str, ...] = ()
 
     def current(self, pod: PodView) -> bool:
         """The pod is one of the job's pods as the spec stands: not being deleted, of the job's
@@ -156,3 +164,18 @@ class Round:
         return (
             not pod.deleting and pod.debug == self.debug and pod.gang_restarts >= self.gang_restarts
         )
+
+
+def recorded(status: Mapping[str, Any], pod_name: str) -> dict[str, Any]:
+    """The replica's entry in `status.tasks[].replicas[]`; {} when it has none."""
+    for task in status.get("tasks") or []:
+        for replica in task.get("replicas") or []:
+            if replica.get("name") == pod_name:
+                return dict(replica)
+    return {}
+
+
+def recorded_in_a_row(status: Mapping[str, Any], pod_name: str) -> int:
+    """The restarts in a row the replica's status entry carries (0 when none)."""
+    carried = recorded(status, pod_name).get("consecutiveRestarts")
+    return carried if isinstance(carried, int) else 0

@@ -1,5 +1,5 @@
-"""The job's status as a function of what one round of planning observed and decided (its
-`Round`). Pure."""
+"""The job's status as a function of the facts one round of planning ends with (its `Round`:
+what was observed and what the planner's steps decided). Pure."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from torchjob.api.types import (
 from torchjob.lifecycle import finishing
 from torchjob.lifecycle.conditions import CONDITIONS, Wanted, wanted_conditions
 from torchjob.lifecycle.observe import ContainerView
-from torchjob.lifecycle.round import Outcome, Round
+from torchjob.lifecycle.round import Outcome, Round, recorded
 from torchjob.lifecycle.times import format_time
 from torchjob.render.topology import replica_name
 
@@ -233,15 +233,6 @@ def _with_in_a_row(entry: ReplicaStatusDict, count: int) -> ReplicaStatusDict:
     if count:
         entry["consecutiveRestarts"] = count
     return entry
-
-
-def recorded(status: Mapping[str, Any], pod_name: str) -> dict[str, Any]:
-    """The replica's entry in `status.tasks[].replicas[]`; {} when it has none."""
-    for task in status.get("tasks") or []:
-        for replica in task.get("replicas") or []:
-            if replica.get("name") == pod_name:
-                return dict(replica)
-    return {}
 
 
 def _aggregate(state: Round) -> dict[str, int]:
