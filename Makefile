@@ -50,6 +50,10 @@ cluster: ## build kube-apiserver, kube-controller-manager, kube-scheduler, kubec
 helm: ## install helm from the Go module proxy into ~/.cache/torchjob (cached)
 	hack/install-helm.sh install
 
+.PHONY: kubeflow-build
+kubeflow-build: ## build Kubeflow training-operator v1.9.3 from the Go module proxy into ~/.cache/torchjob, for tests/bench/kubeflow.py (cached)
+	hack/build-kubeflow.sh build
+
 .PHONY: node-build
 node-build: $(EXAMPLE_STAMP) ## build what a real node needs: Debian packages, Go-built binaries, helm, images (cached)
 	hack/node.sh build
