@@ -134,7 +134,7 @@ test: $(STAMP) $(EXAMPLE_STAMP) cluster helm lua browser node-build ## install w
 # BASELINE=REV: each bench whose --help offers --baseline also measures the services of REV.
 BASELINE ?=
 .PHONY: bench
-bench: $(STAMP) cluster ## benchmarks: print figures, never pass/fail; BASELINE=REV also measures REV's services beside them (ratios)
+bench: $(STAMP) cluster kubeflow-build ## benchmarks: print figures, never pass/fail; BASELINE=REV also measures REV's services beside them (ratios)
 	@for b in tests/bench/*.py; do \
 		[[ $$b != */__init__.py ]] || continue; \
 		against=(); \
