@@ -17,8 +17,9 @@ torchjob: the webhook and the reconciler as the chart runs them (tests/support/o
 reconciler's default four workers, both at INFO, run from a venv with the package installed as
 the image installs it (`pip install .`, no dev extras: tests/support/installed.py), unless
 `--dev-venv`. Both use the CRD torchjob ships for Kubeflow's PyTorchJobs (crds/), whose
-subresources (status, scale) and columns are Kubeflow's; its schema leaves the pod templates
-unchecked where Kubeflow's spells them out, which costs the apiserver, not either operator.
+subresources (status, scale) are Kubeflow's; it adds printer columns to Kubeflow's State and Age,
+and its schema leaves the pod templates unchecked where Kubeflow's spells them out: both cost
+the apiserver, not either operator.
 
 Measured, for each:
 - time from the first creation until the bench's own watch has seen every pod;
