@@ -64,6 +64,10 @@ scale-up: $(STAMP) cluster scale-build ## start the scale tier in the background
 scale-down: $(STAMP) ## stop the scale tier started by scale-up and remove its files
 	cd tests && ../$(BIN)/python -m support.scale down
 
+.PHONY: kubeflow-build
+kubeflow-build: ## build Kubeflow training-operator v1.9.3 from the Go module proxy into ~/.cache/torchjob, for tests/bench/kubeflow.py (cached)
+	hack/build-kubeflow.sh build
+
 .PHONY: node-build
 node-build: $(EXAMPLE_STAMP) ## build what a real node needs: Debian packages, Go-built binaries, helm, images (cached)
 	hack/node.sh build
@@ -144,7 +148,7 @@ test: $(STAMP) $(EXAMPLE_STAMP) cluster helm lua browser node-build ## install w
 # BASELINE=REV: each bench whose --help offers --baseline also measures the services of REV.
 BASELINE ?=
 .PHONY: bench
-bench: $(STAMP) cluster scale-build ## benchmarks: print figures, never pass/fail; BASELINE=REV also measures REV's services beside them (ratios)
+bench: $(STAMP) cluster scale-build kubeflow-build ## benchmarks: print figures, never pass/fail; BASELINE=REV also measures REV's services beside them (ratios)
 	@for b in tests/bench/*.py; do \
 		[[ $$b != */__init__.py ]] || continue; \
 		against=(); \

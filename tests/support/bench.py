@@ -41,7 +41,12 @@ async def watch(
 def cpu_seconds(process: ServiceProcess) -> float:
     """User plus system CPU time of a service process so far (/proc/<pid>/stat)."""
     assert process.process is not None
-    stat = Path(f"/proc/{process.process.pid}/stat").read_text()
+    return process_cpu_seconds(process.process.pid)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of any process so far (/proc/<pid>/stat)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat.rpartition(")")[2].split()  # the fields after the command's name
     utime, stime = int(fields[11]), int(fields[12])
     return (utime + stime) / os.sysconf("SC_CLK_TCK")
@@ -50,7 +55,11 @@ def cpu_seconds(process: ServiceProcess) -> float:
 def memory_mb(process: ServiceProcess) -> dict[str, float]:
     """A service process's peak (VmHWM) and current (VmRSS) resident set, in MB."""
     assert process.process is not None
-    pid = process.process.pid
+    return process_memory_mb(process.process.pid)
+
+
+def process_memory_mb(pid: int) -> dict[str, float]:
+    """A process's peak (VmHWM) and current (VmRSS) resident set, in MB (/proc/<pid>/status)."""
     fields = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         key, _, value = line.partition(":")

@@ -17,6 +17,9 @@ from types import TracebackType
 
 READY_TIMEOUT = 60.0
 STOP_GRACE = 10.0
+# The interpreter a service runs under when this variable names one (a bench's venv with the
+# package installed as the image installs it); this process's own otherwise.
+SERVICE_PYTHON_VARIABLE = "BENCH_SERVICE_PYTHON"
 
 
 class ServiceProcess:
@@ -26,7 +29,8 @@ class ServiceProcess:
         self, module: str, args: list[str], probe_port: int, env: dict[str, str] | None = None
     ):
         self.module = module
-        self.argv = [sys.executable, "-m", module, *args]
+        python = os.environ.get(SERVICE_PYTHON_VARIABLE, sys.executable)
+        self.argv = [python, "-m", module, *args]
         self.probe_port = probe_port
         self.env = {**os.environ, **(env or {})}
         handle, name = tempfile.mkstemp(prefix=f"{module.replace('.', '-')}-", suffix=".log")
