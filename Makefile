@@ -50,6 +50,20 @@ cluster: ## build kube-apiserver, kube-controller-manager, kube-scheduler, kubec
 helm: ## install helm from the Go module proxy into ~/.cache/torchjob (cached)
 	hack/install-helm.sh install
 
+.PHONY: scale-build
+scale-build: ## build kwok (the scale tier's fake nodes) from the Go module proxy into ~/.cache/torchjob (cached)
+	hack/build-kwok.sh build
+
+# The scale tier's size: fake GPU nodes (docs/scale.md).
+NODES ?= 1000
+.PHONY: scale-up
+scale-up: $(STAMP) cluster scale-build ## start the scale tier in the background: control plane, kube-scheduler, kwok, NODES fake GPU nodes
+	cd tests && ../$(BIN)/python -m support.scale up --nodes $(NODES)
+
+.PHONY: scale-down
+scale-down: $(STAMP) ## stop the scale tier started by scale-up and remove its files
+	cd tests && ../$(BIN)/python -m support.scale down
+
 .PHONY: node-build
 node-build: $(EXAMPLE_STAMP) ## build what a real node needs: Debian packages, Go-built binaries, helm, images (cached)
 	hack/node.sh build
@@ -130,7 +144,7 @@ test: $(STAMP) $(EXAMPLE_STAMP) cluster helm lua browser node-build ## install w
 # BASELINE=REV: each bench whose --help offers --baseline also measures the services of REV.
 BASELINE ?=
 .PHONY: bench
-bench: $(STAMP) cluster ## benchmarks: print figures, never pass/fail; BASELINE=REV also measures REV's services beside them (ratios)
+bench: $(STAMP) cluster scale-build ## benchmarks: print figures, never pass/fail; BASELINE=REV also measures REV's services beside them (ratios)
 	@for b in tests/bench/*.py; do \
 		[[ $$b != */__init__.py ]] || continue; \
 		against=(); \

@@ -92,6 +92,7 @@ from support.bench import (  # noqa: E402
     cpu_seconds,
     delete_namespace,
     difference,
+    memory_mb,
     new_namespace,
     print_machine,
     reconciler_counts,
@@ -318,17 +319,6 @@ async def status_latencies(
 
 
 # -- the reconciler process ----------------------------------------------------------------------
-
-
-def memory_mb(process: ServiceProcess) -> dict[str, float]:
-    assert process.process is not None
-    pid = process.process.pid
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmHWM", "VmRSS"):
-            fields[key] = int(value.split()[0]) / 1024
-    return fields
 
 
 def deep_size(obj: object) -> int:

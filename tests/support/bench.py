@@ -47,6 +47,18 @@ def cpu_seconds(process: ServiceProcess) -> float:
     return (utime + stime) / os.sysconf("SC_CLK_TCK")
 
 
+def memory_mb(process: ServiceProcess) -> dict[str, float]:
+    """A service process's peak (VmHWM) and current (VmRSS) resident set, in MB."""
+    assert process.process is not None
+    pid = process.process.pid
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmHWM", "VmRSS"):
+            fields[key] = int(value.split()[0]) / 1024
+    return fields
+
+
 def label(labels: str, name: str) -> str:
     match = re.search(rf'{name}="([^"]*)"', labels)
     return match.group(1) if match else "?"

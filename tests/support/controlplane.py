@@ -325,17 +325,23 @@ class ControlPlane:
         _stop_all([self._etcd])
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def start_scheduler(self, scheduler_name: str, *extra_args: str) -> None:
+    def start_scheduler(
+        self, scheduler_name: str, *extra_args: str, client_limits: tuple[float, int] | None = None
+    ) -> None:
         """kube-scheduler with one profile, placing only the pods that name `scheduler_name`
         (so the pods of other tests stay unscheduled, as with no scheduler); stopped with the
-        control plane. Ready once it serves its health check."""
+        control plane. Ready once it serves its health check. `client_limits` (qps, burst)
+        replace its client's default of 50 and 100 (with a config file, flags cannot)."""
+        connection: dict[str, object] = {"kubeconfig": str(self.kubeconfig)}
+        if client_limits is not None:
+            connection |= {"qps": client_limits[0], "burst": client_limits[1]}
         config = self.dir / f"kube-scheduler-{scheduler_name}.yaml"
         config.write_text(
             yaml.safe_dump(
                 {
                     "apiVersion": "kubescheduler.config.k8s.io/v1",
                     "kind": "KubeSchedulerConfiguration",
-                    "clientConnection": {"kubeconfig": str(self.kubeconfig)},
+                    "clientConnection": connection,
                     "leaderElection": {"leaderElect": False},
                     "profiles": [{"schedulerName": scheduler_name}],
                 }
