@@ -68,7 +68,12 @@ class Reconciler:
         self.metrics = metrics.JobMetrics()
         self.scheduling = settings.scheduling
         self.executor = ReconcilerExecutor(
-            api, self.events, self.expectations, settings.scheduling, self.metrics
+            api,
+            self.events,
+            self.expectations,
+            settings.scheduling,
+            self.metrics,
+            in_flight=settings.workers,
         )
         self.rules = settings.restart_rules()
         # Each job's latest refusal and how many rounds in a row had one; the planner observes

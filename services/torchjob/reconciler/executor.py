@@ -11,8 +11,9 @@ controllers do."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -50,6 +51,8 @@ from torchjob.render.topology import replica_name
 
 log = structlog.get_logger("torchjob.reconciler")
 
+CreatedKind = Literal["pod", "service", "podgroup"]
+
 
 class ReconcilerExecutor:
     def __init__(
@@ -59,8 +62,12 @@ class ReconcilerExecutor:
         expectations: Expectations,
         scheduling: SchedulingSettings,
         metrics: JobMetrics | None = None,
+        in_flight: int = 1,
     ) -> None:
         self.resources = Resources(api)
+        # How many of one job's creations are sent at once (the reconciler's workers): one at a
+        # time, one round trip (admission included) would set the pace rather than the limit.
+        self.in_flight = max(1, in_flight)
         self.events = events
         self.expectations = expectations
         self.scheduling = scheduling
@@ -312,32 +319,96 @@ class ReconcilerExecutor:
         self,
         key: JobKey,
         job: dict[str, Any],
-        kind: Literal["pod", "service", "podgroup"],
+        kind: CreatedKind,
         objects: list[tuple[str, dict[str, Any]]],
         create: Callable[[Any], Awaitable[None]],
     ) -> Refusal | None:
-        """Create each `(name, body)` of `kind` in turn, expecting the informer to report it.
-        After a failure neither the failed object nor those not sent will ever be reported, so
-        they are no longer expected. The apiserver's refusal (any status, 409 AlreadyExists
-        included: the cache shows no such object of ours) ends the creations and is returned;
-        any other failure (the connection) is raised."""
+        """Create every `(name, body)` of `kind`, at most `in_flight` at a time (in no promised
+        order), each expected until the informer reports it. After a failure neither the failed
+        object nor those not sent will ever be reported, so they are no longer expected. The
+        apiserver's refusal (any status, 409 AlreadyExists included: the cache shows no such
+        object of ours) ends the sending; once those in flight are answered the first refusal is
+        returned. Any other failure (the connection) is raised, also once those in flight are
+        answered, so that what they created stays expected."""
         if not objects:
             return None
-        expected = [ObjectRef(kind, name) for name, _ in objects]
-        self.expectations.expect_creations(key, expected)
-        for sent, (name, body) in enumerate(objects):
-            try:
-                await create(body)
-            except BaseException as error:
-                for unsent in expected[sent:]:
-                    self.expectations.observed_creation(key, unsent)
-                if isinstance(error, KubeError):
-                    return Refusal(kind, name, error.message or str(error), error.status)
-                raise
-            await self._done(
-                key, job, constants.REASON_SUCCESSFUL_CREATE, f"Created {kind}: {name}"
-            )
-        return None
+        creations = _Creations(key, kind, self.expectations)
+        creations.expect(objects)
+
+        async def create_one(name: str, body: dict[str, Any]) -> None:
+            if await creations.sent(name, create(body)):
+                await self._done(
+                    key, job, constants.REASON_SUCCESSFUL_CREATE, f"Created {kind}: {name}"
+                )
+
+        return await creations.run(objects, create_one, self.in_flight)
+
+
+class _Creations:
+    """One kind's creations of one round: what is expected of them, and how they ended."""
+
+    def __init__(self, key: JobKey, kind: CreatedKind, expectations: Expectations) -> None:
+        self.key = key
+        self.kind = kind
+        self.expectations = expectations
+        self.refusal: Refusal | None = None
+        self.failure: BaseException | None = None
+
+    def expect(self, objects: list[tuple[str, dict[str, Any]]]) -> None:
+        self.expectations.expect_creations(self.key, [self._ref(name) for name, _ in objects])
+
+    def stopped(self) -> bool:
+        return self.refusal is not None or self.failure is not None
+
+    async def sent(self, name: str, creation: Awaitable[None]) -> bool:
+        """Whether `creation` created the object; a refusal or failure is kept, the first one
+        of each returned or raised by `run`."""
+        try:
+            await creation
+        except KubeError as error:
+            self.expectations.observed_creation(self.key, self._ref(name))
+            said = error.message or str(error)
+            self.refusal = self.refusal or Refusal(self.kind, name, said, error.status)
+            return False
+        except Exception as error:
+            self.expectations.observed_creation(self.key, self._ref(name))
+            self.failure = self.failure or error
+            return False
+        except BaseException:
+            self.expectations.observed_creation(self.key, self._ref(name))
+            raise
+        return True
+
+    async def run(
+        self,
+        objects: list[tuple[str, dict[str, Any]]],
+        create_one: Callable[[str, dict[str, Any]], Coroutine[Any, Any, None]],
+        in_flight: int,
+    ) -> Refusal | None:
+        pending: set[asyncio.Task[None]] = set()
+        unsent = list(reversed(objects))
+        try:
+            while unsent and not self.stopped():
+                if len(pending) >= in_flight:
+                    _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                name, body = unsent.pop()
+                pending.add(asyncio.create_task(create_one(name, body)))
+            if pending:
+                await asyncio.wait(pending)
+        except BaseException:
+            for task in pending:
+                task.cancel()
+            raise
+        finally:
+            for name, _ in unsent:
+                self.expectations.observed_creation(self.key, self._ref(name))
+        if self.failure is not None:
+            raise self.failure
+        return self.refusal
+
+    def _ref(self, name: str) -> ObjectRef:
+        return ObjectRef(self.kind, name)
 
 
 def _what(gang: Gang, done: str) -> str:
