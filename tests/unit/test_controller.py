@@ -24,7 +24,7 @@ from torchjob.kube.controller import run_workers
 from torchjob.kube.errors import Conflict, Forbidden
 from torchjob.kube.informer import Informer
 from torchjob.kube.reconcile import JobKey, Result, TerminalError
-from torchjob.kube.workqueue import WorkQueue
+from torchjob.kube.workqueue import LOW, WorkQueue
 from torchjob.reconciler.controller import Reconciler, job_update_matters
 from torchjob.reconciler.executor import ReconcilerExecutor
 from torchjob.reconciler.settings import parse
@@ -138,6 +138,31 @@ async def test_one_key_is_never_reconciled_twice_at_once() -> None:
         await wait_for(lambda: len(queue) == 0 and not active)
     assert overlaps == []
     assert set(calls) == {"ns/a", "ns/b"}
+
+
+async def test_a_change_is_reconciled_while_every_other_worker_holds_new_work() -> None:
+    """Low-priority keys (new jobs, whose rounds create everything) take every worker but one;
+    a key added at the normal priority (a pod now Running) is reconciled by that one at once."""
+    queue = new_queue()
+    release = asyncio.Event()
+    started: list[str] = []
+
+    async def reconcile(key: str) -> Result:
+        started.append(key)
+        if key.startswith("new"):
+            await release.wait()
+        return Result()
+
+    async with workers(queue, reconcile, "priority", count=3):
+        for index in range(4):
+            queue.add(f"new-{index}", LOW)
+        await wait_for(lambda: started == ["new-0", "new-1"])
+        queue.add("changed")
+        await wait_for(lambda: "changed" in started)
+        assert started == ["new-0", "new-1", "changed"], "a new job took the last worker"
+        release.set()
+        await wait_for(lambda: len(started) == 5)
+    assert started[3:] == ["new-2", "new-3"]
 
 
 async def test_each_reconcile_logs_under_its_own_reconcile_id() -> None:
