@@ -11,11 +11,11 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from kubernetes_asyncio import client
+from support import ControlPlane
 
 from torchjob.kube.client import KubeClient, new_kube_client
 from torchjob.kube.leader import LeaderElector
 from torchjob.kube.leader_thread import ElectionThread
-from support import ControlPlane
 
 LEASE = "torchjob-test-leader-thread"
 LEASE_SECONDS = 3.0
@@ -54,7 +54,7 @@ async def test_a_leader_whose_loop_is_held_keeps_its_lease_and_releases_it_when_
         await go.wait()
         # CPU work that never yields (a big list decoded, a plan over a thousand pods), for
         # longer than a renewal may fail before the leader gives up.
-        time.sleep(RENEW_DEADLINE * 2.5)
+        time.sleep(RENEW_DEADLINE * 2.5)  # noqa: ASYNC251 (the loop held, on purpose)
         held.set()
         await asyncio.Event().wait()
 

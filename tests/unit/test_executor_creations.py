@@ -1,7 +1,8 @@
 """A job's creations go several at a time (as many as the reconciler has workers): every
 Service before any pod, each object expected until the informer reports it, one SuccessfulCreate
 Event each; a refusal in the middle ends the sending, is returned once those in flight are
-answered, and leaves nothing expected that will never be reported; a lost connection is raised."""
+answered, and leaves nothing expected that will never be reported; a lost connection is raised.
+Events go in the background: unanswered, they hold back neither creations nor a status write."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import asyncio
 from typing import Any, cast
 
 import pytest
-from support.planning import META, observe, spec
+from support.planning import META, observe, replica_pod, spec
 
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.kube.client import KubeClient
@@ -39,6 +40,9 @@ class SlowApiserver:
     def __init__(self, refuse: str = "", drop: str = "") -> None:
         self.refuse = refuse
         self.drop = drop
+        self.events_answered = asyncio.Event()  # until set, no Event is answered
+        self.events_answered.set()
+        self.status_writes = 0
         self.sent: list[str] = []
         self.created: list[str] = []
         self.events: list[str] = []
@@ -47,10 +51,12 @@ class SlowApiserver:
 
     async def request(self, method: str, path: str, *, body: Any = None, **_: Any) -> bytes:
         if "/events" in path:
+            await self.events_answered.wait()
             self.events.append(body["note"])
             return b"{}"
         if method != "POST":
-            return b"{}"  # the status written when a round fails past its creations
+            self.status_writes += path.endswith("/status")
+            return b"{}"
         name = f"{path.rsplit('/', 1)[-1].removesuffix('s')}/{body['metadata']['name']}"
         self.sent.append(name)
         self.in_flight += 1
@@ -94,7 +100,9 @@ def report(expectations: Expectations, created: list[str]) -> None:
 async def test_creations_go_several_at_a_time_services_first_one_event_each() -> None:
     api, expectations = SlowApiserver(), Expectations()
     job, plan = new_job()
-    assert await executor(api, expectations).execute(KEY, JOB, job, plan) is None
+    acting = executor(api, expectations)
+    assert await acting.execute(KEY, JOB, job, plan) is None
+    await acting.events.flush()
     kinds = [name.partition("/")[0] for name in api.created]
     assert kinds == ["service"] * WORKERS + ["pod"] * WORKERS
     assert sorted(api.created) == sorted(
@@ -111,7 +119,9 @@ async def test_a_refusal_in_the_middle_ends_the_sending_and_is_returned() -> Non
     refused = "pod/j-worker-5"
     api, expectations = SlowApiserver(refuse=refused), Expectations()
     job, plan = new_job()
-    refusal = await executor(api, expectations).execute(KEY, JOB, job, plan)
+    acting = executor(api, expectations)
+    refusal = await acting.execute(KEY, JOB, job, plan)
+    await acting.events.flush()
     assert refusal is not None
     assert (refusal.kind, refusal.name, refusal.status) == ("pod", "j-worker-5", 403)
     pods_sent = [name for name in api.sent if name.startswith("pod/")]
@@ -139,3 +149,26 @@ async def test_a_lost_connection_is_raised_once_those_in_flight_are_answered() -
     assert api.in_flight == 0
     report(expectations, api.created)
     assert expectations.satisfied(KEY)
+
+
+async def test_unanswered_events_hold_back_neither_the_status_nor_the_creations() -> None:
+    api, expectations = SlowApiserver(), Expectations()
+    api.events_answered.clear()
+    job, created = new_job()
+    acting = executor(api, expectations)
+    await acting.execute(KEY, JOB, job, created)
+    assert len(api.created) == 2 * WORKERS
+    report(expectations, api.created)
+    assert expectations.satisfied(KEY)
+    # The next round, which sees every pod created, writes the status with Events unanswered.
+    assert await acting.execute(KEY, JOB, job, plan_after_creations(job)) is None
+    assert api.status_writes == 1
+    assert not api.events
+    api.events_answered.set()
+    await acting.events.flush()
+    assert len([note for note in api.events if note.startswith("Created")]) == 2 * WORKERS
+
+
+def plan_after_creations(job: PyTorchTrainingJobSpec) -> Plan:
+    pods = [replica_pod("worker", index, phase="Pending") for index in range(WORKERS)]
+    return observe(job, pods)

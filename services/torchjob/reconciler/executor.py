@@ -92,7 +92,7 @@ class ReconcilerExecutor:
             unwritten = False
         for event in plan.events:
             log.info("job event", job=str(key), reason=event.reason, event_message=event.message)
-            await self.events.record(job, event.type, event.reason, event.message)
+            self.events.emit(job, event.type, event.reason, event.message)
         member = gang if isinstance(gang, Gang) else None
         try:
             await self._delete_pods(key, job, plan)
@@ -118,7 +118,7 @@ class ReconcilerExecutor:
         await self.write_status(key, job, plan.status, job.get("status") or {})
         for event in plan.status_events:
             log.info("job event", job=str(key), reason=event.reason, event_message=event.message)
-            await self.events.record(job, event.type, event.reason, event.message)
+            self.events.emit(job, event.type, event.reason, event.message)
 
     async def write_refused_status(
         self, key: JobKey, job: dict[str, Any], carried: Plan, refused: Plan
@@ -135,7 +135,7 @@ class ReconcilerExecutor:
             if written and event in carried.status_events:
                 continue
             log.info("job event", job=str(key), reason=event.reason, event_message=event.message)
-            await self.events.record(job, event.type, event.reason, event.message)
+            self.events.emit(job, event.type, event.reason, event.message)
 
     async def write_status(
         self, key: JobKey, job: dict[str, Any], status: dict[str, Any], before: dict[str, Any]
@@ -182,14 +182,14 @@ class ReconcilerExecutor:
                 said = f"a HorizontalPodAutoscaler named {name} exists and is not the job's"
             message = f"elasticPolicy.metrics: the HorizontalPodAutoscaler was refused: {said}"
             log.warning("autoscaler refused", job=str(key), said=said)
-            await self.events.record(job, "Warning", constants.REASON_AUTOSCALER_FAILED, message)
+            self.events.emit(job, "Warning", constants.REASON_AUTOSCALER_FAILED, message)
             return
         created = current is None
         reason = (
             constants.REASON_SUCCESSFUL_CREATE if created else constants.REASON_SUCCESSFUL_UPDATE
         )
         what = "Created" if created else "Updated"
-        await self._done(key, job, reason, f"{what} horizontalpodautoscaler: {name}")
+        self._done(key, job, reason, f"{what} horizontalpodautoscaler: {name}")
 
     async def _delete_pods(self, key: JobKey, job: dict[str, Any], plan: Plan) -> None:
         """The planned deletions: graceful ones, then forced ones (gracePeriodSeconds 0) of pods
@@ -218,9 +218,7 @@ class ReconcilerExecutor:
                 raise
             else:
                 done = "Deleted" if grace is None else "Force-deleted"
-                await self._done(
-                    key, job, constants.REASON_SUCCESSFUL_DELETE, f"{done} pod: {name}"
-                )
+                self._done(key, job, constants.REASON_SUCCESSFUL_DELETE, f"{done} pod: {name}")
 
     async def _delete_services(self, key: JobKey, job: dict[str, Any], plan: Plan) -> None:
         # Not expected: a Service the cache still shows is only deleted again (NotFound).
@@ -229,14 +227,12 @@ class ReconcilerExecutor:
                 await self.resources.delete(SERVICES, job["metadata"]["namespace"], name)
             except NotFound:
                 continue
-            await self._done(
-                key, job, constants.REASON_SUCCESSFUL_DELETE, f"Deleted service: {name}"
-            )
+            self._done(key, job, constants.REASON_SUCCESSFUL_DELETE, f"Deleted service: {name}")
 
-    async def _done(self, key: JobKey, job: dict[str, Any], reason: str, message: str) -> None:
+    def _done(self, key: JobKey, job: dict[str, Any], reason: str, message: str) -> None:
         """An action carried out: logged, and recorded as a Normal Event on the job."""
         log.info(message, job=str(key), reason=reason)
-        await self.events.record(job, "Normal", reason, message)
+        self.events.emit(job, "Normal", reason, message)
 
     async def _refused(self, key: JobKey, job: dict[str, Any], refusal: Refusal) -> None:
         """A refusal is logged and, unless it fails the job (whose Failed Event names it), recorded
@@ -251,7 +247,7 @@ class ReconcilerExecutor:
             permanent=refusal.permanent,
         )
         if not refusal.permanent:
-            await self.events.record(job, "Warning", refusal.reason, refusal.message)
+            self.events.emit(job, "Warning", refusal.reason, refusal.message)
 
     async def _create_services(
         self, key: JobKey, job: dict[str, Any], plan: Plan
@@ -300,7 +296,7 @@ class ReconcilerExecutor:
                 await self.resources.delete(groups, meta["namespace"], gang.name)
             except NotFound:
                 return None
-            await self._done(key, job, constants.REASON_SUCCESSFUL_DELETE, _what(gang, "Deleted"))
+            self._done(key, job, constants.REASON_SUCCESSFUL_DELETE, _what(gang, "Deleted"))
         if plan.resize_group:
             await self.resources.patch(groups, meta["namespace"], gang.name, min_count_patch(gang))
         if not plan.create_group:
@@ -337,9 +333,7 @@ class ReconcilerExecutor:
 
         async def create_one(name: str, body: dict[str, Any]) -> None:
             if await creations.sent(name, create(body)):
-                await self._done(
-                    key, job, constants.REASON_SUCCESSFUL_CREATE, f"Created {kind}: {name}"
-                )
+                self._done(key, job, constants.REASON_SUCCESSFUL_CREATE, f"Created {kind}: {name}")
 
         return await creations.run(objects, create_one, self.in_flight)
 
