@@ -157,12 +157,15 @@ class Step:
 
     def held(self, job: Job) -> set[str]:
         if self.operation == "CREATE":
-            return {f"{job.name}-worker-2"}  # the first two are created, the last two not
+            # The reconciler sends the gang's four creations at once (as many as its workers):
+            # the other three are created, this one not.
+            return {f"{job.name}-worker-2"}
         return names(job.name, "worker", WORKERS)
 
     async def reach(self, job: Job) -> None:
         if self.operation == "CREATE":
-            await job.wait("the gang's first two pods created, the others refused", _two_new(job))
+            created = names(job.name, "worker", WORKERS) - self.held(job)
+            await job.wait("the gang's pods created but the refused one", _new(job, created))
             return
         await job.wait("the gang restart's status written", _status_written(job))
         # What a reconciler killed after its first deletions leaves on the apiserver.
@@ -173,10 +176,9 @@ class Step:
         await job.wait(f"{self.deleted} old pods gone", _pods_left(job, left))
 
 
-def _two_new(job: Job) -> Check:
+def _new(job: Job, wanted: set[str]) -> Check:
     async def check() -> bool:
         pods = await job.pods()
-        wanted = names(job.name, "worker", 2)
         return set(pods) == wanted and all(_gang_of(p) == "1" for p in pods.values())
 
     return check

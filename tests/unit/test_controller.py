@@ -5,12 +5,14 @@ that fails after its status write leaves its job no wait for that write."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
+import orjson
 import pytest
 import structlog
 from prometheus_client import REGISTRY
@@ -24,7 +26,7 @@ from torchjob.kube.controller import run_workers
 from torchjob.kube.errors import Conflict, Forbidden
 from torchjob.kube.informer import Informer
 from torchjob.kube.reconcile import JobKey, Result, TerminalError
-from torchjob.kube.workqueue import WorkQueue
+from torchjob.kube.workqueue import LOW, NORMAL, WorkQueue
 from torchjob.reconciler.controller import Reconciler, job_update_matters
 from torchjob.reconciler.executor import ReconcilerExecutor
 from torchjob.reconciler.settings import parse
@@ -138,6 +140,31 @@ async def test_one_key_is_never_reconciled_twice_at_once() -> None:
         await wait_for(lambda: len(queue) == 0 and not active)
     assert overlaps == []
     assert set(calls) == {"ns/a", "ns/b"}
+
+
+async def test_a_change_is_reconciled_while_every_other_worker_holds_new_work() -> None:
+    """Low-priority keys (new jobs, whose rounds create everything) take every worker but one;
+    a key added at the normal priority (a pod now Running) is reconciled by that one at once."""
+    queue = new_queue()
+    release = asyncio.Event()
+    started: list[str] = []
+
+    async def reconcile(key: str) -> Result:
+        started.append(key)
+        if key.startswith("new"):
+            await release.wait()
+        return Result()
+
+    async with workers(queue, reconcile, "priority", count=3):
+        for index in range(4):
+            queue.add(f"new-{index}", LOW)
+        await wait_for(lambda: started == ["new-0", "new-1"])
+        queue.add("changed")
+        await wait_for(lambda: "changed" in started)
+        assert started == ["new-0", "new-1", "changed"], "a new job took the last worker"
+        release.set()
+        await wait_for(lambda: len(started) == 5)
+    assert started[3:] == ["new-2", "new-3"]
 
 
 async def test_each_reconcile_logs_under_its_own_reconcile_id() -> None:
@@ -275,3 +302,40 @@ async def test_a_round_that_fails_after_its_status_write_leaves_no_wait_for_it()
     with pytest.raises(Forbidden):
         await reconciler.reconcile(key)
     assert reconciler.expectations.satisfied(key), "waiting for a write the cache shows"
+
+
+class _ListsOneJob:
+    """An apiserver whose job list holds one job, and whose watches stay silent."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        self.job = job
+
+    async def request(self, method: str, path: str, **_: Any) -> bytes:
+        page = {"kind": "PyTorchTrainingJobList", "items": [self.job]}
+        return orjson.dumps({**page, "metadata": {"resourceVersion": "1"}})
+
+    async def watch(self, path: str, query: Any, *, read_seconds: float) -> AsyncIterator[bytes]:
+        await asyncio.Event().wait()
+        yield b""
+
+
+async def test_a_job_seen_for_the_first_time_waits_behind_changes() -> None:
+    """Its round creates everything it owns: a job new to the cache is queued at low priority,
+    which the worker kept for changes does not take."""
+    job = JobBuilder("j").metadata(namespace="ns", uid="uid-j", resourceVersion="1").build()
+    reconciler = Reconciler(cast(KubeClient, _ListsOneJob(job)), parse([]))
+    listing = asyncio.create_task(reconciler.jobs.run())
+    try:
+        await asyncio.wait_for(reconciler.jobs.synced.wait(), timeout=5)
+    finally:
+        listing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listing
+    reconciler.queue.add(JobKey("ns", "changed"))
+    assert await reconciler.queue.get(NORMAL) == JobKey("ns", "changed")
+    change_only = asyncio.create_task(reconciler.queue.get(NORMAL))
+    assert await reconciler.queue.get() == JobKey.of(job)
+    assert not change_only.done()
+    change_only.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await change_only

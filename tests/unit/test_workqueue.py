@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 from support.fake_time import FakeTime, settle
 
-from torchjob.kube.workqueue import QueueShutDown, WorkQueue
+from torchjob.kube.workqueue import LOW, QueueShutDown, WorkQueue
 
 
 @pytest.fixture
@@ -163,3 +163,42 @@ async def test_shutdown_wakes_a_get_waiting_for_a_timer(
     await settle()
     with pytest.raises(QueueShutDown):
         waiting.result()
+
+
+async def test_a_higher_priority_is_served_first_then_in_order_added(
+    queue: WorkQueue[str],
+) -> None:
+    for key in ("new-1", "new-2", "new-3"):
+        queue.add(key, LOW)
+    queue.add("changed-1")
+    queue.add("changed-2")
+    assert [await queue.get() for _ in range(5)] == [
+        "changed-1",
+        "changed-2",
+        "new-1",
+        "new-2",
+        "new-3",
+    ]
+
+
+async def test_a_key_added_again_at_a_higher_priority_moves_up_once(
+    queue: WorkQueue[str],
+) -> None:
+    for key in ("new-1", "new-2", "new-3"):
+        queue.add(key, LOW)
+    queue.add("new-3")
+    queue.add("new-3", LOW)  # a lower priority does not move it down
+    assert len(queue) == 3
+    assert [await queue.get() for _ in range(3)] == ["new-3", "new-1", "new-2"]
+
+
+async def test_a_held_key_added_again_comes_back_at_the_highest_priority_given(
+    queue: WorkQueue[str],
+) -> None:
+    queue.add("held", LOW)
+    assert await queue.get() == "held"
+    queue.add("other", LOW)
+    queue.add("held", LOW)
+    queue.add("held")
+    queue.done("held")
+    assert [await queue.get(), await queue.get()] == ["held", "other"]

@@ -14,7 +14,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from torchjob.kube.errors import KubeError
 from torchjob.kube.reconcile import K, Reconcile, TerminalError
-from torchjob.kube.workqueue import QueueShutDown, WorkQueue
+from torchjob.kube.workqueue import NORMAL, QueueShutDown, WorkQueue
 
 log = structlog.get_logger("torchjob.kube.controller")
 
@@ -39,20 +39,25 @@ QUEUE_DEPTH = Gauge(
 async def run_workers(
     queue: WorkQueue[K], reconcile: Reconcile[K], workers: int, name: str
 ) -> None:
-    """Run `workers` concurrent workers until cancelled or until the queue is shut down."""
+    """Run `workers` concurrent workers until cancelled or until the queue is shut down. With
+    more than one, the first takes no key of low priority (kube/workqueue.py): however many long
+    rounds of new work the others are in, a change is reconciled as soon as it is seen."""
     QUEUE_DEPTH.labels(name).set_function(lambda: len(queue))
     try:
         async with asyncio.TaskGroup() as group:
             for index in range(workers):
-                group.create_task(_work(queue, reconcile, name), name=f"{name}-worker-{index}")
+                least = NORMAL if index == 0 and workers > 1 else None
+                group.create_task(
+                    _work(queue, reconcile, name, least), name=f"{name}-worker-{index}"
+                )
     finally:
         QUEUE_DEPTH.remove(name)
 
 
-async def _work(queue: WorkQueue[K], reconcile: Reconcile[K], name: str) -> None:
+async def _work(queue: WorkQueue[K], reconcile: Reconcile[K], name: str, least: int | None) -> None:
     while True:
         try:
-            key = await queue.get()
+            key = await queue.get(least)
         except QueueShutDown:
             return
         try:

@@ -32,6 +32,9 @@ EventType = Literal["Normal", "Warning"]
 # client-go's window: a repeat within six minutes of the last one joins its series.
 SERIES_WINDOW = 360.0
 MAX_SERIES = 4096
+# Events recorded in the background at once at most (client-go's broadcaster queues 1,000 and
+# drops what comes beyond).
+MAX_EMITTED = 1000
 # Limits the apiserver enforces on events.k8s.io/v1 Events.
 NOTE_LIMIT = 1024
 REASON_LIMIT = 128
@@ -107,6 +110,7 @@ class EventRecorder:
         self._series: TTLCache[_SeriesKey, _Series] = TTLCache(
             MAX_SERIES, ttl=series_window, timer=clock
         )
+        self._emitted: set[asyncio.Task[None]] = set()
 
     async def record(
         self, obj: dict[str, Any], event_type: EventType, reason: str, message: str
@@ -117,6 +121,23 @@ class EventRecorder:
             await self._record(obj, event_type, reason, message[:NOTE_LIMIT])
         except Exception as error:
             _not_recorded((obj.get("metadata") or {}).get("name"), reason, message, error)
+
+    def emit(self, obj: dict[str, Any], event_type: EventType, reason: str, message: str) -> None:
+        """`record` in the background, as client-go's recorder does: the caller does not wait
+        for the Event's token or its answer, so an Event never holds back the work it reports
+        (a status write, the next creation). Beyond MAX_EMITTED unanswered, it is dropped and
+        logged."""
+        if len(self._emitted) >= MAX_EMITTED:
+            log.warning("dropped an event: too many unanswered", reason=reason, note=message)
+            return
+        task = asyncio.get_running_loop().create_task(self.record(obj, event_type, reason, message))
+        self._emitted.add(task)
+        task.add_done_callback(self._emitted.discard)
+
+    async def flush(self) -> None:
+        """Wait until every Event emitted so far is answered (or dropped)."""
+        while self._emitted:
+            await asyncio.wait(set(self._emitted))
 
     async def record_once(
         self, obj: dict[str, Any], event_type: EventType, reason: str, message: str, key: str

@@ -94,6 +94,8 @@ class LeaderElector:
         self._observed_version: str | None = None
         self._observed_at = 0.0
         self._holder: str | None = None
+        # The Lease as our last write of it left it: while it is ours, renewing it is one write.
+        self._written: Lease | None = None
         self._gauge = IS_LEADER.labels(f"{namespace}/{lease_name}")
         self._gauge.set(0)
         # A lazy logger, so that logging configured after construction still applies.
@@ -170,6 +172,14 @@ class LeaderElector:
                 renewed_at = attempted_at
 
     async def _try_acquire_or_renew(self) -> bool:
+        if self._is_leader and self._written is not None:
+            # client-go's fast path: renew the Lease as we last wrote it, without reading it
+            # first; a Conflict (someone else wrote since) or any failure reads it again.
+            try:
+                await self._take(self._written)
+                return True
+            except RETRYABLE:
+                self._written = None
         try:
             lease = await self._read()
             if lease is None:
@@ -260,7 +270,11 @@ class LeaderElector:
         # The resourceVersion makes the patch conditional: Conflict if anyone wrote since.
         version = _version_of(lease)
         body = {"metadata": {"resourceVersion": version}, "spec": spec}
-        await self._leases.patch(LEASES, self._namespace, self._name, body)
+        self._written = None
+        written = await self._leases.patch(LEASES, self._namespace, self._name, body)
+        if written:
+            merged = {**_spec_of(lease), **spec}
+            self._written = {"metadata": {"resourceVersion": written}, "spec": merged}
 
     def _whole_lease_seconds(self) -> int:
         return max(1, round(self._lease_seconds))

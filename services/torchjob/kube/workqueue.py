@@ -1,6 +1,12 @@
 """A work queue in the shape of client-go's: each key is queued at most once however often it is
 added, and at most one worker holds a key at a time, so a controller never reconciles the same
-object twice concurrently and a burst of events costs one reconcile."""
+object twice concurrently and a burst of events costs one reconcile.
+
+Keys are served by priority, then in the order they were added, as in controller-runtime's
+priority queue: a key added again at a higher priority moves up (it keeps the highest it was
+given until a worker takes it). A controller adds at `LOW` what starts long work nobody waits
+on yet (a new job's first creations), so that a change of what is running (a pod now Running,
+whose job's status should say so) is not served after all of them."""
 
 from __future__ import annotations
 
@@ -18,6 +24,10 @@ K = TypeVar("K", bound=Hashable)
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
+
+
+NORMAL = 0
+LOW = -100  # controller-runtime's LowPriority
 
 
 class QueueShutDown(Exception):
@@ -43,8 +53,10 @@ class WorkQueue(Generic[K]):
         self._backoff_cap = backoff_cap
         self._clock = clock
         self._sleep = sleep
-        self._ready: deque[K] = deque()
-        self._dirty: set[K] = set()
+        # The ready keys of each priority, in the order they were added; a key's priority while
+        # it is dirty (ready, or added again while a worker holds it).
+        self._ready: dict[int, deque[K]] = {}
+        self._dirty: dict[K, int] = {}
         self._processing: set[K] = set()
         self._due: dict[K, float] = {}
         # A heap of (due time, tie-breaker, key); an entry whose time no longer matches
@@ -57,15 +69,21 @@ class WorkQueue(Generic[K]):
 
     def __len__(self) -> int:
         self._promote_due()
-        return len(self._ready)
+        return sum(map(len, self._ready.values()))
 
-    def add(self, key: K) -> None:
-        if self._shut_down or key in self._dirty:
+    def add(self, key: K, priority: int = NORMAL) -> None:
+        if self._shut_down:
             return
-        self._dirty.add(key)
-        if key not in self._processing:
-            self._ready.append(key)
-            self._notify()
+        queued = self._dirty.get(key)
+        if queued is not None and queued >= priority:
+            return
+        self._dirty[key] = priority
+        if key in self._processing:
+            return
+        if queued is not None:
+            self._ready[queued].remove(key)  # it moves up
+        self._ready.setdefault(priority, deque()).append(key)
+        self._notify()
 
     def add_after(self, key: K, seconds: float) -> None:
         """Add `key` once `seconds` have passed; an earlier pending time for it wins."""
@@ -97,8 +115,9 @@ class WorkQueue(Generic[K]):
     def forget(self, key: K) -> None:
         self._failures.pop(key, None)
 
-    async def get(self) -> K:
-        """The next ready key, which the caller holds until `done(key)`.
+    async def get(self, least: int | None = None) -> K:
+        """The next ready key (of priority `least` or more, if given), which the caller holds
+        until `done(key)`.
 
         Raises QueueShutDown after `shutdown()`, even if keys are still queued: a controller
         shuts its queue down when it must stop acting, not after finishing the backlog.
@@ -107,17 +126,26 @@ class WorkQueue(Generic[K]):
             if self._shut_down:
                 raise QueueShutDown
             self._promote_due()
-            if self._ready:
-                key = self._ready.popleft()
-                self._dirty.discard(key)
+            key = self._next_ready(least)
+            if key is not None:
+                del self._dirty[key]
                 self._processing.add(key)
                 return key
             await self._wait_for_change()
 
+    def _next_ready(self, least: int | None) -> K | None:
+        """The first key of the highest priority ready, taken off its queue."""
+        for priority in sorted(self._ready, reverse=True):
+            keys = self._ready[priority]
+            if keys and (least is None or priority >= least):
+                return keys.popleft()
+        return None
+
     def done(self, key: K) -> None:
         self._processing.discard(key)
-        if key in self._dirty and not self._shut_down:
-            self._ready.append(key)
+        priority = self._dirty.get(key)
+        if priority is not None and not self._shut_down:
+            self._ready.setdefault(priority, deque()).append(key)
             self._notify()
 
     def shutdown(self) -> None:

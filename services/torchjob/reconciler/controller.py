@@ -36,7 +36,7 @@ from torchjob.kube.resources import (
     pod_node,
 )
 from torchjob.kube.slim import slim_node, slim_pod, slim_service
-from torchjob.kube.workqueue import WorkQueue
+from torchjob.kube.workqueue import LOW, WorkQueue
 from torchjob.lifecycle.failures import retry_delay
 from torchjob.lifecycle.nodes import NodesSeen, view_node
 from torchjob.lifecycle.observe import GroupView, PodView, Refusal, view_group, view_pod
@@ -68,7 +68,12 @@ class Reconciler:
         self.metrics = metrics.JobMetrics()
         self.scheduling = settings.scheduling
         self.executor = ReconcilerExecutor(
-            api, self.events, self.expectations, settings.scheduling, self.metrics
+            api,
+            self.events,
+            self.expectations,
+            settings.scheduling,
+            self.metrics,
+            in_flight=settings.workers,
         )
         self.rules = settings.restart_rules()
         # Each job's latest refusal and how many rounds in a row had one; the planner observes
@@ -97,7 +102,7 @@ class Reconciler:
             job_api: Informer(
                 api,
                 job_resource(job_api),
-                on_add=self._job_changed,
+                on_add=self._job_added,
                 on_update=self._job_updated,
                 on_delete=self._job_deleted,
             )
@@ -180,9 +185,13 @@ class Reconciler:
 
     # -- event handlers: map every change to its job's key --------------------------------------
 
-    def _job_changed(self, job: dict[str, Any]) -> None:
+    def _job_added(self, job: dict[str, Any]) -> None:
+        # A job the cache shows for the first time (a new one, or every job after a start) is
+        # served after what changed in running jobs: its round is the long one that creates all
+        # it owns, and a status that should say a pod now runs would otherwise wait for all of
+        # them (kube/workqueue.py).
         self._job_seen(job)
-        self.queue.add(JobKey.of(job))
+        self.queue.add(JobKey.of(job), LOW)
 
     def _job_deleted(self, job: dict[str, Any]) -> None:
         self.metrics.forget(str((job.get("metadata") or {}).get("uid", "")))

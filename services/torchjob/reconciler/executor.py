@@ -11,8 +11,9 @@ controllers do."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -50,6 +51,8 @@ from torchjob.render.topology import replica_name
 
 log = structlog.get_logger("torchjob.reconciler")
 
+CreatedKind = Literal["pod", "service", "podgroup"]
+
 
 class ReconcilerExecutor:
     def __init__(
@@ -59,8 +62,12 @@ class ReconcilerExecutor:
         expectations: Expectations,
         scheduling: SchedulingSettings,
         metrics: JobMetrics | None = None,
+        in_flight: int = 1,
     ) -> None:
         self.resources = Resources(api)
+        # How many of one job's creations are sent at once (the reconciler's workers): one at a
+        # time, one round trip (admission included) would set the pace rather than the limit.
+        self.in_flight = max(1, in_flight)
         self.events = events
         self.expectations = expectations
         self.scheduling = scheduling
@@ -85,7 +92,7 @@ class ReconcilerExecutor:
             unwritten = False
         for event in plan.events:
             log.info("job event", job=str(key), reason=event.reason, event_message=event.message)
-            await self.events.record(job, event.type, event.reason, event.message)
+            self.events.emit(job, event.type, event.reason, event.message)
         member = gang if isinstance(gang, Gang) else None
         try:
             await self._delete_pods(key, job, plan)
@@ -111,7 +118,7 @@ class ReconcilerExecutor:
         await self.write_status(key, job, plan.status, job.get("status") or {})
         for event in plan.status_events:
             log.info("job event", job=str(key), reason=event.reason, event_message=event.message)
-            await self.events.record(job, event.type, event.reason, event.message)
+            self.events.emit(job, event.type, event.reason, event.message)
 
     async def write_refused_status(
         self, key: JobKey, job: dict[str, Any], carried: Plan, refused: Plan
@@ -128,7 +135,7 @@ class ReconcilerExecutor:
             if written and event in carried.status_events:
                 continue
             log.info("job event", job=str(key), reason=event.reason, event_message=event.message)
-            await self.events.record(job, event.type, event.reason, event.message)
+            self.events.emit(job, event.type, event.reason, event.message)
 
     async def write_status(
         self, key: JobKey, job: dict[str, Any], status: dict[str, Any], before: dict[str, Any]
@@ -175,14 +182,14 @@ class ReconcilerExecutor:
                 said = f"a HorizontalPodAutoscaler named {name} exists and is not the job's"
             message = f"elasticPolicy.metrics: the HorizontalPodAutoscaler was refused: {said}"
             log.warning("autoscaler refused", job=str(key), said=said)
-            await self.events.record(job, "Warning", constants.REASON_AUTOSCALER_FAILED, message)
+            self.events.emit(job, "Warning", constants.REASON_AUTOSCALER_FAILED, message)
             return
         created = current is None
         reason = (
             constants.REASON_SUCCESSFUL_CREATE if created else constants.REASON_SUCCESSFUL_UPDATE
         )
         what = "Created" if created else "Updated"
-        await self._done(key, job, reason, f"{what} horizontalpodautoscaler: {name}")
+        self._done(key, job, reason, f"{what} horizontalpodautoscaler: {name}")
 
     async def _delete_pods(self, key: JobKey, job: dict[str, Any], plan: Plan) -> None:
         """The planned deletions: graceful ones, then forced ones (gracePeriodSeconds 0) of pods
@@ -211,9 +218,7 @@ class ReconcilerExecutor:
                 raise
             else:
                 done = "Deleted" if grace is None else "Force-deleted"
-                await self._done(
-                    key, job, constants.REASON_SUCCESSFUL_DELETE, f"{done} pod: {name}"
-                )
+                self._done(key, job, constants.REASON_SUCCESSFUL_DELETE, f"{done} pod: {name}")
 
     async def _delete_services(self, key: JobKey, job: dict[str, Any], plan: Plan) -> None:
         # Not expected: a Service the cache still shows is only deleted again (NotFound).
@@ -222,14 +227,12 @@ class ReconcilerExecutor:
                 await self.resources.delete(SERVICES, job["metadata"]["namespace"], name)
             except NotFound:
                 continue
-            await self._done(
-                key, job, constants.REASON_SUCCESSFUL_DELETE, f"Deleted service: {name}"
-            )
+            self._done(key, job, constants.REASON_SUCCESSFUL_DELETE, f"Deleted service: {name}")
 
-    async def _done(self, key: JobKey, job: dict[str, Any], reason: str, message: str) -> None:
+    def _done(self, key: JobKey, job: dict[str, Any], reason: str, message: str) -> None:
         """An action carried out: logged, and recorded as a Normal Event on the job."""
         log.info(message, job=str(key), reason=reason)
-        await self.events.record(job, "Normal", reason, message)
+        self.events.emit(job, "Normal", reason, message)
 
     async def _refused(self, key: JobKey, job: dict[str, Any], refusal: Refusal) -> None:
         """A refusal is logged and, unless it fails the job (whose Failed Event names it), recorded
@@ -244,7 +247,7 @@ class ReconcilerExecutor:
             permanent=refusal.permanent,
         )
         if not refusal.permanent:
-            await self.events.record(job, "Warning", refusal.reason, refusal.message)
+            self.events.emit(job, "Warning", refusal.reason, refusal.message)
 
     async def _create_services(
         self, key: JobKey, job: dict[str, Any], plan: Plan
@@ -293,7 +296,7 @@ class ReconcilerExecutor:
                 await self.resources.delete(groups, meta["namespace"], gang.name)
             except NotFound:
                 return None
-            await self._done(key, job, constants.REASON_SUCCESSFUL_DELETE, _what(gang, "Deleted"))
+            self._done(key, job, constants.REASON_SUCCESSFUL_DELETE, _what(gang, "Deleted"))
         if plan.resize_group:
             await self.resources.patch(groups, meta["namespace"], gang.name, min_count_patch(gang))
         if not plan.create_group:
@@ -312,32 +315,94 @@ class ReconcilerExecutor:
         self,
         key: JobKey,
         job: dict[str, Any],
-        kind: Literal["pod", "service", "podgroup"],
+        kind: CreatedKind,
         objects: list[tuple[str, dict[str, Any]]],
         create: Callable[[Any], Awaitable[None]],
     ) -> Refusal | None:
-        """Create each `(name, body)` of `kind` in turn, expecting the informer to report it.
-        After a failure neither the failed object nor those not sent will ever be reported, so
-        they are no longer expected. The apiserver's refusal (any status, 409 AlreadyExists
-        included: the cache shows no such object of ours) ends the creations and is returned;
-        any other failure (the connection) is raised."""
+        """Create every `(name, body)` of `kind`, at most `in_flight` at a time (in no promised
+        order), each expected until the informer reports it. After a failure neither the failed
+        object nor those not sent will ever be reported, so they are no longer expected. The
+        apiserver's refusal (any status, 409 AlreadyExists included: the cache shows no such
+        object of ours) ends the sending; once those in flight are answered the first refusal is
+        returned. Any other failure (the connection) is raised, also once those in flight are
+        answered, so that what they created stays expected."""
         if not objects:
             return None
-        expected = [ObjectRef(kind, name) for name, _ in objects]
-        self.expectations.expect_creations(key, expected)
-        for sent, (name, body) in enumerate(objects):
-            try:
-                await create(body)
-            except BaseException as error:
-                for unsent in expected[sent:]:
-                    self.expectations.observed_creation(key, unsent)
-                if isinstance(error, KubeError):
-                    return Refusal(kind, name, error.message or str(error), error.status)
-                raise
-            await self._done(
-                key, job, constants.REASON_SUCCESSFUL_CREATE, f"Created {kind}: {name}"
-            )
-        return None
+        creations = _Creations(key, kind, self.expectations)
+        creations.expect(objects)
+
+        async def create_one(name: str, body: dict[str, Any]) -> None:
+            if await creations.sent(name, create(body)):
+                self._done(key, job, constants.REASON_SUCCESSFUL_CREATE, f"Created {kind}: {name}")
+
+        return await creations.run(objects, create_one, self.in_flight)
+
+
+class _Creations:
+    """One kind's creations of one round: what is expected of them, and how they ended."""
+
+    def __init__(self, key: JobKey, kind: CreatedKind, expectations: Expectations) -> None:
+        self.key = key
+        self.kind = kind
+        self.expectations = expectations
+        self.refusal: Refusal | None = None
+        self.failure: BaseException | None = None
+
+    def expect(self, objects: list[tuple[str, dict[str, Any]]]) -> None:
+        self.expectations.expect_creations(self.key, [self._ref(name) for name, _ in objects])
+
+    def stopped(self) -> bool:
+        return self.refusal is not None or self.failure is not None
+
+    async def sent(self, name: str, creation: Awaitable[None]) -> bool:
+        """Whether `creation` created the object; a refusal or failure is kept, the first one
+        of each returned or raised by `run`."""
+        try:
+            await creation
+        except KubeError as error:
+            self.expectations.observed_creation(self.key, self._ref(name))
+            said = error.message or str(error)
+            self.refusal = self.refusal or Refusal(self.kind, name, said, error.status)
+            return False
+        except Exception as error:
+            self.expectations.observed_creation(self.key, self._ref(name))
+            self.failure = self.failure or error
+            return False
+        except BaseException:
+            self.expectations.observed_creation(self.key, self._ref(name))
+            raise
+        return True
+
+    async def run(
+        self,
+        objects: list[tuple[str, dict[str, Any]]],
+        create_one: Callable[[str, dict[str, Any]], Coroutine[Any, Any, None]],
+        in_flight: int,
+    ) -> Refusal | None:
+        pending: set[asyncio.Task[None]] = set()
+        unsent = list(reversed(objects))
+        try:
+            while unsent and not self.stopped():
+                if len(pending) >= in_flight:
+                    _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                name, body = unsent.pop()
+                pending.add(asyncio.create_task(create_one(name, body)))
+            if pending:
+                await asyncio.wait(pending)
+        except BaseException:
+            for task in pending:
+                task.cancel()
+            raise
+        finally:
+            for name, _ in unsent:
+                self.expectations.observed_creation(self.key, self._ref(name))
+        if self.failure is not None:
+            raise self.failure
+        return self.refusal
+
+    def _ref(self, name: str) -> ObjectRef:
+        return ObjectRef(self.kind, name)
 
 
 def _what(gang: Gang, done: str) -> str:

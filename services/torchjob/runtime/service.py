@@ -24,6 +24,7 @@ from torchjob.kube.client import KubeClient, new_kube_client
 from torchjob.kube.controller import run_workers
 from torchjob.kube.informer import Informer
 from torchjob.kube.leader import LeaderElector
+from torchjob.kube.leader_thread import ElectionThread
 from torchjob.kube.reconcile import JobKey, Result
 from torchjob.kube.workqueue import WorkQueue
 from torchjob.runtime import logging as runtime_logging
@@ -130,17 +131,20 @@ async def _serve(
     )
     built = build(api)
     controller = await built if inspect.isawaitable(built) else built
-    # The Lease has a client of its own, as in controller-runtime: renewals never queue behind
-    # the controller's own requests for the rate limiter.
-    lease_api = await new_kube_client(settings.kubeconfig, max_connections=2)
-    elector = LeaderElector(
-        lease_api,
-        settings.namespace,
-        settings.lease_name,
-        settings.identity,
-        lease_seconds=settings.lease_duration,
-        renew_deadline=settings.renew_deadline,
-        retry_seconds=settings.retry_period,
+    # The Lease has a client of its own, as in controller-runtime, without a rate limit: renewals
+    # never queue behind the controller's own requests. It campaigns on a loop of its own in a
+    # thread (kube/leader_thread.py): a busy controller loop does not hold renewals back.
+    elector = ElectionThread(
+        lambda: new_kube_client(settings.kubeconfig, max_connections=2),
+        lambda lease_api: LeaderElector(
+            lease_api,
+            settings.namespace,
+            settings.lease_name,
+            settings.identity,
+            lease_seconds=settings.lease_duration,
+            renew_deadline=settings.renew_deadline,
+            retry_seconds=settings.retry_period,
+        ),
     )
     health = Health(lambda: elector.is_leader, controller.informers)
     runner = web.AppRunner(
@@ -155,7 +159,6 @@ async def _serve(
     finally:
         await runner.cleanup()
         await api.close()
-        await lease_api.close()
 
 
 async def _lead(
