@@ -55,7 +55,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from torchjob.api import types
+from torchjob.api import constants, types
 from torchjob.kube.client import new_kube_client
 from torchjob.kube.informer import KubeObject
 from torchjob.kube.resources import JOBS, PODS
@@ -128,6 +128,13 @@ def parse() -> argparse.Namespace:
         default=0,
         help="GPUs each worker asks for (0: one CPU only, so that 10,000 fit on 1,000 nodes)",
     )
+    p.add_argument(
+        "--service-scopes",
+        type=lambda text: text.split(","),
+        default=[constants.SERVICE_SCOPE_REPLICA],
+        help="the big job's service scopes, each measured with its floor: Replica (a Service per "
+        "replica, the default) and/or Job (one for the job), e.g. Replica,Job",
+    )
     p.add_argument("--jobs", type=int, default=2000, help="jobs of 8 workers submitted at once")
     p.add_argument(
         "--benches",
@@ -170,7 +177,7 @@ def pods_of(
 
 
 def the_big_job(args: argparse.Namespace) -> dict[str, Any]:
-    return big_job(JOB_NAME, args.replicas, args.gpus_per_replica)
+    return big_job(JOB_NAME, args.replicas, args.gpus_per_replica, args.service_scope)
 
 
 Figures = dict[str, float | None]  # seconds to all Running, by what was timed: create, restart
@@ -452,11 +459,28 @@ def measure_big(plane: ControlPlane, kubeconfig: Path, args: argparse.Namespace)
     try:
         for limit in args.limits:
             print(f"\nlimit:      {limit[0]:g} qps, burst {limit[1]}", flush=True)
-            floor = measure_floor(plane, kubeconfig, args, limit)
-            measured = measure_reconciler(plane, kubeconfig, args, limit)
-            print_ratios(floor, measured)
+            by_scope = {}
+            for scope in args.service_scopes:
+                print(f"scope:      service scope {scope}", flush=True)
+                run = argparse.Namespace(**{**vars(args), "service_scope": scope})
+                floor = measure_floor(plane, kubeconfig, run, limit)
+                by_scope[scope] = measure_reconciler(plane, kubeconfig, run, limit)
+                print_ratios(floor, by_scope[scope])
+            print_scope_ratios(by_scope)
     finally:
         stop_webhook(plane, webhook)
+
+
+def print_scope_ratios(by_scope: dict[str, Figures]) -> None:
+    """The reconciler's times with one Service for the job against one per replica."""
+    replica = by_scope.get(constants.SERVICE_SCOPE_REPLICA)
+    job = by_scope.get(constants.SERVICE_SCOPE_JOB)
+    if replica is None or job is None:
+        return
+    for what, label in (("create", "create to all Running"), ("restart", "gang restart")):
+        base, ours = replica.get(what), job.get(what)
+        shown = f"{ours / base:.2f}x" if base and ours is not None else "none"
+        print(f"ratio:      {label}: service scope Job {shown} service scope Replica")
 
 
 if __name__ == "__main__":

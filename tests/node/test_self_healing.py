@@ -33,6 +33,7 @@ PROGRESS_THEN_HANG = (SCRIPTS / "progress_then_hang.py").read_text()
 
 PROGRESS_DEADLINE = "batch.tensorstack.dev/progress-deadline-seconds"
 START_DEADLINE = "batch.tensorstack.dev/start-deadline-seconds"
+SERVICE_SCOPE = "batch.tensorstack.dev/service-scope"
 START_DEADLINE_SECONDS = 60
 # The promise: a start failure shows in a condition and a Warning Event this soon.
 START_FAILURE_SAID_WITHIN = 30
@@ -221,13 +222,16 @@ def test_the_example_survives_a_lost_replica(node: Node, node_namespace: str, ho
 
 
 def gloo_job(node: Node, steps: int) -> Manifest:
-    """Master and two workers, plain python (no torchrun: restarted as a gang by default)."""
+    """Master and two workers, plain python (no torchrun: restarted as a gang by default),
+    named under one headless Service for the job: they find each other through the node's
+    DNS by their hostnames under it, before the gang restart and after."""
     container = {
         **python_container(["-c", GLOO_STEPS, str(steps), "1"], node.example_image),
         "resources": small_resources({"cpu": "500m", "memory": "1Gi"}),
     }
     return (
         JobBuilder("gloo")
+        .metadata(annotations={SERVICE_SCOPE: "Job"})
         .replicas("master", 1, container=container, restartPolicy="OnFailure")
         .replicas("worker", 2, container=container, restartPolicy="OnFailure")
         .run_policy(backoffLimit=4, activeDeadlineSeconds=1800)
@@ -254,6 +258,8 @@ def test_a_gloo_job_recovers_from_a_lost_worker_by_one_gang_restart(
     assert job["status"]["gangRestarts"] == 1, job["status"]
     assert job["status"]["backoffCount"] == 1, job["status"]
     assert f"step {steps}\n" in master_log and "done" in master_log
+    services = node.kubectl("get", "services", "-n", node_namespace, "-o", "name").stdout.split()
+    assert [s for s in services if s.startswith("service/gloo")] == ["service/gloo"]
 
 
 # -- the light jobs' verdicts ----------------------------------------------------------------------

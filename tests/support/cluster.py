@@ -48,6 +48,12 @@ class Job:
     async def patch_spec(self, spec: dict[str, Any]) -> None:
         await self._merge_patch(self.objects.patch_namespaced_custom_object, {"spec": spec})
 
+    async def patch_annotations(self, annotations: dict[str, str | None]) -> None:
+        await self._merge_patch(
+            self.objects.patch_namespaced_custom_object,
+            {"metadata": {"annotations": annotations}},
+        )
+
     async def patch_status(self, status: dict[str, Any]) -> None:
         """A merge patch of the status subresource, as another writer of it would send."""
         patch = self.objects.patch_namespaced_custom_object_status

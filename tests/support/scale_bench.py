@@ -49,10 +49,12 @@ GANG_RESTARTED: Annotations = {
 NATIVE_SERVED = SchedulingSettings(served=frozenset({"native"}))
 
 
-def big_job(name: str, replicas: int, gpus: int = 0) -> dict[str, Any]:
+def big_job(
+    name: str, replicas: int, gpus: int = 0, service_scope: str = constants.SERVICE_SCOPE_REPLICA
+) -> dict[str, Any]:
     """A torchrun job of `replicas` workers that all must start together (minNodes: all), each
-    asking for one CPU and `gpus` GPUs; a failed worker restarts them all (a gang restart), and
-    the job may restart so three times."""
+    asking for one CPU and `gpus` GPUs, named under Services of `service_scope`; a failed worker
+    restarts them all (a gang restart), and the job may restart so three times."""
     resources: dict[str, Any] = {"requests": {"cpu": "1", "memory": "1Gi"}}
     if gpus:
         resources["limits"] = {GPU: str(gpus)}
@@ -60,7 +62,12 @@ def big_job(name: str, replicas: int, gpus: int = 0) -> dict[str, Any]:
         JobBuilder.example("torchrun", name)
         .replica_count(replicas)
         .container(resources=resources)
-        .metadata(annotations={constants.ANNOTATION_RESTART_SCOPE: constants.RESTART_SCOPE_GANG})
+        .metadata(
+            annotations={
+                constants.ANNOTATION_RESTART_SCOPE: constants.RESTART_SCOPE_GANG,
+                constants.ANNOTATION_SERVICE_SCOPE: service_scope,
+            }
+        )
         .run_policy(backoffLimit=3)
     )
     manifest = job.build()
@@ -258,7 +265,8 @@ async def in_parallel(
 
 async def create_as_reconciler(plain: KubeClient, job: KubeObject, senders: int) -> None:
     """What the reconciler creates for a new job, in its order and bodies: the native PodGroup,
-    every replica's Service, then every Pod; `senders` requests in flight at a time."""
+    every Service (one per replica, or the job's), then every Pod; `senders` requests in flight
+    at a time."""
     resources = Resources(plain)
     meta = job["metadata"]
     namespace = meta["namespace"]
@@ -269,10 +277,12 @@ async def create_as_reconciler(plain: KubeClient, job: KubeObject, senders: int)
     await resources.create(GROUP_RESOURCES["native"], namespace, group)
     replicas = replicas_of(spec)
 
-    async def create_service(replica: Replica) -> None:
-        await resources.create(SERVICES, namespace, render_service(meta, replica))
+    services = {s["metadata"]["name"]: s for s in (render_service(meta, r) for r in replicas)}
 
-    await in_parallel(senders, replicas, create_service)
+    async def create_service(service: KubeObject) -> None:
+        await resources.create(SERVICES, namespace, service)
+
+    await in_parallel(senders, list(services.values()), create_service)
     await in_parallel(senders, replicas, lambda r: create_pod(resources, job, gang, r, FIRST))
 
 

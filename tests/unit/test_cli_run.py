@@ -9,9 +9,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from support.cli import descendants, process, run_to_end, running, still_alive
 from support.jobs import JobBuilder, job_manifest
+
+from torchjob.api.constants import ANNOTATION_SERVICE_SCOPE as SERVICE_SCOPE
 
 PYTHON = ["python", "-c"]
 
@@ -88,7 +91,10 @@ def test_dry_run_prints_the_defaulted_job_then_every_pod_and_service(tmp_path: P
     assert again.stdout == finished.stdout  # a stable rendering
 
 
-def test_replicas_reach_each_other_on_local_addresses(tmp_path: Path) -> None:
+@pytest.mark.parametrize("service_scope", [None, "Job"])
+def test_replicas_reach_each_other_on_local_addresses(
+    tmp_path: Path, service_scope: str | None
+) -> None:
     master = script(
         """
         import os, socket
@@ -117,6 +123,8 @@ def test_replicas_reach_each_other_on_local_addresses(tmp_path: Path) -> None:
         .replicas("worker", 1, container=process(worker, PYTHON), restartPolicy="ExitCode")
         .build()
     )
+    if service_scope:
+        manifest["metadata"]["annotations"] = {SERVICE_SCOPE: service_scope}
     finished = run_to_end(manifest, tmp_path)
     assert finished.returncode == 0, finished.stderr
     assert finished.replica_lines("addr-master-0") == ["received hello from 1 rank 0"]

@@ -197,15 +197,25 @@ def test_pods_carry_kubeflow_labels_and_owner() -> None:
 # -- the environment -----------------------------------------------------------------------------
 
 
-def env_of(spec: dict[str, Any], replica: Replica, name: str = "simple") -> dict[str, str]:
-    pairs = [(e["name"], e["value"]) for e in kubeflow_env(spec, name, replica)]
+def env_of(
+    spec: dict[str, Any],
+    replica: Replica,
+    name: str = "simple",
+    scope: str = constants.SERVICE_SCOPE_REPLICA,
+) -> dict[str, str]:
+    pairs = [(e["name"], e["value"]) for e in kubeflow_env(spec, name, replica, scope)]
     assert len(pairs) == len(dict(pairs)) or spec.get("elasticPolicy"), pairs
     return dict(pairs)
 
 
 def test_the_environment_with_a_master_in_kubeflows_order() -> None:
     spec = pytorchjob(nprocPerNode="2")["spec"]
-    names = [e["name"] for e in kubeflow_env(spec, "simple", Replica("worker", 1, 2))]
+    names = [
+        e["name"]
+        for e in kubeflow_env(
+            spec, "simple", Replica("worker", 1, 2), constants.SERVICE_SCOPE_REPLICA
+        )
+    ]
     assert names == [
         "PYTHONUNBUFFERED",
         "MASTER_PORT",
@@ -226,6 +236,15 @@ def test_the_environment_with_a_master_in_kubeflows_order() -> None:
     assert env["RANK"] == env["PET_NODE_RANK"] == "2"  # worker 1 after the master
     assert env["PET_NNODES"] == "3"
     assert env["PYTHONUNBUFFERED"] == "0"
+
+
+def test_with_the_jobs_service_addresses_are_hostnames_under_it() -> None:
+    job_scope = constants.SERVICE_SCOPE_JOB
+    env = env_of(pytorchjob()["spec"], Replica("worker", 1, 2), scope=job_scope)
+    assert env["MASTER_ADDR"] == env["PET_MASTER_ADDR"] == "simple-master-0.simple"
+    elastic = {"pytorchReplicaSpecs": {"Worker": replica(2)}, "elasticPolicy": {"maxReplicas": 2}}
+    env = env_of(elastic, Replica("worker", 1, 1), scope=job_scope)
+    assert env["PET_RDZV_ENDPOINT"] == "simple-worker-0.simple:23456"
 
 
 def test_a_named_master_port_is_the_master_port() -> None:

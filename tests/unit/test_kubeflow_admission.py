@@ -793,7 +793,12 @@ def effects(job: dict[str, Any]) -> Any:
         return "managed elsewhere"
     spec = PyTorchTrainingJobSpec.from_dict(run["spec"], "spec")
     replicas = replicas_of(spec)
-    envs = {f"{r.type}-{r.index}": kubeflow_env(defaulted["spec"], "j", r) for r in replicas}
+    envs = {
+        f"{r.type}-{r.index}": kubeflow_env(
+            defaulted["spec"], "j", r, constants.SERVICE_SCOPE_REPLICA
+        )
+        for r in replicas
+    }
     meta = {"name": "j", "namespace": "ns"}
     groups = {}
     for mode in ("native", "volcano", "coscheduling"):

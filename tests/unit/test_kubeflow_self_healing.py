@@ -332,7 +332,7 @@ def test_the_restarting_condition_of_a_gang_restart(reason: str, message: str, s
 
 def test_every_pytorchjob_container_gets_torchjobs_nccl_setting_from_its_one_home() -> None:
     for spec in (pytorchjob()["spec"], pytorchjob(elasticPolicy={"maxReplicas": 2})["spec"]):
-        env = kubeflow_env(spec, "j", Replica("worker", 0, 1))
+        env = kubeflow_env(spec, "j", Replica("worker", 0, 1), constants.SERVICE_SCOPE_REPLICA)
         hang = [e for e in env if e["name"] == NCCL]
         assert hang == list(environment.HANG_EXITS)
         assert hang[0]["value"] == "3"

@@ -56,6 +56,15 @@ ANNOTATION_RESTART_SCOPE: Final = f"{GROUP}/restart-scope"
 RESTART_SCOPE_REPLICA: Final = "Replica"
 RESTART_SCOPE_GANG: Final = "Gang"
 RESTART_SCOPES: Final = (RESTART_SCOPE_REPLICA, RESTART_SCOPE_GANG)
+# A job's choice of the headless Services that give its replicas their DNS names: one per replica
+# (`Replica`: `<job>-<type>-<index>.<namespace>.svc`, Kubeflow's and T9k's names), or one for the
+# whole job (`Job`: `<job>-<type>-<index>.<job>.<namespace>.svc`, each pod's hostname under the
+# job's Service, as JobSet names them): one write per job instead of one per replica. Absent:
+# Replica. Fixed once the job exists: its running pods were given the names.
+ANNOTATION_SERVICE_SCOPE: Final = f"{GROUP}/service-scope"
+SERVICE_SCOPE_REPLICA: Final = "Replica"
+SERVICE_SCOPE_JOB: Final = "Job"
+SERVICE_SCOPES: Final = (SERVICE_SCOPE_REPLICA, SERVICE_SCOPE_JOB)
 # A job's own progress deadline in seconds (lifecycle/no_progress.py), 0 off; absent: the
 # reconciler's --progress-deadline.
 ANNOTATION_PROGRESS_DEADLINE: Final = f"{GROUP}/progress-deadline-seconds"

@@ -9,10 +9,13 @@ from typing import Any
 from torchjob.api.constants import (
     ANNOTATION_PROGRESS_DEADLINE,
     ANNOTATION_RESTART_SCOPE,
+    ANNOTATION_SERVICE_SCOPE,
     ANNOTATION_START_DEADLINE,
     RESTART_SCOPE_GANG,
     RESTART_SCOPE_REPLICA,
     RETRYABLE_EXIT_CODES,
+    SERVICE_SCOPE_JOB,
+    SERVICE_SCOPE_REPLICA,
 )
 from torchjob.api.types import PyTorchTrainingJobSpec, ReplicaSpec
 
@@ -93,6 +96,13 @@ def restart_scope(meta: Mapping[str, Any], spec: PyTorchTrainingJobSpec) -> str:
         return str(chosen)
     elastic = bool(spec.elastic and spec.elastic.enabled)  # a Kubeflow elasticPolicy too
     return RESTART_SCOPE_REPLICA if torchrun_enabled(spec) or elastic else RESTART_SCOPE_GANG
+
+
+def service_scope(meta: Mapping[str, Any]) -> str:
+    """Whose headless Service names a replica (constants.ANNOTATION_SERVICE_SCOPE): `Job` when
+    the job's annotation says so, else `Replica`."""
+    chosen = _annotations(meta).get(ANNOTATION_SERVICE_SCOPE)
+    return SERVICE_SCOPE_JOB if chosen == SERVICE_SCOPE_JOB else SERVICE_SCOPE_REPLICA
 
 
 def progress_deadline(meta: Mapping[str, Any], default: int) -> int:

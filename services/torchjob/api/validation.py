@@ -110,14 +110,21 @@ def _start_deadline_errors(job: PyTorchTrainingJob) -> list[FieldError]:
 
 
 def _restart_annotation_errors(job: PyTorchTrainingJob) -> list[FieldError]:
-    """The restart scope is one of its two words; the progress deadline whole seconds, 0 off."""
+    """The restart and service scopes are each one of their two words; the progress deadline
+    whole seconds, 0 off."""
     annotations = (job.metadata or {}).get("annotations") or {}
     errors = []
-    scope = annotations.get(constants.ANNOTATION_RESTART_SCOPE)
-    if scope is not None and scope not in constants.RESTART_SCOPES:
-        path = f"metadata.annotations[{constants.ANNOTATION_RESTART_SCOPE}]"
-        allowed = ", ".join(constants.RESTART_SCOPES)
-        errors.append(FieldError(path, f"{scope!r} is not one of {allowed}", Cause.NOT_SUPPORTED))
+    for annotation, choices in (
+        (constants.ANNOTATION_RESTART_SCOPE, constants.RESTART_SCOPES),
+        (constants.ANNOTATION_SERVICE_SCOPE, constants.SERVICE_SCOPES),
+    ):
+        scope = annotations.get(annotation)
+        if scope is not None and scope not in choices:
+            path = f"metadata.annotations[{annotation}]"
+            allowed = ", ".join(choices)
+            errors.append(
+                FieldError(path, f"{scope!r} is not one of {allowed}", Cause.NOT_SUPPORTED)
+            )
     deadline = annotations.get(constants.ANNOTATION_PROGRESS_DEADLINE)
     if deadline is not None and not re.fullmatch(r"[0-9]{1,9}", str(deadline)):
         path = f"metadata.annotations[{constants.ANNOTATION_PROGRESS_DEADLINE}]"
@@ -447,6 +454,10 @@ def _update_errors(old: PyTorchTrainingJob, new: PyTorchTrainingJob) -> Iterator
         )
     if _resume_specs(old_spec) != _resume_specs(new_spec):
         yield FieldError("spec.runMode.pause.resumeSpecs", "is immutable", Cause.FORBIDDEN)
+    if queries.service_scope(old.metadata or {}) != queries.service_scope(new.metadata or {}):
+        path = f"metadata.annotations[{constants.ANNOTATION_SERVICE_SCOPE}]"
+        message = "is immutable: the job's pods were given their DNS names by it"
+        yield FieldError(path, message, Cause.FORBIDDEN)
 
 
 def _replica_specs_for_compare(spec: PyTorchTrainingJobSpec, elastic: bool) -> list[dict[str, Any]]:

@@ -188,8 +188,9 @@ def _announce(job: AdmittedJob, console: Console) -> None:
 
 def _preflight(job: AdmittedJob, shares: dict[int, list[str]] | None) -> None:
     """Every replica can be turned into a process (it has a command to run, for one)."""
+    meta, scope = job.meta, queries.service_scope(job.meta)
     ports = {
-        service_host(job.meta["name"], job.meta["namespace"], r.type, r.index): 1
+        service_host(meta["name"], meta["namespace"], r.type, r.index, scope): 1
         for r in replicas_of(job.spec)
     }
     for item in first_plan(job).create_pods:

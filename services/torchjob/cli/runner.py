@@ -52,7 +52,13 @@ from torchjob.lifecycle.round import Observed
 from torchjob.lifecycle.status import is_terminal
 from torchjob.lifecycle.times import format_time
 from torchjob.render.job_kinds import kind_of
-from torchjob.render.topology import Replica, replica_name, replicas_of, service_host
+from torchjob.render.topology import (
+    Replica,
+    replica_name,
+    replicas_of,
+    service_host,
+    service_name,
+)
 from torchjob.views.cli.local import LocalCommand, local_command
 
 # The exit code a container that could not be started reports (containerd's StartError).
@@ -201,9 +207,7 @@ class LocalRunner:
     def _observe(self) -> Observed:
         views = [v for p in self.pods.values() if (v := view_pod(p.as_observed())) is not None]
         services = frozenset(
-            replica_name(self.job.meta["name"], r.type, r.index)
-            for r in replicas_of(self.job.spec)
-            if self._host(r) in self.ports
+            self._service(r) for r in replicas_of(self.job.spec) if self._host(r) in self.ports
         )
         return Observed.of_json(
             self.job.meta, self.job.spec, self.status, views, services, datetime.now(UTC)
@@ -219,9 +223,12 @@ class LocalRunner:
             self.console.say(f"{event.reason}: {event.message}")
         for name, uid in decision.delete_pods:
             acted |= self._delete(name, uid)
-        for replica in decision.create_services:
-            self.ports[self._host(replica)] = free_port()
-            acted = True
+        # A Service is a local port for each replica it publishes.
+        created = {self._service(r) for r in decision.create_services}
+        for replica in replicas_of(self.job.spec):
+            if self._service(replica) in created:
+                self.ports[self._host(replica)] = free_port()
+                acted = True
         for item in decision.create_pods:
             self._start(item)
             acted = True
@@ -242,7 +249,12 @@ class LocalRunner:
         return replica_name(self.job.meta["name"], replica.type, replica.index)
 
     def _host(self, replica: Replica) -> str:
-        return service_host(self.job.meta["name"], self.job.meta["namespace"], *_key(replica))
+        meta = self.job.meta
+        scope = queries.service_scope(meta)
+        return service_host(meta["name"], meta["namespace"], *_key(replica), scope)
+
+    def _service(self, replica: Replica) -> str:
+        return service_name(self.job.meta["name"], replica, queries.service_scope(self.job.meta))
 
     def _start(self, item: PodToCreate) -> None:
         replica = item.replica

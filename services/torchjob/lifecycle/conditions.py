@@ -22,7 +22,6 @@ from torchjob.lifecycle.round import Round
 from torchjob.lifecycle.times import format_time, seconds_text
 from torchjob.render import kubeflow
 from torchjob.render.scheduling import KUEUE_GATE, Gang
-from torchjob.render.topology import replica_name
 
 # What a condition holds besides its type: status, reason, message.
 Wanted = tuple[ConditionStatus, str, str]
@@ -80,9 +79,8 @@ def _initialized(state: Round, phase: JobPhase) -> Wanted:
 
 
 def _all_created(state: Round) -> bool:
-    name = state.observed.job_meta["name"]
     for replica in state.desired:
-        if replica_name(name, replica.type, replica.index) not in state.observed.services:
+        if state.service_of(replica) not in state.observed.services:
             return False
         pod = state.pods.get((replica.type, replica.index))
         if pod is None or pod.debug != state.debug:

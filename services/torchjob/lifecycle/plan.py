@@ -253,7 +253,7 @@ class _Applied:
                     ("pod", replica_name(name, p.replica.type, p.replica.index))
                     for p in plan.create_pods
                 ),
-                *(("service", replica_name(name, r.type, r.index)) for r in plan.create_services),
+                *(("service", self.start.service_of(r)) for r in plan.create_services),
                 *((("podgroup", name),) if plan.create_group else ()),
             }
         )

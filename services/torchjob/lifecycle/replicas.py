@@ -43,8 +43,14 @@ def services_to_create(state: Round) -> Decision:
 
 
 def _missing_services(state: Round) -> tuple[Replica, ...]:
-    name, services = state.observed.job_meta["name"], state.observed.services
-    return tuple(r for r in state.desired if replica_name(name, r.type, r.index) not in services)
+    """The first replica of each missing Service: with service scope `Job`, one Service names
+    them all (render/topology.py)."""
+    missing: dict[str, Replica] = {}
+    for replica in state.desired:
+        name = state.service_of(replica)
+        if name not in state.observed.services:
+            missing.setdefault(name, replica)
+    return tuple(missing.values())
 
 
 def pause(state: Round) -> Decision:
@@ -85,8 +91,7 @@ def delete_surplus(state: Round) -> Decision:
     index first."""
     wanted = {(r.type, r.index) for r in state.desired}
     surplus = [p for key, p in state.pods.items() if key not in wanted and not p.deleting]
-    name = state.observed.job_meta["name"]
-    wanted_names = {replica_name(name, r.type, r.index) for r in state.desired}
+    wanted_names = {state.service_of(r) for r in state.desired}
     if not surplus and state.observed.services <= wanted_names:
         return NOTHING
     return Decision(

@@ -15,13 +15,14 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, cast
 
+from torchjob.api import queries
 from torchjob.api.objects import ObjectMeta
 from torchjob.api.types import PyTorchTrainingJobSpec, PyTorchTrainingJobStatusDict
 from torchjob.lifecycle.backoff import PendingRestart, RestartRules
 from torchjob.lifecycle.nodes import NodesSeen
 from torchjob.lifecycle.observe import GroupView, PodView, Refusal
 from torchjob.render.scheduling import Gang, GangUnavailable
-from torchjob.render.topology import Replica
+from torchjob.render.topology import Replica, service_name
 
 # A replica's identity within its job: (replica type, index).
 PodKey = tuple[str, int]
@@ -157,6 +158,11 @@ class Round:
     # The job has ended but these pods (by name) have not finished: they are stopped, and the
     # job says it ended once they are gone (lifecycle/finishing.py).
     stopping: tuple[str, ...] = ()
+
+    def service_of(self, replica: Replica) -> str:
+        """The name of the headless Service that publishes the replica's address."""
+        meta = self.observed.job_meta
+        return service_name(meta["name"], replica, queries.service_scope(meta))
 
     def current(self, pod: PodView) -> bool:
         """The pod is one of the job's pods as the spec stands: not being deleted, of the job's

@@ -254,10 +254,8 @@ class ReconcilerExecutor:
     ) -> Refusal | None:
         meta = job["metadata"]
         create = self._creator(SERVICES, meta["namespace"])
-        services = [
-            (replica_name(meta["name"], r.type, r.index), render_service(meta, r, api_of(job)))
-            for r in plan.create_services
-        ]
+        rendered = [render_service(meta, r, api_of(job)) for r in plan.create_services]
+        services = [(s["metadata"]["name"], s) for s in rendered]
         return await self._create_each(key, job, "service", services, create)
 
     async def _create_pods(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchjob.api import queries
+from torchjob.api.constants import SERVICE_SCOPE_REPLICA
 from torchjob.api.types import PyTorchTrainingJobSpec, TorchrunConfig
 from torchjob.render.topology import (
     DEFAULT_MASTER_PORT,
@@ -34,10 +35,16 @@ def replica_env(
     job_uid: str,
     container: dict[str, Any],
     master_port: int = DEFAULT_MASTER_PORT,
+    service_scope: str = SERVICE_SCOPE_REPLICA,
 ) -> list[EnvVar]:
     """The variables injected into the training container, in a stable order."""
     shared = job_environment(
-        spec, job_name=job_name, namespace=namespace, job_uid=job_uid, master_port=master_port
+        spec,
+        job_name=job_name,
+        namespace=namespace,
+        job_uid=job_uid,
+        master_port=master_port,
+        service_scope=service_scope,
     )
     return shared.for_replica(replica, container)
 
@@ -104,9 +111,10 @@ def job_environment(
     namespace: str,
     job_uid: str,
     master_port: int = DEFAULT_MASTER_PORT,
+    service_scope: str = SERVICE_SCOPE_REPLICA,
 ) -> JobEnvironment:
     master_type, master_index = master_of(spec)
-    master_addr = service_host(job_name, namespace, master_type, master_index)
+    master_addr = service_host(job_name, namespace, master_type, master_index, service_scope)
     world = world_size(spec)
     plain = (
         _variable("MASTER_ADDR", master_addr),

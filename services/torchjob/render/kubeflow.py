@@ -21,7 +21,7 @@ import orjson
 from torchjob.api import constants, queries
 from torchjob.api.kubeflow import DEFAULT_CONTAINER, MASTER, STATUS_RECORD, WORKER, kubeflow_type_of
 from torchjob.render.environment import HANG_EXITS
-from torchjob.render.topology import DEFAULT_MASTER_PORT, MASTER_PORT_NAME, Replica
+from torchjob.render.topology import DEFAULT_MASTER_PORT, MASTER_PORT_NAME, Replica, replica_address
 
 LABEL_PREFIX: Final = "training.kubeflow.org"
 LABEL_JOB_NAME: Final = f"{LABEL_PREFIX}/job-name"
@@ -287,18 +287,21 @@ def _condition_of(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
 # -- the environment -----------------------------------------------------------------------------
 
 
-def kubeflow_env(spec: Mapping[str, Any], job_name: str, replica: Replica) -> list[EnvVar]:
+def kubeflow_env(
+    spec: Mapping[str, Any], job_name: str, replica: Replica, service_scope: str
+) -> list[EnvVar]:
     """The variables Kubeflow's training-operator gives every container of a replica, in its
     order: with a Master, the master's address and port, WORLD_SIZE, RANK and torchrun's node
     rank; `PET_NNODES`, or with an elasticPolicy the rendezvous settings; then torchjob's NCCL
-    setting (`HANG_EXITS`)."""
+    setting (`HANG_EXITS`). Addresses are the short names Kubeflow gives, under the job's
+    Service with service scope `Job` (render/topology.py)."""
     replica_specs = spec.get("pytorchReplicaSpecs") or {}
     total = sum(_replicas(s) for s in replica_specs.values())
     nproc = str(spec.get("nprocPerNode") or "auto")
     values: list[tuple[str, str]] = [("PYTHONUNBUFFERED", "0")]
     if MASTER in replica_specs:
         port = str(_port(replica_specs[MASTER]))
-        address = f"{job_name}-master-0"
+        address = replica_address(job_name, MASTER.lower(), 0, service_scope)
         rank = replica.index + (1 if replica.type == WORKER.lower() else 0)
         values += [
             ("MASTER_PORT", port),
@@ -312,7 +315,8 @@ def kubeflow_env(spec: Mapping[str, Any], job_name: str, replica: Replica) -> li
         ]
     elastic = spec.get("elasticPolicy")
     if isinstance(elastic, Mapping):
-        values += _elastic_env(elastic, replica_specs, job_name)
+        worker_0 = replica_address(job_name, WORKER.lower(), 0, service_scope)
+        values += _elastic_env(elastic, replica_specs, worker_0)
     else:
         values.append(("PET_NNODES", str(total)))
     # What turns a collective that hangs into an exit, as in a PyTorchTrainingJob run by
@@ -322,10 +326,10 @@ def kubeflow_env(spec: Mapping[str, Any], job_name: str, replica: Replica) -> li
 
 
 def _elastic_env(
-    elastic: Mapping[str, Any], replica_specs: Mapping[str, Any], job_name: str
+    elastic: Mapping[str, Any], replica_specs: Mapping[str, Any], worker_0: str
 ) -> list[tuple[str, str]]:
     worker = replica_specs.get(WORKER) or {}
-    host = elastic.get("rdzvHost") or f"{job_name}-worker-0"
+    host = elastic.get("rdzvHost") or worker_0
     port = elastic.get("rdzvPort") or _port(worker)
     low, high = elastic.get("minReplicas"), elastic.get("maxReplicas")
     nnodes = f"{low or high}:{high or low}" if low or high else str(_replicas(worker))

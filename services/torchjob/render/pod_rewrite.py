@@ -79,6 +79,7 @@ class PreparedJob:
             job_name=str(meta.get("name", "")),
             namespace=str(meta.get("namespace", "")),
             job_uid=str(meta.get("uid", "")),
+            service_scope=queries.service_scope(meta),
         )
         # The job its pods report progress for, as the user wrote it (`api`); None: it said not to.
         self.progress_job = (
@@ -166,7 +167,8 @@ def rewrite_kubeflow_pod(
     if not containers:
         raise PodRewriteError("the pod has no container")
     pod_spec["containers"] = containers
-    env = kubeflow_env(kubeflow_spec, str(meta.get("name", "")), replica)
+    scope = queries.service_scope(meta)
+    env = kubeflow_env(kubeflow_spec, str(meta.get("name", "")), replica, scope)
     for container in containers:
         _merge_env(container, env)
     names = [c.get("name") for c in containers]

@@ -1,4 +1,5 @@
-"""The Pod and the headless Service the reconciler creates for one replica. Pure.
+"""The Pod the reconciler creates for one replica, and the headless Service that publishes its
+address: the replica's own, or the job's (service scope, api/constants.py). Pure.
 
 The pod is the replica's raw template plus identity labels, an ownerReference and scheduling
 settings; the webhook rewrites it at admission (environment, command, restartPolicy), so what the
@@ -15,7 +16,13 @@ from torchjob.api.jsoncopy import json_copy
 from torchjob.api.objects import OwnerReference
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.render.job_kinds import kind_of
-from torchjob.render.topology import DEFAULT_MASTER_PORT, MASTER_PORT_NAME, Replica, replica_name
+from torchjob.render.topology import (
+    DEFAULT_MASTER_PORT,
+    MASTER_PORT_NAME,
+    Replica,
+    replica_name,
+    service_name,
+)
 
 
 def owner_reference(job_meta: dict[str, Any], api: JobApi = TRAINING_JOB) -> OwnerReference:
@@ -67,6 +74,9 @@ def render_pod(
         if t9k.priority is not None:
             labels[constants.LABEL_T9K_PRIORITY] = str(t9k.priority)
     pod_spec["restartPolicy"] = "Never"
+    if queries.service_scope(job_meta) == constants.SERVICE_SCOPE_JOB:
+        # `<hostname>.<subdomain>` resolves once the job's headless Service selects the pod.
+        pod_spec["hostname"], pod_spec["subdomain"] = name, job_meta["name"]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -84,18 +94,23 @@ def render_pod(
 def render_service(
     job_meta: dict[str, Any], replica: Replica, api: JobApi = TRAINING_JOB
 ) -> dict[str, Any]:
-    """A headless Service publishing not-ready addresses, so a replica's name resolves as soon
-    as its pod has an IP, before it is ready: workers starting before the master can resolve it."""
-    name = replica_name(job_meta["name"], replica.type, replica.index)
-    labels = replica_labels(job_meta["name"], replica, api)
-    selector = {
-        k: labels[k]
-        for k in (
+    """The headless Service that publishes the replica's address: its own, or with service
+    scope `Job` the job's, which selects every replica pod of the job. It publishes not-ready
+    addresses, so a replica's name resolves as soon as its pod has an IP, before it is ready:
+    workers starting before the master can resolve it."""
+    job_name, scope = job_meta["name"], queries.service_scope(job_meta)
+    name = service_name(job_name, replica, scope)
+    if scope == constants.SERVICE_SCOPE_JOB:
+        labels = {constants.LABEL_JOB_NAME: job_name}
+        selector = dict(labels)
+    else:
+        labels = replica_labels(job_name, replica, api)
+        keys = (
             constants.LABEL_JOB_NAME,
             constants.LABEL_REPLICA_TYPE,
             constants.LABEL_REPLICA_INDEX,
         )
-    }
+        selector = {k: labels[k] for k in keys}
     return {
         "apiVersion": "v1",
         "kind": "Service",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from torchjob.api import queries
+from torchjob.api.constants import SERVICE_SCOPE_JOB, SERVICE_SCOPE_REPLICA
 from torchjob.api.types import PyTorchTrainingJobSpec
 
 DEFAULT_MASTER_PORT = 23456
@@ -25,8 +26,26 @@ class Replica:
 
 
 def replica_name(job_name: str, replica_type: str, index: int) -> str:
-    """The name of the replica's Pod and of its headless Service."""
+    """The name of the replica's Pod, its hostname, and the name of its own headless Service
+    where it has one (service scope `Replica`)."""
     return f"{job_name}-{replica_type}-{index}"
+
+
+def service_name(job_name: str, replica: Replica, scope: str) -> str:
+    """The headless Service that publishes the replica's address (queries.service_scope): its
+    own, or the job's, which has the job's name."""
+    if scope == SERVICE_SCOPE_JOB:
+        return job_name
+    return replica_name(job_name, replica.type, replica.index)
+
+
+def replica_address(
+    job_name: str, replica_type: str, index: int, scope: str = SERVICE_SCOPE_REPLICA
+) -> str:
+    """The replica's name as its namespace's pods resolve it: its Service's name, or its
+    hostname under the job's Service."""
+    name = replica_name(job_name, replica_type, index)
+    return f"{name}.{job_name}" if scope == SERVICE_SCOPE_JOB else name
 
 
 def master_of(spec: PyTorchTrainingJobSpec) -> tuple[str, int]:
@@ -110,6 +129,12 @@ def layout_of(spec: PyTorchTrainingJobSpec) -> Layout:
     return Layout(master_of(spec), tuple(replica_counts(spec)))
 
 
-def service_host(job_name: str, namespace: str, replica_type: str, index: int) -> str:
-    """The DNS name of a replica's headless Service, resolvable from any namespace."""
-    return f"{replica_name(job_name, replica_type, index)}.{namespace}.svc"
+def service_host(
+    job_name: str,
+    namespace: str,
+    replica_type: str,
+    index: int,
+    scope: str = SERVICE_SCOPE_REPLICA,
+) -> str:
+    """The replica's DNS name, resolvable from any namespace."""
+    return f"{replica_address(job_name, replica_type, index, scope)}.{namespace}.svc"
