@@ -12,6 +12,12 @@ In between, the Running condition is False and carries how the job ended: that i
 rounds in between know it. They stop the pods again if need be, create none, and decide nothing
 else. A pod stuck being deleted on a node that will never confirm it is force-deleted
 (lifecycle/nodes.py), so the job does not wait on it forever.
+
+A job whose pods form a Kueue pod group also tells Kueue that the group is over
+(`kueue_group_to_end`), from the round that decides the ending on, the job's last rounds
+included: Kueue frees the group's quota and lets its pods go only once every pod succeeded,
+unless a pod says its group is not retried; the replicas stopped after the master succeeded, and
+the failed pods of a job that failed, never succeed.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from torchjob.lifecycle.nodes import judge_nodes
 from torchjob.lifecycle.observe import PodView
 from torchjob.lifecycle.round import Outcome, Round
 from torchjob.lifecycle.times import parse_time
+from torchjob.render.scheduling import Gang
 
 
 def recorded_outcome(status: Mapping[str, Any]) -> Outcome | None:
@@ -72,9 +79,19 @@ def stop(
     return Decision(
         delete_pods=deletes,
         force_delete_pods=tuple(p for p in stuck.force_delete if p not in force_deleting),
+        end_group=kueue_group_to_end(state),
         stopping=tuple(pod.name for pod in running),
         requeue_after=min(waits, default=None),
     )
+
+
+def kueue_group_to_end(state: Round) -> tuple[PodRef, ...]:
+    """The pods of the ended job's Kueue pod group that do not yet tell Kueue the group is over;
+    none for a job whose pods form no Kueue group."""
+    gang = state.observed.gang
+    if not isinstance(gang, Gang) or gang.mode != "kueue":
+        return ()
+    return tuple((pod.name, pod.uid) for pod in state.observed.pods if not pod.group_ended)
 
 
 def grace_left(state: Round, outcome: Outcome | None) -> float:
