@@ -49,7 +49,8 @@ Manifest = dict[str, Any]
 
 
 class KueueMissing(RuntimeError):
-    """Kueue's build is not in the cache."""
+    """Kueue cannot run here: its build is not in the cache, or what it reads cannot be
+    written."""
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,13 @@ class KueueManager:
         ca = new_ca("kueue-test-ca")
         serving = issue_serving_cert(ca, "kueue-webhook")
         _write_serving(self.dir / "webhook-certs", serving)
-        _write_serving(METRICS_CERT_DIR, serving)
+        try:
+            _write_serving(METRICS_CERT_DIR, serving)
+        except PermissionError as error:
+            raise KueueMissing(
+                f"Kueue's manager reads its metrics certificate from {METRICS_CERT_DIR}, which "
+                f"this user cannot write ({error}): run the Kueue tests as root"
+            ) from error
         write_cert(self.dir / "ca.crt", ca.cert)
         manifests = self.build.webhook_manifests.read_text()
         bundle = (self.dir / "ca.crt").read_bytes()
