@@ -200,13 +200,15 @@ class KueueManager:
 
     def close(self) -> None:
         """Its webhook configurations removed first (nothing answers them once it stops), then
-        the manager stopped and its files removed."""
+        the manager stopped and its files removed, the metrics certificate included."""
         for kind, name in CONFIGURATION_NAMES.items():
             self.plane.kubectl("delete", kind.lower(), name, "--ignore-not-found", check=False)
         if self.process is not None:
             self.process.close()
             self.process = None
         shutil.rmtree(self.dir, ignore_errors=True)
+        for written in ("tls.crt", "tls.key"):
+            (METRICS_CERT_DIR / written).unlink(missing_ok=True)
 
 
 def apply_crds(plane: ControlPlane, crds: Iterable[Path]) -> None:
