@@ -5,7 +5,9 @@ Everything Kueue does here is done by Kueue: its webhook gates each pod and adds
 its pod-group controller makes one Workload of a job's pods (named after the job, the pod group),
 its scheduler reserves the quota and lifts the gates, and it declares the Workload finished and
 lets the pods go. The test plays kube-scheduler (it binds the pods Kueue let go to a node) and
-the kubelet (support.kubelet); a job's master ends first, as it decides the job's outcome."""
+the kubelet (support.kubelet); a job's master ends first, as it decides the job's outcome, and
+the worker the reconciler then stops ends Failed: Kueue frees the group only because the
+reconciler marks an ended job's pods `kueue.x-k8s.io/retriable-in-group: "false"`."""
 
 from __future__ import annotations
 
@@ -291,6 +293,39 @@ async def wait_released(job: QueuedJob) -> None:
     await job.wait("Kueue finished the Workload and let the pods go", released)
 
 
+async def assert_waits_while_the_first_runs(second: QueuedJob, watch: QuotaWatch) -> None:
+    """The second job is Pending and says it waits for Kueue; its Workload has no quota, for
+    want of it; its pods are still gated; the ClusterQueue holds one job and has one pending."""
+    status = await second.status()
+    assert status.get("phase") == "Pending"
+    waiting = condition(status, "Scheduled")
+    assert (waiting["status"], waiting["reason"]) == ("False", "WaitingForAdmission")
+    assert f"queue {QUEUE}" in waiting["message"]
+    reserved = await second.workload_said("QuotaReserved")
+    assert reserved["status"] == "False"
+    assert "insufficient unused quota for cpu" in reserved["message"]
+    assert await second.workload_condition("Admitted") != "True"
+    assert all(p.spec.scheduling_gates for p in (await second.pods()).values())
+
+    async def one_held_one_pending() -> bool:
+        held = await watch.sample()
+        return (held.reserved_cpu, held.admitted, held.pending) == (JOB_CPU, 1, 1)
+
+    await eventually(
+        one_held_one_pending, "the ClusterQueue holding one job, one pending", explain=watch.last
+    )
+
+
+async def assert_one_job_at_a_time(first: QueuedJob, second: QueuedJob, watch: QuotaWatch) -> None:
+    """The ClusterQueue never held more than its quota, nor two jobs at once, and Kueue reserved
+    the second job's quota only once it had declared the first's Workload finished."""
+    assert max(s.reserved_cpu for s in watch.samples) == JOB_CPU
+    assert all(s.reserved_cpu <= QUOTA_CPU and s.used_cpu <= QUOTA_CPU for s in watch.samples)
+    assert all(s.reserving <= 1 and s.admitted <= 1 for s in watch.samples)
+    first_finished = (await first.workload_said("Finished"))["lastTransitionTime"]
+    assert (await second.workload_said("QuotaReserved"))["lastTransitionTime"] >= first_finished
+
+
 async def test_kueue_admits_the_second_tenants_job_once_the_first_is_done(
     kube_client: client.ApiClient,
     tenants: tuple[str, str],
@@ -306,27 +341,7 @@ async def test_kueue_admits_the_second_tenants_job_once_the_first_is_done(
         await second.create()
         await wait_waiting_for_admission(second)
         await run(first, kueue_node)
-        status = await second.status()
-        assert status.get("phase") == "Pending"
-        waiting = condition(status, "Scheduled")
-        assert (waiting["status"], waiting["reason"]) == ("False", "WaitingForAdmission")
-        assert f"queue {QUEUE}" in waiting["message"]
-        reserved = await second.workload_said("QuotaReserved")
-        assert reserved["status"] == "False"
-        assert "insufficient unused quota for cpu" in reserved["message"]
-        assert await second.workload_condition("Admitted") != "True"
-        assert all(p.spec.scheduling_gates for p in (await second.pods()).values())
-
-        async def one_held_one_pending() -> bool:
-            held = await watch.sample()
-            return (held.reserved_cpu, held.admitted, held.pending) == (JOB_CPU, 1, 1)
-
-        await eventually(
-            one_held_one_pending,
-            "the ClusterQueue holding one job, one pending",
-            explain=watch.last,
-        )
-
+        await assert_waits_while_the_first_runs(second, watch)
         await finish(first)
         await wait_released(first)
         await wait_admitted(second)
@@ -339,13 +354,7 @@ async def test_kueue_admits_the_second_tenants_job_once_the_first_is_done(
             return (sample.reserved_cpu, sample.admitted) == (0, 0)
 
         await eventually(quota_free, "the ClusterQueue holding no quota", explain=watch.last)
-    assert max(s.reserved_cpu for s in watch.samples) == JOB_CPU
-    assert all(s.reserved_cpu <= QUOTA_CPU and s.used_cpu <= QUOTA_CPU for s in watch.samples)
-    assert all(s.reserving <= 1 and s.admitted <= 1 for s in watch.samples)
-    # Kueue reserved the second job's quota only once it had declared the first's Workload
-    # finished.
-    first_finished = (await first.workload_said("Finished"))["lastTransitionTime"]
-    assert (await second.workload_said("QuotaReserved"))["lastTransitionTime"] >= first_finished
+    await assert_one_job_at_a_time(first, second, watch)
     for job in (first, second):
         status = await job.status()
         assert status["backoffCount"] == 0
