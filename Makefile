@@ -64,6 +64,10 @@ scale-up: $(STAMP) cluster scale-build ## start the scale tier in the background
 scale-down: $(STAMP) ## stop the scale tier started by scale-up and remove its files
 	cd tests && ../$(BIN)/python -m support.scale down
 
+.PHONY: kueue-build
+kueue-build: ## build Kueue v0.17.0's manager from the Go module proxy into ~/.cache/torchjob, with its CRDs and webhook configurations, for tests/e2e/test_kueue.py (cached)
+	hack/build-kueue.sh build
+
 .PHONY: kubeflow-build
 kubeflow-build: ## build Kubeflow training-operator v1.9.3 from the Go module proxy into ~/.cache/torchjob, for tests/bench/kubeflow.py (cached)
 	hack/build-kubeflow.sh build
@@ -115,7 +119,7 @@ unit: $(STAMP) ## unit tests only (no cluster)
 	$(BIN)/pytest tests/unit $(PYTEST_FLAGS)
 
 .PHONY: e2e
-e2e: $(STAMP) cluster lua browser ## end-to-end tests on the real control plane
+e2e: $(STAMP) cluster kueue-build lua browser ## end-to-end tests on the real control plane
 	$(BIN)/pytest tests/e2e $(PYTEST_FLAGS)
 
 .PHONY: chart
@@ -141,7 +145,7 @@ demo: $(STAMP) $(EXAMPLE_STAMP) ## train examples/mnist-ddp locally with `torchj
 	@$(BIN)/python -c 'import json; m = json.load(open("examples/mnist-ddp/runs/mnist-ddp/metrics.json")); print("test accuracy: %.4f" % m["test_accuracy"])'
 
 .PHONY: test
-test: $(STAMP) $(EXAMPLE_STAMP) cluster helm lua browser node-build ## install what is needed, then lint and run every test
+test: $(STAMP) $(EXAMPLE_STAMP) cluster helm kueue-build lua browser node-build ## install what is needed, then lint and run every test
 	$(MAKE) --no-print-directory lint
 	$(BIN)/pytest tests $(PYTEST_FLAGS)
 

@@ -38,6 +38,17 @@ class ServiceProcess:
         self.log_path = Path(name)
         self.process: subprocess.Popen[bytes] | None = None
 
+    @classmethod
+    def program(
+        cls, name: str, argv: list[str], probe_port: int, env: dict[str, str] | None = None
+    ) -> ServiceProcess:
+        """Another project's program (`argv`, a built binary first) with the same lifecycle,
+        log file and readiness probe as our services; `name` stands for the module in its log
+        file's name and in its errors."""
+        process = cls(name, [], probe_port, env)
+        process.argv = list(argv)
+        return process
+
     def start(self) -> ServiceProcess:
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(

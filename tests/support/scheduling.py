@@ -107,3 +107,14 @@ def gang_control_plane(scheduler: str, extra_crds: Iterable[Path] = ()) -> Itera
         install_crds(plane, extra_crds)
         plane.start_scheduler(scheduler, GENERIC_WORKLOAD_GATE)
         yield plane
+
+
+async def place(core: client.CoreV1Api, namespace: str, pod: str, node: str) -> None:
+    """Bind the pod to `node`, as kube-scheduler does."""
+    create: Any = core.create_namespaced_binding  # its answer is a Status, not a Binding
+    target = {"metadata": {"name": pod}, "target": {"kind": "Node", "name": node}}
+    response = await create(namespace, target, _preload_content=False)
+    said = await response.text()
+    response.release()
+    if response.status >= 300:
+        raise RuntimeError(f"binding {namespace}/{pod} to {node} refused: {said}")

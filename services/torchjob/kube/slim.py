@@ -12,10 +12,11 @@ Every field read of a cached pod or Service, and so kept here:
 - `informer.controller_uid` and `resources.owner_job_key`: metadata.ownerReferences (the
   controlling one) and the job-name label;
 - `lifecycle.observe.view_pod`: the replica-type and replica-index labels, the backoff-count,
-  consecutive-restarts and debug annotations, metadata.uid and deletionTimestamp, the names of
-  spec.containers (which one is the training container), and status: phase, reason, message,
-  startTime and each containerStatus's name and state; spec.nodeName (gang scheduling, and the
-  node a pod is lost with); the names of spec.schedulingGates and the status conditions that say
+  consecutive-restarts and debug annotations and Kueue's retriable-in-group (a job that ended
+  marks its pods so, once), metadata.uid and deletionTimestamp, the names of spec.containers
+  (which one is the training container), and status: phase, reason, message, startTime and
+  each containerStatus's name and state; spec.nodeName (gang scheduling, and the node a pod is
+  lost with); the names of spec.schedulingGates and the status conditions that say
   the pod is unschedulable or stopped by the cluster (KEPT_CONDITIONS: their type, status,
   reason and message);
 - `reconciler.controller`: a Service's name;
@@ -32,6 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from torchjob.api import constants
+from torchjob.render.scheduling import KUEUE_RETRIABLE_ANNOTATION
 
 KubeObject = dict[str, Any]
 
@@ -46,6 +48,7 @@ KEPT_ANNOTATIONS = (
     constants.ANNOTATION_CONSECUTIVE_RESTARTS,
     constants.ANNOTATION_GANG_RESTARTS,
     constants.ANNOTATION_DEBUG,
+    KUEUE_RETRIABLE_ANNOTATION,
 )
 KEPT_POD_STATUS = ("phase", "reason", "message", "startTime")
 KEPT_CONTAINER_STATUS = ("name", "state")

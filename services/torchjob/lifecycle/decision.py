@@ -62,6 +62,7 @@ class Decision:
     create_pods: tuple[PodToCreate, ...] = ()
     delete_pods: tuple[PodRef, ...] = ()
     force_delete_pods: tuple[PodRef, ...] = ()  # stuck on a node that will never confirm it
+    end_group: tuple[PodRef, ...] = ()  # pods to tell Kueue their group is over (finishing.py)
     delete_services: tuple[str, ...] = ()
     create_group: bool = False
     resize_group: bool = False

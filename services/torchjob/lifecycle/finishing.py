@@ -5,13 +5,20 @@ how the job ended (lifecycle/plan.py), every pod of the job that has not finishe
 whatever cleanUpPolicy says (cleanUpPolicy decides which finished pods and Services are kept,
 lifecycle/housekeeping.py); the Completed or Failed condition, the phase and completionTime are
 written once every such pod is gone. A queue that frees the job's quota when it reads that
-condition (Kueue) frees it after the resources are, and no worker runs on under a job that says
-it succeeded.
+condition (Kueue's integrations of job kinds) frees it after the resources are, and no worker
+runs on under a job that says it succeeded.
 
 In between, the Running condition is False and carries how the job ended: that is how the
 rounds in between know it. They stop the pods again if need be, create none, and decide nothing
 else. A pod stuck being deleted on a node that will never confirm it is force-deleted
 (lifecycle/nodes.py), so the job does not wait on it forever.
+
+Kueue's plain pod groups, ours, read the pods instead: Kueue frees a group's quota and lets its
+pods go only once every pod succeeded, unless a pod says its group is not retried, and the
+replicas stopped after the master succeeded, or the failed pods of a job that failed, never
+succeed. So a job whose pods form a Kueue pod group also tells Kueue the group is over
+(`kueue_group_to_end`), from the round that decides the ending on, the job's last rounds
+included (docs/scheduling.md).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from torchjob.lifecycle.nodes import judge_nodes
 from torchjob.lifecycle.observe import PodView
 from torchjob.lifecycle.round import Outcome, Round
 from torchjob.lifecycle.times import parse_time
+from torchjob.render.scheduling import Gang
 
 
 def recorded_outcome(status: Mapping[str, Any]) -> Outcome | None:
@@ -72,9 +80,19 @@ def stop(
     return Decision(
         delete_pods=deletes,
         force_delete_pods=tuple(p for p in stuck.force_delete if p not in force_deleting),
+        end_group=kueue_group_to_end(state),
         stopping=tuple(pod.name for pod in running),
         requeue_after=min(waits, default=None),
     )
+
+
+def kueue_group_to_end(state: Round) -> tuple[PodRef, ...]:
+    """The pods of the ended job's Kueue pod group that do not yet tell Kueue the group is over;
+    none for a job whose pods form no Kueue group."""
+    gang = state.observed.gang
+    if not isinstance(gang, Gang) or gang.mode != "kueue":
+        return ()
+    return tuple((pod.name, pod.uid) for pod in state.observed.pods if not pod.group_ended)
 
 
 def grace_left(state: Round, outcome: Outcome | None) -> float:

@@ -17,6 +17,7 @@ from torchjob.api.objects import (
     PodStatus,
 )
 from torchjob.lifecycle.times import parse_time
+from torchjob.render.scheduling import KUEUE_RETRIABLE_ANNOTATION
 
 # Terminated reasons that say no more than the exit code does; any other is worth naming.
 PLAIN_REASONS = frozenset({"Error", "Completed"})
@@ -87,6 +88,8 @@ class PodView:
     node: str = ""  # the node it is bound to (spec.nodeName)
     gang_restarts: int = 0  # the annotation the pod was created with (lifecycle/gang.py)
     running_since: datetime | None = None  # when its running training container started
+    # The pod tells Kueue its group is over (render/scheduling.py, KUEUE_RETRIABLE_ANNOTATION).
+    group_ended: bool = False
 
     @property
     def finished(self) -> bool:
@@ -141,6 +144,7 @@ def view_pod(pod: dict[str, Any]) -> PodView | None:
         node=str(spec.get("nodeName") or ""),
         gang_restarts=_int(annotations.get(constants.ANNOTATION_GANG_RESTARTS)),
         running_since=_running_since(statuses, training_name),
+        group_ended=annotations.get(KUEUE_RETRIABLE_ANNOTATION) == "false",
     )
 
 

@@ -42,6 +42,8 @@ class Plan:
     # Pods stuck being deleted on a node that will never confirm it (lifecycle/nodes.py).
     force_delete_pods: list[tuple[str, str]] = field(default_factory=list)  # (name, uid)
     delete_services: list[str] = field(default_factory=list)  # of replicas scaled away
+    # Pods of an ended job's Kueue pod group, to tell Kueue the group is over (finishing.py).
+    end_group: list[tuple[str, str]] = field(default_factory=list)  # (name, uid)
     status: dict[str, Any] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     # Events about the change of status itself (a new phase): recorded once it is written.
@@ -63,7 +65,10 @@ def plan(observed: Observed, rules: RestartRules = DEFAULT_RULES) -> Plan:
         return Plan(status=ours(observed.status))
     start = _start_round(observed, rules)
     if is_terminal(observed.status):
-        return Plan(status=build_status(start, starting=False) | gang.status_fields(start))
+        return Plan(
+            status=build_status(start, starting=False) | gang.status_fields(start),
+            end_group=list(finishing.kueue_group_to_end(start)),
+        )
     applied = _Applied(start)
     _decide(start, applied)
     return _finish(start, applied)
@@ -223,6 +228,7 @@ class _Applied:
         plan.create_pods += decision.create_pods
         plan.delete_pods += decision.delete_pods
         plan.force_delete_pods += decision.force_delete_pods
+        plan.end_group += decision.end_group
         plan.delete_services += decision.delete_services
         plan.create_group |= decision.create_group
         plan.resize_group |= decision.resize_group

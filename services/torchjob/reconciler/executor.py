@@ -43,6 +43,7 @@ from torchjob.render.scheduling import (
     GangUnavailable,
     SchedulingSettings,
     decorate_pod,
+    kueue_group_ended_patch,
     min_count_patch,
     render_pod_group,
     shared_priority_class,
@@ -96,6 +97,7 @@ class ReconcilerExecutor:
         member = gang if isinstance(gang, Gang) else None
         try:
             await self._delete_pods(key, job, plan)
+            await self._end_group(key, job, plan)
             await self._delete_services(key, job, plan)
             refusal = await self._group(key, job, spec, plan, member)
             if refusal is None:
@@ -219,6 +221,18 @@ class ReconcilerExecutor:
             else:
                 done = "Deleted" if grace is None else "Force-deleted"
                 self._done(key, job, constants.REASON_SUCCESSFUL_DELETE, f"{done} pod: {name}")
+
+    async def _end_group(self, key: JobKey, job: dict[str, Any], plan: Plan) -> None:
+        """Tell Kueue the ended job's pod group is over, on each pod the plan names (a merge
+        patch of one annotation; the pod's own watch event shows it to the next round). A pod
+        already gone needs nothing."""
+        namespace = job["metadata"]["namespace"]
+        for name, _ in plan.end_group:
+            try:
+                await self.resources.patch(PODS, namespace, name, kueue_group_ended_patch())
+            except NotFound:
+                continue
+            log.info("told Kueue the pod group is over", job=str(key), pod=name)
 
     async def _delete_services(self, key: JobKey, job: dict[str, Any], plan: Plan) -> None:
         # Not expected: a Service the cache still shows is only deleted again (NotFound).

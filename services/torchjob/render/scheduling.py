@@ -41,6 +41,12 @@ KUEUE_GROUP_LABEL: Final = "kueue.x-k8s.io/pod-group-name"
 KUEUE_TOTAL_ANNOTATION: Final = "kueue.x-k8s.io/pod-group-total-count"
 KUEUE_PRIORITY_LABEL: Final = "kueue.x-k8s.io/priority-class"
 KUEUE_GATE: Final = "kueue.x-k8s.io/admission"
+# Kueue declares a pod group's Workload finished (frees its quota and lets its pods go) once every
+# pod of the group succeeded, or, when a pod of the group carries this annotation set to
+# "false", once none of them runs or waits to. A job that ended marks its pods so
+# (`kueue_group_ended_patch`): a job that succeeded stops the replicas still running (they end
+# Failed), and one that failed does not replace its failed pods.
+KUEUE_RETRIABLE_ANNOTATION: Final = "kueue.x-k8s.io/retriable-in-group"
 # Volcano's and coscheduling's ways for a pod to name its group.
 VOLCANO_GROUP_ANNOTATION: Final = "scheduling.k8s.io/group-name"
 COSCHEDULING_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
@@ -281,6 +287,12 @@ def shared_priority_class(spec: PyTorchTrainingJobSpec) -> str:
         for r in spec.replica_specs or []
     }
     return names.pop() if len(names) == 1 else ""
+
+
+def kueue_group_ended_patch() -> dict[str, Any]:
+    """The merge patch that tells Kueue a pod's group is over: no pod of it is replaced, and its
+    Workload is finished once none of them runs or waits to."""
+    return {"metadata": {"annotations": {KUEUE_RETRIABLE_ANNOTATION: "false"}}}
 
 
 def min_count_patch(gang: Gang) -> dict[str, Any]:

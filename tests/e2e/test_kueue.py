@@ -1,0 +1,361 @@
+"""Real Kueue (v0.17, `make kueue-build`, tests/support/kueue.py) against our real webhook and
+reconciler: two tenants' jobs on one ClusterQueue whose CPU quota holds one of them.
+
+Everything Kueue does here is done by Kueue: its webhook gates each pod and adds its finalizer,
+its pod-group controller makes one Workload of a job's pods (named after the job, the pod group),
+its scheduler reserves the quota and lifts the gates, and it declares the Workload finished and
+lets the pods go. The test plays kube-scheduler (it binds the pods Kueue let go to a node) and
+the kubelet (support.kubelet); a job's master ends first, as it decides the job's outcome, and
+the worker the reconciler then stops ends Failed: Kueue frees the group only because the
+reconciler marks an ended job's pods `kueue.x-k8s.io/retriable-in-group: "false"`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+from support import ControlPlane
+from support.cluster import Job, condition
+from support.eventually import eventually, eventually_sync
+from support.jobs import JobBuilder
+from support.kueue import (
+    API_VERSION,
+    MANAGED_LABEL,
+    KueueManager,
+    QuotaSample,
+    condition_status,
+    quota_objects,
+    quota_sample,
+)
+from support.operator import OPT_IN_LABEL, wait_until_admitting
+from support.processes import ServiceProcess
+from support.scheduling import add_gpu_nodes, place
+
+from torchjob.api import constants
+from torchjob.render.scheduling import (
+    KUEUE_GATE,
+    KUEUE_GROUP_LABEL,
+    KUEUE_QUEUE_LABEL,
+    KUEUE_TOTAL_ANNOTATION,
+)
+
+KUEUE_GROUP, KUEUE_VERSION = API_VERSION.split("/")
+KUEUE_FINALIZER = "kueue.x-k8s.io/managed"  # what Kueue's webhook adds to each pod it manages
+QUEUE = "training"  # each tenant's LocalQueue
+# A job is a master and a worker of one CPU each; the quota holds one job, not two.
+POD_CPU, JOB_CPU, QUOTA_CPU = "1", 2.0, 2.0
+# What the kubelet reports for a container it stopped with SIGTERM.
+STOPPED_EXIT_CODE = 143
+
+
+@pytest.fixture(scope="module")
+def kueue(control_plane: ControlPlane, crd: None) -> Iterator[KueueManager]:
+    manager = KueueManager(control_plane).start()
+    yield manager
+    manager.close()
+
+
+@pytest.fixture(scope="module")
+def kueue_node(control_plane: ControlPlane) -> Iterator[str]:
+    """A Ready node (no kubelet runs it: the test does) the test binds admitted pods to."""
+    (name,) = add_gpu_nodes(control_plane, f"kueue-{secrets.token_hex(3)}", count=1, gpus=0)
+    yield name
+    control_plane.kubectl("delete", "node", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def tenants(
+    control_plane: ControlPlane, kueue: KueueManager, reconciler: ServiceProcess
+) -> Iterator[tuple[str, str]]:
+    """Two namespaces that go through our webhook and that Kueue manages."""
+    names = tuple(f"kueue-{tenant}-{secrets.token_hex(3)}" for tenant in ("a", "b"))
+    for name in names:
+        open_tenant(control_plane, name)
+    yield names[0], names[1]
+    for name in names:
+        release_leftovers(control_plane, name)
+
+
+def open_tenant(plane: ControlPlane, name: str) -> None:
+    """The namespace `name`, going through our webhook and managed by Kueue, once our webhook
+    admits there and its default ServiceAccount (which pods need) exists."""
+    plane.kubectl("create", "namespace", name)
+    plane.kubectl("label", "namespace", name, f"{OPT_IN_LABEL}=on", f"{MANAGED_LABEL}=on")
+    wait_until_admitting(plane, name)
+
+    def has_default_account() -> bool:
+        found = plane.kubectl("get", "serviceaccount", "default", "-n", name, check=False)
+        return found.returncode == 0
+
+    eventually_sync(has_default_account, f"the default ServiceAccount of {name}")
+
+
+def release_leftovers(plane: ControlPlane, namespace: str) -> None:
+    """The namespace deleted. A pod Kueue still holds (a test failed before Kueue let it go)
+    is let go first, so that the namespace can go."""
+    plane.kubectl("delete", "pytorchtrainingjobs", "--all", "-n", namespace, "--wait=false")
+    listed = plane.kubectl("get", "pods", "-n", namespace, "-o", "json", check=False)
+    for pod in json.loads(listed.stdout or '{"items": []}')["items"]:
+        if KUEUE_FINALIZER in (pod["metadata"].get("finalizers") or ()):
+            unheld = json.dumps({"metadata": {"finalizers": None}})
+            name = pod["metadata"]["name"]
+            plane.kubectl("patch", "pod", name, "-n", namespace, "--type=merge", "-p", unheld)
+    plane.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+@pytest.fixture
+def cluster_queue(control_plane: ControlPlane, tenants: tuple[str, str]) -> Iterator[str]:
+    """A ResourceFlavor, a ClusterQueue of QUOTA_CPU CPUs of it, and a LocalQueue QUEUE on it in
+    each tenant namespace; the ClusterQueue's name once Kueue says it is active."""
+    prefix = tenants[0]
+    objects = list(quota_objects(prefix, str(int(QUOTA_CPU)), dict.fromkeys(tenants, QUEUE)))
+    items = {"apiVersion": "v1", "kind": "List", "items": objects}
+    control_plane.kubectl("apply", "-f", "-", input=json.dumps(items))
+    name = f"{prefix}-cq"
+
+    def active() -> bool:
+        got = control_plane.kubectl("get", "clusterqueue", name, "-o", "json")
+        return condition_status(json.loads(got.stdout), "Active") == "True"
+
+    eventually_sync(active, f"the ClusterQueue {name} active")
+    yield name
+    for kind, made in (("clusterqueue", name), ("resourceflavor", f"{prefix}-flavor")):
+        control_plane.kubectl("delete", kind, made, "--wait=false", check=False)
+
+
+class QuotaWatch:
+    """The ClusterQueue's status, sampled every few hundred milliseconds while a test runs."""
+
+    def __init__(self, api: client.ApiClient, name: str) -> None:
+        self.objects = client.CustomObjectsApi(api)
+        self.name = name
+        self.samples: list[QuotaSample] = []
+        self.status: dict[str, Any] = {}
+
+    async def sample(self) -> QuotaSample:
+        queue = await self.objects.get_cluster_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", self.name
+        )
+        self.status = dict(queue.get("status") or {})
+        taken = quota_sample(self.status)
+        self.samples.append(taken)
+        return taken
+
+    def last(self) -> str:
+        return f"{self.name}: status: {json.dumps(self.status)}"
+
+    @contextlib.asynccontextmanager
+    async def sampling(self, interval: float = 0.25) -> AsyncIterator[QuotaWatch]:
+        async def loop() -> None:
+            while True:
+                await self.sample()
+                await asyncio.sleep(interval)
+
+        task = asyncio.create_task(loop(), name="quota-watch")
+        try:
+            yield self
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+class QueuedJob(Job):
+    """A job labelled with its tenant's LocalQueue, as Kueue and our reconciler see it."""
+
+    def __init__(self, api: client.ApiClient, namespace: str, name: str) -> None:
+        container = {
+            "name": "python",
+            "image": "i",
+            "command": ["python"],
+            "args": ["t.py"],
+            "resources": {"requests": {"cpu": POD_CPU}},
+        }
+        manifest = (
+            JobBuilder(name)
+            .metadata(labels={KUEUE_QUEUE_LABEL: QUEUE})
+            .replicas("master", 1, container=container)
+            .replicas("worker", 1, container=container)
+            .restart_policy("Never")
+            .build()
+        )
+        super().__init__(api, namespace, manifest)
+        self.master, self.worker = f"{name}-master-0", f"{name}-worker-0"
+
+    async def every_pod(self) -> dict[str, Any]:
+        """Its pods, those being deleted included (Kueue holds them until it lets them go)."""
+        selector = f"{self.job_name_label}={self.name}"
+        listed = await self.core.list_namespaced_pod(self.namespace, label_selector=selector)
+        return {p.metadata.name: p for p in listed.items}
+
+    async def workload(self) -> dict[str, Any]:
+        """Kueue's Workload of the job's pod group: named after the group, the job's name."""
+        found = await self.objects.get_namespaced_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, self.namespace, "workloads", self.name
+        )
+        return dict(found)
+
+    async def workload_condition(self, kind: str) -> str | None:
+        try:
+            return condition_status(await self.workload(), kind)
+        except client.ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    async def workload_said(self, kind: str) -> dict[str, Any]:
+        """The Workload's condition of type `kind`."""
+        conditions = (await self.workload()).get("status", {}).get("conditions", [])
+        return dict(next(c for c in conditions if c["type"] == kind))
+
+
+async def wait_waiting_for_admission(job: QueuedJob) -> None:
+    """Both pods exist, gated by Kueue, in its pod group; the job says it waits for Kueue."""
+    await job.wait_pods({job.master, job.worker})
+
+    async def waiting() -> bool:
+        scheduled = [
+            c for c in (await job.status()).get("conditions", []) if c["type"] == "Scheduled"
+        ]
+        return bool(scheduled) and scheduled[0]["reason"] == constants.REASON_WAITING_FOR_ADMISSION
+
+    await job.wait("the job says it waits for Kueue's admission", waiting)
+    for pod in (await job.pods()).values():
+        assert KUEUE_GATE in {g.name for g in pod.spec.scheduling_gates or ()}, pod.metadata.name
+        assert KUEUE_FINALIZER in (pod.metadata.finalizers or ()), pod.metadata.name
+        assert pod.metadata.labels[KUEUE_GROUP_LABEL] == job.name
+        assert pod.metadata.labels[KUEUE_QUEUE_LABEL] == QUEUE
+        assert pod.metadata.annotations[KUEUE_TOTAL_ANNOTATION] == "2"
+
+
+async def wait_admitted(job: QueuedJob) -> None:
+    """Kueue admits the job's Workload, one pod set of both pods (a master and a worker of the
+    same shape), owned by both pods, and lifts every gate of its own from both of them."""
+
+    async def admitted() -> bool:
+        if await job.workload_condition("Admitted") != "True":
+            return False
+        pods = await job.pods()
+        return len(pods) == 2 and not any(p.spec.scheduling_gates for p in pods.values())
+
+    await job.wait("Kueue admitted the job's pod group and lifted its gates", admitted)
+    workload = await job.workload()
+    assert workload["metadata"]["annotations"]["kueue.x-k8s.io/is-group-workload"] == "true"
+    owners = {(o["kind"], o["name"]) for o in workload["metadata"]["ownerReferences"]}
+    assert owners == {("Pod", job.master), ("Pod", job.worker)}
+    assert [p["count"] for p in workload["spec"]["podSets"]] == [2]
+    assert workload["status"]["admission"]["podSetAssignments"][0]["resourceUsage"] == {
+        "cpu": str(int(JOB_CPU))
+    }
+
+
+async def run(job: QueuedJob, node: str) -> None:
+    """Bind the admitted pods to `node` and run them, as the scheduler and the kubelet do."""
+    for name in (job.master, job.worker):
+        await place(job.core, job.namespace, name, node)
+        await job.kubelet.run(name)
+    await job.wait_phase("Running")
+
+
+async def finish(job: QueuedJob) -> dict[str, Any]:
+    """The master exits 0; the reconciler stops the worker, which the kubelet stops (SIGTERM)
+    and confirms gone; the job then says it succeeded. Its status."""
+    await job.kubelet.finish(job.master, 0)
+
+    async def worker_deleted() -> bool:
+        worker = (await job.every_pod()).get(job.worker)
+        return worker is not None and worker.metadata.deletion_timestamp is not None
+
+    await job.wait("the reconciler stopping the worker once the master succeeded", worker_deleted)
+    await job.kubelet.finish(job.worker, STOPPED_EXIT_CODE)
+    await job.kubelet.confirm_deletion(job.worker)
+    return await job.wait_phase("Succeeded")
+
+
+async def wait_released(job: QueuedJob) -> None:
+    """Kueue declares the job's Workload finished and lets every pod of the group go: the
+    worker being deleted is gone, the master has no finalizer of Kueue's left."""
+
+    async def released() -> bool:
+        if await job.workload_condition("Finished") != "True":
+            return False
+        pods = await job.every_pod()
+        return set(pods) == {job.master} and not any(
+            KUEUE_FINALIZER in (p.metadata.finalizers or ()) for p in pods.values()
+        )
+
+    await job.wait("Kueue finished the Workload and let the pods go", released)
+
+
+async def assert_waits_while_the_first_runs(second: QueuedJob, watch: QuotaWatch) -> None:
+    """The second job is Pending and says it waits for Kueue; its Workload has no quota, for
+    want of it; its pods are still gated; the ClusterQueue holds one job and has one pending."""
+    status = await second.status()
+    assert status.get("phase") == "Pending"
+    waiting = condition(status, "Scheduled")
+    assert (waiting["status"], waiting["reason"]) == ("False", "WaitingForAdmission")
+    assert f"queue {QUEUE}" in waiting["message"]
+    reserved = await second.workload_said("QuotaReserved")
+    assert reserved["status"] == "False"
+    assert "insufficient unused quota for cpu" in reserved["message"]
+    assert await second.workload_condition("Admitted") != "True"
+    assert all(p.spec.scheduling_gates for p in (await second.pods()).values())
+
+    async def one_held_one_pending() -> bool:
+        held = await watch.sample()
+        return (held.reserved_cpu, held.admitted, held.pending) == (JOB_CPU, 1, 1)
+
+    await eventually(
+        one_held_one_pending, "the ClusterQueue holding one job, one pending", explain=watch.last
+    )
+
+
+async def assert_one_job_at_a_time(first: QueuedJob, second: QueuedJob, watch: QuotaWatch) -> None:
+    """The ClusterQueue never held more than its quota, nor two jobs at once, and Kueue reserved
+    the second job's quota only once it had declared the first's Workload finished."""
+    assert max(s.reserved_cpu for s in watch.samples) == JOB_CPU
+    assert all(s.reserved_cpu <= QUOTA_CPU and s.used_cpu <= QUOTA_CPU for s in watch.samples)
+    assert all(s.reserving <= 1 and s.admitted <= 1 for s in watch.samples)
+    first_finished = (await first.workload_said("Finished"))["lastTransitionTime"]
+    assert (await second.workload_said("QuotaReserved"))["lastTransitionTime"] >= first_finished
+
+
+async def test_kueue_admits_the_second_tenants_job_once_the_first_is_done(
+    kube_client: client.ApiClient,
+    tenants: tuple[str, str],
+    cluster_queue: str,
+    kueue_node: str,
+    kueue: KueueManager,
+) -> None:
+    first, second = (QueuedJob(kube_client, tenant, "train") for tenant in tenants)
+    await first.create()
+    watch = QuotaWatch(kube_client, cluster_queue)
+    async with watch.sampling():
+        await wait_admitted(first)
+        await second.create()
+        await wait_waiting_for_admission(second)
+        await run(first, kueue_node)
+        await assert_waits_while_the_first_runs(second, watch)
+        await finish(first)
+        await wait_released(first)
+        await wait_admitted(second)
+        await run(second, kueue_node)
+        await finish(second)
+        await wait_released(second)
+
+        async def quota_free() -> bool:
+            sample = await watch.sample()
+            return (sample.reserved_cpu, sample.admitted) == (0, 0)
+
+        await eventually(quota_free, "the ClusterQueue holding no quota", explain=watch.last)
+    await assert_one_job_at_a_time(first, second, watch)
+    for job in (first, second):
+        status = await job.status()
+        assert status["backoffCount"] == 0
+        assert condition(status, "Completed")["status"] == "True"

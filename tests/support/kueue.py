@@ -1,0 +1,302 @@
+"""Kueue's manager (sigs.k8s.io/kueue, built by `make kueue-build`) as a process beside the e2e
+tier's control plane: its CRDs applied as its release publishes them, its webhook configurations
+called by URL on loopback with a CA of the test's, and a Configuration of the test's: only the
+plain pod integration, in the namespaces labelled `MANAGED_LABEL`, no leader election, no
+certificate management of its own, health and metrics on free loopback ports.
+
+The control plane is shared with the rest of the e2e tier, so every webhook of Kueue's is limited
+to the namespaces it manages (its release limits the pod webhooks the same way, to all but
+kube-system and its own namespace): a test elsewhere never waits on Kueue, running or not.
+Kueue's manager runs as the control plane's admin (its release grants it a ClusterRole)."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .controlplane import REPO_ROOT, ControlPlane, free_port
+from .eventually import eventually_sync
+from .pki import CertAndKey, issue_serving_cert, new_ca, write_cert
+from .processes import READY_TIMEOUT, ServiceProcess
+
+BUILD_SCRIPT = REPO_ROOT / "hack" / "build-kueue.sh"
+NAMESPACE = "kueue-system"  # where its release runs it; its Configuration names it
+# Namespaces labelled `<MANAGED_LABEL>=on` are Kueue's (managedJobsNamespaceSelector), and only
+# their objects reach its webhooks.
+MANAGED_LABEL = "torchjob.test/kueue"
+# With its own certificate management off, Kueue's metrics server reads its certificate from this
+# directory (fixed in v0.17's cmd/kueue: its Deployment mounts a Secret there), and refuses to
+# start without one.
+METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
+# Its release's names for its webhook configurations (config/default prefixes `kueue-`).
+CONFIGURATION_NAMES = {
+    "MutatingWebhookConfiguration": "kueue-mutating-webhook-configuration",
+    "ValidatingWebhookConfiguration": "kueue-validating-webhook-configuration",
+}
+# The API version of Kueue's objects that v0.17 stores (and its manager reads).
+API_VERSION = "kueue.x-k8s.io/v1beta2"
+Manifest = dict[str, Any]
+
+
+class KueueMissing(RuntimeError):
+    """Kueue cannot run here: its build is not in the cache, or what it reads cannot be
+    written."""
+
+
+@dataclass(frozen=True)
+class KueueBuild:
+    """The manager's binary and what running it needs, as hack/build-kueue.sh caches them."""
+
+    binary: Path
+    crds: tuple[Path, ...]
+    webhook_manifests: Path
+
+    @classmethod
+    def locate(cls) -> KueueBuild:
+        printed = subprocess.run(
+            ["bash", str(BUILD_SCRIPT), "print-dir"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        directory = Path(printed)
+        if not (directory / ".built").is_file():
+            raise KueueMissing(
+                f"Kueue is not built in {directory}: run `make kueue-build` (`make test` and "
+                "`make e2e` build it first)"
+            )
+        return cls(
+            binary=directory / "kueue",
+            crds=tuple(sorted((directory / "crds").glob("*.yaml"))),
+            webhook_manifests=directory / "webhook" / "manifests.yaml",
+        )
+
+
+def webhook_configurations(manifests: str, port: int, ca_bundle: bytes) -> list[Manifest]:
+    """Kueue's webhook configurations as its release writes them for its Service, called instead
+    at `https://127.0.0.1:<port><path>` with `ca_bundle`, in the namespaces it manages."""
+    selector = {"matchLabels": {MANAGED_LABEL: "on"}}
+    bundle = base64.b64encode(ca_bundle).decode()
+    configurations = []
+    for document in yaml.safe_load_all(manifests):
+        if not document:
+            continue
+        configuration = copy.deepcopy(document)
+        configuration["metadata"] = {"name": CONFIGURATION_NAMES[configuration["kind"]]}
+        for webhook in configuration["webhooks"]:
+            path = webhook["clientConfig"]["service"]["path"]
+            webhook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle}
+            webhook["namespaceSelector"] = selector
+        configurations.append(configuration)
+    return configurations
+
+
+@dataclass(frozen=True)
+class Ports:
+    webhook: int
+    health: int
+    metrics: int
+
+
+def configuration(ports: Ports, cert_dir: Path) -> Manifest:
+    """Kueue's Configuration for the test: the plain pod integration only, in the namespaces
+    labelled MANAGED_LABEL; no leader election and no visibility server (an aggregated API
+    server, which the control plane has no way to reach)."""
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "namespace": NAMESPACE,
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{ports.health}"},
+        "metrics": {"bindAddress": f"127.0.0.1:{ports.metrics}"},
+        "webhook": {"host": "127.0.0.1", "port": ports.webhook, "certDir": str(cert_dir)},
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "integrations": {"frameworks": ["pod"]},
+        "managedJobsNamespaceSelector": {"matchLabels": {MANAGED_LABEL: "on"}},
+        "featureGates": {"VisibilityOnDemand": False},
+    }
+
+
+def _write_serving(directory: Path, serving: CertAndKey) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    serving.write(directory / "tls.crt", directory / "tls.key")
+
+
+class KueueManager:
+    """Kueue's manager on the control plane; `process` once started."""
+
+    def __init__(self, plane: ControlPlane, build: KueueBuild | None = None) -> None:
+        self.plane = plane
+        self.build = build or KueueBuild.locate()
+        self.ports = Ports(free_port(), free_port(), free_port())
+        self.dir = Path(tempfile.mkdtemp(prefix="kueue-"))
+        self.process: ServiceProcess | None = None
+
+    def start(self) -> KueueManager:
+        try:
+            self._install()
+            self._launch()
+            self._wait_admitting()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _install(self) -> None:
+        """Its namespace, its CRDs (Established), and its webhook configurations with a CA of
+        the test's whose serving certificate the manager serves."""
+        self.plane.kubectl("create", "namespace", NAMESPACE, check=False)
+        apply_crds(self.plane, self.build.crds)
+        ca = new_ca("kueue-test-ca")
+        serving = issue_serving_cert(ca, "kueue-webhook")
+        _write_serving(self.dir / "webhook-certs", serving)
+        try:
+            _write_serving(METRICS_CERT_DIR, serving)
+        except PermissionError as error:
+            raise KueueMissing(
+                f"Kueue's manager reads its metrics certificate from {METRICS_CERT_DIR}, which "
+                f"this user cannot write ({error}): run the Kueue tests as root"
+            ) from error
+        write_cert(self.dir / "ca.crt", ca.cert)
+        manifests = self.build.webhook_manifests.read_text()
+        bundle = (self.dir / "ca.crt").read_bytes()
+        configurations = webhook_configurations(manifests, self.ports.webhook, bundle)
+        items = {"apiVersion": "v1", "kind": "List", "items": configurations}
+        self.plane.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(items))
+
+    def _launch(self) -> None:
+        config = self.dir / "configuration.yaml"
+        config.write_text(yaml.safe_dump(configuration(self.ports, self.dir / "webhook-certs")))
+        argv = [str(self.build.binary), f"--config={config}", "--zap-log-level=2"]
+        env = {"KUBECONFIG": str(self.plane.kubeconfig)}
+        self.process = ServiceProcess.program("kueue", argv, self.ports.health, env)
+        self.process.start().wait_ready(READY_TIMEOUT)
+
+    def _wait_admitting(self) -> None:
+        """Until the apiserver reaches its webhook (it reads a new caBundle asynchronously): a
+        ResourceFlavor goes through Kueue's webhooks when created, here in a dry run."""
+        probe = {"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": "p"}}
+        said = ""
+
+        def admitted() -> bool:
+            nonlocal said
+            result = self.plane.kubectl(
+                "create", "--dry-run=server", "-f", "-", input=json.dumps(probe), check=False
+            )
+            said = result.stderr
+            return result.returncode == 0
+
+        eventually_sync(admitted, "Kueue's webhook to admit", timeout=60, explain=lambda: said)
+
+    def log_tail(self, lines: int = 60) -> str:
+        return self.process.log_tail(lines) if self.process else "(not started)"
+
+    def close(self) -> None:
+        """Its webhook configurations removed first (nothing answers them once it stops), then
+        the manager stopped and its files removed, the metrics certificate included."""
+        for kind, name in CONFIGURATION_NAMES.items():
+            self.plane.kubectl("delete", kind.lower(), name, "--ignore-not-found", check=False)
+        if self.process is not None:
+            self.process.close()
+            self.process = None
+        shutil.rmtree(self.dir, ignore_errors=True)
+        for written in ("tls.crt", "tls.key"):
+            (METRICS_CERT_DIR / written).unlink(missing_ok=True)
+
+
+def apply_crds(plane: ControlPlane, crds: Iterable[Path]) -> None:
+    """The CRDs as published, applied server-side (Kueue's are too large for the annotation a
+    client-side apply keeps) and Established."""
+    names = []
+    for path in crds:
+        plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+        names.append(yaml.safe_load(path.read_text())["metadata"]["name"])
+
+    def established() -> bool:
+        waited = plane.kubectl(
+            "wait",
+            "--for=condition=Established",
+            "--timeout=30s",
+            *(f"crd/{n}" for n in names),
+            check=False,
+        )
+        return waited.returncode == 0
+
+    eventually_sync(established, "Kueue's CRDs to be Established", timeout=90, interval=0.5)
+
+
+def quota_objects(prefix: str, cpu: str, tenants: dict[str, str]) -> Iterator[Manifest]:
+    """A ResourceFlavor, a ClusterQueue of `cpu` CPUs of it (any namespace's workloads), and a
+    LocalQueue on it in each tenant namespace (namespace: local queue name); all named from
+    `prefix`."""
+    flavor, cluster_queue = f"{prefix}-flavor", f"{prefix}-cq"
+    yield {"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": flavor}}
+    quota = {"name": flavor, "resources": [{"name": "cpu", "nominalQuota": cpu}]}
+    yield {
+        "apiVersion": API_VERSION,
+        "kind": "ClusterQueue",
+        "metadata": {"name": cluster_queue},
+        "spec": {
+            "namespaceSelector": {},
+            "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [quota]}],
+        },
+    }
+    for namespace, queue in tenants.items():
+        yield {
+            "apiVersion": API_VERSION,
+            "kind": "LocalQueue",
+            "metadata": {"name": queue, "namespace": namespace},
+            "spec": {"clusterQueue": cluster_queue},
+        }
+
+
+@dataclass(frozen=True)
+class QuotaSample:
+    """What a ClusterQueue's status says at one moment: CPUs reserved (quota held by admitted
+    workloads) and in use, and its workloads by state."""
+
+    reserved_cpu: float
+    used_cpu: float
+    admitted: int
+    reserving: int
+    pending: int
+
+
+def cpu_cores(quantity: str) -> float:
+    """A CPU quantity as Kubernetes writes it ("2", "1500m") in cores."""
+    if quantity.endswith("m"):
+        return int(quantity[:-1]) / 1000
+    return float(quantity)
+
+
+def quota_sample(status: dict[str, Any]) -> QuotaSample:
+    """The ClusterQueue `status` read into a sample (an empty status: nothing held)."""
+
+    def cpus(field: str) -> float:
+        return sum(
+            cpu_cores(str(resource.get("total") or "0"))
+            for flavor in status.get(field) or ()
+            for resource in flavor.get("resources") or ()
+            if resource.get("name") == "cpu"
+        )
+
+    return QuotaSample(
+        reserved_cpu=cpus("flavorsReservation"),
+        used_cpu=cpus("flavorsUsage"),
+        admitted=int(status.get("admittedWorkloads") or 0),
+        reserving=int(status.get("reservingWorkloads") or 0),
+        pending=int(status.get("pendingWorkloads") or 0),
+    )
+
+
+def condition_status(obj: dict[str, Any], kind: str) -> str | None:
+    """The status ("True", "False") of `obj`'s condition of type `kind`; None without one."""
+    conditions = (obj.get("status") or {}).get("conditions") or ()
+    return next((str(c.get("status")) for c in conditions if c.get("type") == kind), None)
