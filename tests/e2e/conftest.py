@@ -28,6 +28,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.is_relative_to(E2E_DIR):
             item.add_marker(pytest.mark.e2e)
+    # Tests that run Kueue come last: `make test` builds Kueue in the background meanwhile
+    # (hack/build-kueue.sh start), and they wait for it (support.kueue.KueueBuild.locate).
+    items.sort(key=lambda item: "kueue" in getattr(item, "fixturenames", ()))
 
 
 @pytest.fixture(scope="session")

@@ -30,6 +30,8 @@ from .pki import CertAndKey, issue_serving_cert, new_ca, write_cert
 from .processes import READY_TIMEOUT, ServiceProcess
 
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-kueue.sh"
+# Seconds to wait for a build: a cold one takes 5 to 10 minutes of a busy two-core machine.
+BUILD_WAIT = 1800
 NAMESPACE = "kueue-system"  # where its release runs it; its Configuration names it
 # Namespaces labelled `<MANAGED_LABEL>=on` are Kueue's (managedJobsNamespaceSelector), and only
 # their objects reach its webhooks.
@@ -63,14 +65,18 @@ class KueueBuild:
 
     @classmethod
     def locate(cls) -> KueueBuild:
+        """The build, once the one `make test` started in the background has ended (or, when
+        none was started, once it is built here)."""
+        waited = subprocess.run(
+            ["bash", str(BUILD_SCRIPT), "wait"], capture_output=True, text=True, timeout=BUILD_WAIT
+        )
         printed = subprocess.run(
             ["bash", str(BUILD_SCRIPT), "print-dir"], capture_output=True, text=True, check=True
         ).stdout.strip()
         directory = Path(printed)
-        if not (directory / ".built").is_file():
+        if waited.returncode != 0 or not (directory / ".built").is_file():
             raise KueueMissing(
-                f"Kueue is not built in {directory}: run `make kueue-build` (`make test` and "
-                "`make e2e` build it first)"
+                f"Kueue could not be built in {directory} (`make kueue-build`):\n{waited.stderr}"
             )
         return cls(
             binary=directory / "kueue",
