@@ -339,14 +339,7 @@ async def test_job_deletion_removes_pods_and_services(
         JobBuilder.example("basic").restart_policy("OnFailure").replica_count(2).build(),
     ).create()
     await job.wait_pods(names(job.name, "worker", 2))
-    await job.objects.delete_namespaced_custom_object(
-        types.GROUP,
-        types.VERSION,
-        admitted_namespace,
-        types.PLURAL,
-        job.name,
-        propagation_policy="Foreground",
-    )
+    await job.delete_foreground()
     await job.wait_pods(set(), timeout=60)
     await job.wait("services gone", lambda: _eq(job.services(), set()), timeout=60)
 

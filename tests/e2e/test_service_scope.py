@@ -12,7 +12,7 @@ from support.eventually import eventually
 from support.jobs import JobBuilder, names
 from support.processes import ServiceProcess
 
-from torchjob.api import constants, types
+from torchjob.api import constants
 
 
 async def test_one_service_names_every_replica_through_a_gang_restart(
@@ -66,14 +66,7 @@ async def test_one_service_names_every_replica_through_a_gang_restart(
     done = await job.wait_phase("Succeeded")
     assert (done["backoffCount"], done["gangRestarts"]) == (1, 1)
 
-    await job.objects.delete_namespaced_custom_object(
-        types.GROUP,
-        types.VERSION,
-        admitted_namespace,
-        types.PLURAL,
-        job.name,
-        propagation_policy="Foreground",
-    )
+    await job.delete_foreground()
     await job.wait_services(set(), timeout=60)
 
 

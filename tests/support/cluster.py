@@ -35,6 +35,18 @@ class Job:
         )
         return self
 
+    async def delete_foreground(self) -> None:
+        """Delete the job as `kubectl delete --cascade=foreground` does: its pods and Services
+        first, by the garbage collector."""
+        await self.objects.delete_namespaced_custom_object(
+            self.group,
+            self.version,
+            self.namespace,
+            self.plural,
+            self.name,
+            propagation_policy="Foreground",
+        )
+
     async def get(self) -> dict[str, Any]:
         job = await self.objects.get_namespaced_custom_object(
             self.group, self.version, self.namespace, self.plural, self.name
