@@ -54,7 +54,7 @@ import contextlib
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -63,7 +63,7 @@ from kubernetes_asyncio import client
 from torchjob.api import constants, types
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.kube.client import REQUESTS, KubeClient, new_kube_client
-from torchjob.kube.informer import Informer, KubeObject, ResourceKind
+from torchjob.kube.informer import KubeObject
 from torchjob.kube.resources import JOBS, PODS
 from torchjob.kube.rest import Resources
 from torchjob.reconciler.settings import DEFAULT_WORKERS
@@ -83,9 +83,9 @@ from support.bench import (  # noqa: E402
     new_namespace,
     print_machine,
     reconciler_counts,
+    watch,
 )
 from support.eventually import eventually  # noqa: E402
-from support.informers import client_like, running  # noqa: E402
 from support.jobs import JobBuilder  # noqa: E402
 from support.kubelet import TestKubelet  # noqa: E402
 from support.operator import (  # noqa: E402
@@ -227,29 +227,6 @@ class JobWatch:
         return dict(self.job.get("status") or {})
 
 
-@contextlib.asynccontextmanager
-async def watching(
-    api: client.ApiClient,
-    kind: ResourceKind,
-    namespace: str,
-    seen: Callable[[KubeObject], None],
-    gone: Callable[[KubeObject], None] | None = None,
-) -> AsyncIterator[Informer]:
-    """The bench's own informer on one namespace: `seen` after every add and update, `gone`
-    after every deletion."""
-    async with client_like(api) as ours:
-        informer = Informer(
-            ours,
-            kind,
-            namespace=namespace,
-            on_add=seen,
-            on_update=lambda _, new: seen(new),
-            on_delete=gone,
-        )
-        async with running(informer, sync_timeout=60) as started:
-            yield started
-
-
 async def until_replaced(pods: GangWatch, started: float, timeout: float) -> float | None:
     """Seconds from `started` until the gang was replaced; None, and what was seen, if it was
     not within `timeout`."""
@@ -306,7 +283,7 @@ async def floor_run(
 ) -> tuple[float | None, float]:
     """Seconds from the start until every replacement exists, and the requests sent meanwhile."""
     pods = GangWatch(args.replicas)
-    async with watching(user, PODS, namespace, pods.seen, pods.gone):
+    async with watch(user, PODS, namespace, pods.seen, pods.gone):
         job = await create_job(user, namespace, args.replicas)
         meta = job["metadata"]
         spec = PyTorchTrainingJobSpec.from_dict(job["spec"], "spec")
@@ -415,8 +392,8 @@ async def reconciler_run(
     """Seconds from the failure until every replacement exists (None if not in time)."""
     pods, job = GangWatch(args.replicas), JobWatch()
     async with (
-        watching(user, PODS, namespace, pods.seen, pods.gone),
-        watching(user, JOBS, namespace, job.seen),
+        watch(user, PODS, namespace, pods.seen, pods.gone),
+        watch(user, JOBS, namespace, job.seen),
     ):
         setup_started = time.perf_counter()
         await create_job(user, namespace, args.replicas)

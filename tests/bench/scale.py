@@ -76,6 +76,7 @@ from support.bench import (  # noqa: E402
     new_namespace,
     print_machine,
     reconciler_counts,
+    watch,
 )
 from support.eventually import eventually  # noqa: E402
 from support.operator import (  # noqa: E402
@@ -96,7 +97,6 @@ from support.scale_bench import (  # noqa: E402
     in_parallel,
     reconcile_times,
     restart_as_reconciler,
-    watching,
     while_alive,
 )
 from support.stats import percentile  # noqa: E402
@@ -173,7 +173,7 @@ def pods_of(
     user: client.ApiClient, namespace: str, progress: Progress
 ) -> contextlib.AbstractAsyncContextManager[object]:
     """The bench's watch of the namespace's pods, telling `progress`."""
-    return watching(user, namespace, PODS, progress.seen, progress.gone)
+    return watch(user, PODS, namespace, progress.seen, progress.gone)
 
 
 def the_big_job(args: argparse.Namespace) -> dict[str, Any]:
@@ -347,8 +347,8 @@ async def many_run(plane: ControlPlane, namespace: str, args: argparse.Namespace
 
     async with (
         await admin_client(plane) as user,
-        watching(user, namespace, PODS, pod_seen),
-        watching(user, namespace, JOBS, statuses.job_seen),
+        watch(user, PODS, namespace, pod_seen),
+        watch(user, JOBS, namespace, statuses.job_seen),
     ):
         progress.start()
         await in_parallel(

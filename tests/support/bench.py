@@ -27,12 +27,22 @@ def print_machine() -> None:
 
 @contextlib.asynccontextmanager
 async def watch(
-    api: client.ApiClient, kind: ResourceKind, namespace: str, changed: Callable[[KubeObject], None]
+    api: client.ApiClient,
+    kind: ResourceKind,
+    namespace: str,
+    changed: Callable[[KubeObject], None],
+    gone: Callable[[KubeObject], None] | None = None,
 ) -> AsyncIterator[Informer]:
-    """The bench's own informer on one namespace, calling `changed` after every add and update."""
+    """The bench's own informer on one namespace, calling `changed` after every add and update
+    and `gone` after every deletion."""
     async with client_like(api) as ours:
         informer = Informer(
-            ours, kind, namespace=namespace, on_add=changed, on_update=lambda _, new: changed(new)
+            ours,
+            kind,
+            namespace=namespace,
+            on_add=changed,
+            on_update=lambda _, new: changed(new),
+            on_delete=gone,
         )
         async with running(informer, sync_timeout=60) as started:
             yield started

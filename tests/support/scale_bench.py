@@ -5,22 +5,18 @@ objects exactly as the reconciler renders them."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from kubernetes_asyncio import client
-
-from support.informers import client_like, running
 from support.jobs import JobBuilder
 from support.processes import ServiceProcess
 from support.scheduling import GPU
 from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.kube.client import KubeClient
-from torchjob.kube.informer import Informer, KubeObject, ResourceKind
+from torchjob.kube.informer import KubeObject
 from torchjob.kube.resources import GROUP_RESOURCES, PODS, SERVICES
 from torchjob.kube.rest import Resources
 from torchjob.render.replica_objects import owner_reference, render_pod, render_service
@@ -177,29 +173,6 @@ class StatusTimes:
             for name, shown in self.shown_running.items()
             if name in self.pod_running
         ]
-
-
-@contextlib.asynccontextmanager
-async def watching(
-    api: client.ApiClient,
-    namespace: str,
-    kind: ResourceKind,
-    seen: Callable[[KubeObject], None],
-    gone: Callable[[KubeObject], None] | None = None,
-) -> AsyncIterator[Informer]:
-    """The bench's own informer of one namespace: `seen` after every add and update, `gone`
-    after every deletion."""
-    async with client_like(api) as ours:
-        informer = Informer(
-            ours,
-            kind,
-            namespace=namespace,
-            on_add=seen,
-            on_update=lambda _, new: seen(new),
-            on_delete=gone,
-        )
-        async with running(informer, sync_timeout=60) as started:
-            yield started
 
 
 def alive(process: ServiceProcess) -> bool:
