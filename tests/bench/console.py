@@ -35,7 +35,6 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
@@ -46,6 +45,7 @@ TESTS_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS_DIR))
 
 from support import ControlPlane  # noqa: E402
+from support.bench import create_jobs, timed_get  # noqa: E402
 from support.console import (  # noqa: E402
     Console,
     chromium,
@@ -54,40 +54,11 @@ from support.console import (  # noqa: E402
     start_console,
     tenant_token,
 )
-from support.jobs import job_manifest  # noqa: E402
 from support.operator import install_crds  # noqa: E402
 
 NAMESPACE = "bench-console"
 ROUNDS = 30
 UPDATES = 10
-CREATORS = 20
-
-
-async def create_jobs(admin: KubeClient, count: int) -> None:
-    queue: asyncio.Queue[int] = asyncio.Queue()
-    for index in range(count):
-        queue.put_nowait(index)
-
-    async def creator() -> None:
-        while not queue.empty():
-            index = queue.get_nowait()
-            manifest = job_manifest("basic", f"job-{index:04d}")
-            await admin.request("POST", JOBS.path(NAMESPACE), body=manifest)
-
-    await asyncio.gather(*(creator() for _ in range(CREATORS)))
-
-
-async def timed_get(
-    session: aiohttp.ClientSession, url: str, **options: Any
-) -> tuple[float, float, int]:
-    """Seconds to the first byte, seconds to the end, bytes."""
-    started = time.perf_counter()
-    async with session.get(url, **options) as answer:
-        first = await answer.content.read(1)
-        first_byte = time.perf_counter() - started
-        rest = await answer.read()
-        assert answer.status == 200, (answer.status, rest[:300])
-    return first_byte, time.perf_counter() - started, len(first) + len(rest)
 
 
 async def page_figures(
@@ -157,7 +128,7 @@ async def measure(plane: ControlPlane, console: Console, jobs: int) -> None:
     token = tenant_token(plane, NAMESPACE, "edit")
     async with await new_kube_client(str(plane.kubeconfig)) as admin:
         started = time.perf_counter()
-        await create_jobs(admin, jobs)
+        await create_jobs(admin, NAMESPACE, jobs)
         print(f"{jobs} jobs created in {time.perf_counter() - started:.1f} s")
         async with aiohttp.ClientSession() as session:
             signed = await session.post(

@@ -40,48 +40,22 @@ from typing import Any
 
 import aiohttp
 
-from torchjob.kube.client import KubeClient, new_kube_client
+from torchjob.kube.client import new_kube_client
 from torchjob.kube.resources import JOBS
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS_DIR))
 
 from support import ControlPlane  # noqa: E402
-from support.bench import print_machine  # noqa: E402
+from support.bench import create_jobs, print_machine, timed_get  # noqa: E402
 from support.console import Console, grant_job_roles, start_console, tenant_token  # noqa: E402
 from support.installed import install, services_run_by  # noqa: E402
-from support.jobs import job_manifest  # noqa: E402
 from support.operator import install_crds  # noqa: E402
 
 NAMESPACE = "bench-lists"
 ROUNDS = 10
-CREATORS = 20
 SESSION_COOKIE = "torchjob-console-session"
 Timing = tuple[float, float, int]  # seconds to the first byte, seconds to the end, bytes
-
-
-async def create_jobs(admin: KubeClient, count: int) -> None:
-    queue: asyncio.Queue[int] = asyncio.Queue()
-    for index in range(count):
-        queue.put_nowait(index)
-
-    async def creator() -> None:
-        while not queue.empty():
-            index = queue.get_nowait()
-            manifest = job_manifest("basic", f"job-{index:04d}")
-            await admin.request("POST", JOBS.path(NAMESPACE), body=manifest)
-
-    await asyncio.gather(*(creator() for _ in range(CREATORS)))
-
-
-async def timed_get(session: aiohttp.ClientSession, url: str, **options: Any) -> Timing:
-    started = time.perf_counter()
-    async with session.get(url, **options) as answer:
-        first = await answer.content.read(1)
-        first_byte = time.perf_counter() - started
-        rest = await answer.read()
-        assert answer.status == 200, (answer.status, rest[:300])
-    return first_byte, time.perf_counter() - started, len(first) + len(rest)
 
 
 async def rounds_of_get(session: aiohttp.ClientSession, url: str, **options: Any) -> list[Timing]:
@@ -206,7 +180,7 @@ def main() -> None:
 async def create_and_measure(plane: ControlPlane, console: Console, jobs: int) -> None:
     async with await new_kube_client(str(plane.kubeconfig)) as admin:
         started = time.perf_counter()
-        await create_jobs(admin, jobs)
+        await create_jobs(admin, NAMESPACE, jobs)
         print(f"{jobs} jobs created in {time.perf_counter() - started:.1f} s")
     await console_figures(plane, console, jobs)
 

@@ -1,22 +1,30 @@
 """What the benches share: the machine they ran on, a service's CPU time and counters, a
-namespace the webhook admits in, and an informer of the bench's own."""
+namespace the webhook admits in, an informer of the bench's own, a namespace filled with jobs
+and a timed GET."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import platform
 import re
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client, config
 
 from support.controlplane import ControlPlane
 from support.informers import client_like, running
+from support.jobs import job_manifest
 from support.operator import OPT_IN_LABEL, wait_until_admitting
 from support.processes import ServiceProcess
+from torchjob.kube.client import KubeClient
 from torchjob.kube.informer import Informer, KubeObject, ResourceKind
+from torchjob.kube.resources import JOBS
 
 
 def print_machine() -> None:
@@ -120,3 +128,35 @@ async def admin_client(plane: ControlPlane) -> client.ApiClient:
     return await config.new_client_from_config(
         config_file=str(plane.kubeconfig), persist_config=False
     )
+
+
+# Job creations in flight when a bench fills a namespace with jobs.
+JOB_CREATORS = 20
+
+
+async def create_jobs(admin: KubeClient, namespace: str, count: int) -> None:
+    """`count` basic jobs, `job-0000` on, created in `namespace`, JOB_CREATORS at a time."""
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for index in range(count):
+        queue.put_nowait(index)
+
+    async def creator() -> None:
+        while not queue.empty():
+            index = queue.get_nowait()
+            manifest = job_manifest("basic", f"job-{index:04d}")
+            await admin.request("POST", JOBS.path(namespace), body=manifest)
+
+    await asyncio.gather(*(creator() for _ in range(JOB_CREATORS)))
+
+
+async def timed_get(
+    session: aiohttp.ClientSession, url: str, **options: Any
+) -> tuple[float, float, int]:
+    """A GET's seconds to the first byte, seconds to the end, and bytes; it must answer 200."""
+    started = time.perf_counter()
+    async with session.get(url, **options) as answer:
+        first = await answer.content.read(1)
+        first_byte = time.perf_counter() - started
+        rest = await answer.read()
+        assert answer.status == 200, (answer.status, rest[:300])
+    return first_byte, time.perf_counter() - started, len(first) + len(rest)
