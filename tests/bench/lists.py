@@ -65,7 +65,9 @@ async def rounds_of_get(session: aiohttp.ClientSession, url: str, **options: Any
 def timed_command(argv: list[str]) -> Timing:
     """A process's first byte of output and its exit, from its start; its output's size."""
     started = time.perf_counter()
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # Unbuffered: a buffered read(1) would take the first block of output into a buffer that
+    # communicate(), reading the pipe itself, never sees, and the size would come out short.
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
     assert process.stdout is not None
     first = process.stdout.read(1)
     first_byte = time.perf_counter() - started
