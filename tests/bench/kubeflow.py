@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import math
 import signal
 import sys
@@ -75,13 +74,12 @@ from support.bench import (  # noqa: E402
     process_memory_mb,
     watch,
 )
-from support.eventually import eventually, eventually_sync  # noqa: E402
+from support.eventually import eventually  # noqa: E402
 from support.installed import install, modules_loaded, services_run_by  # noqa: E402
 from support.kubeflow import pytorchjob  # noqa: E402
-from support.kubeflow_operator import WEBHOOK_NAME, KubeflowOperator  # noqa: E402
+from support.kubeflow_operator import KubeflowOperator, opted_in_namespace  # noqa: E402
 from support.kubelet import TestKubelet  # noqa: E402
 from support.operator import (  # noqa: E402
-    OPT_IN_LABEL,
     install_crds,
     reconciler_kubeconfig,
     start_reconciler,
@@ -300,31 +298,6 @@ def report(figures: RunFigures, args: argparse.Namespace) -> None:
 
 
 # -- the two operators ---------------------------------------------------------------------------
-
-
-def opted_in_namespace(plane: ControlPlane, name: str) -> str:
-    """A namespace whose PyTorchJobs go through Kubeflow's webhook, once it answers: a job whose
-    name is no DNS-1035 label (which the apiserver itself accepts) is refused by it."""
-    plane.kubectl("create", "namespace", name)
-    plane.kubectl("label", "namespace", name, f"{OPT_IN_LABEL}=on")
-    probe = json.dumps(pytorchjob("0-admission-probe"))
-    answer = ""
-
-    def refused_by_webhook() -> bool:
-        nonlocal answer
-        answer = plane.kubectl(
-            "create", "--dry-run=server", "-n", name, "-f", "-", input=probe, check=False
-        ).stderr
-        return WEBHOOK_NAME in answer
-
-    eventually_sync(
-        refused_by_webhook,
-        "Kubeflow's webhook to answer",
-        timeout=60,
-        interval=0.3,
-        explain=lambda: answer,
-    )
-    return name
 
 
 def run_kubeflow(plane: ControlPlane, args: argparse.Namespace) -> RunFigures:

@@ -31,11 +31,17 @@ latency, pod by pod, from the bench's watch seeing the pod Running until its wat
 sees the job's status show it (p50, p99); each service's CPU seconds over the run, its peak
 resident set (VmHWM) and its resident set when idle after it.
 
+kubeflow: the same J jobs x 8 as Kubeflow PyTorchJobs (one Master, seven Workers), run first by
+Kubeflow's training-operator v1.9.3 (`make kubeflow-build`; one thread, as its manifests set it,
+no gang scheduler), then by torchjob's webhook and reconciler with --kubeflow, at the first limit;
+the same figures as many, and their ratios, torchjob over Kubeflow (tests/support/scale_many.py).
+
 Each run has a namespace of its own, deleted (its pods gone) before the next.
 
 Prints figures; the exit status says nothing about them. A full run wants a quiet machine:
 
     .venv/bin/python tests/bench/scale.py                        # 10,000 replicas; 2,000 jobs
+    .venv/bin/python tests/bench/scale.py --benches kubeflow --jobs 100   # side by side, small
     .venv/bin/python tests/bench/scale.py --replicas 1000 --jobs 100   # a quicker one
     .venv/bin/python tests/bench/scale.py --benches big --limits 500:1000
     .venv/bin/python tests/bench/scale.py --nodes 5000 --gpus-per-replica 1
@@ -49,7 +55,6 @@ import contextlib
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +62,6 @@ from kubernetes_asyncio import client
 
 from torchjob.api import constants, types
 from torchjob.kube.client import new_kube_client
-from torchjob.kube.informer import KubeObject
 from torchjob.kube.resources import JOBS, PODS
 from torchjob.render.topology import replica_name
 from torchjob.runtime import logging as runtime_logging
@@ -72,7 +76,6 @@ from support.bench import (  # noqa: E402
     cpu_seconds,
     delete_namespace,
     difference,
-    memory_mb,
     new_namespace,
     print_machine,
     reconciler_counts,
@@ -89,26 +92,22 @@ from support.scale import EXIT_CODE_ANNOTATION, ScaleTier  # noqa: E402
 from support.scale_bench import (  # noqa: E402
     Progress,
     ServiceExited,
-    StatusTimes,
     alive,
     big_job,
     close_reporting_exit,
     create_as_reconciler,
-    in_parallel,
+    create_custom_object,
     reconcile_times,
     restart_as_reconciler,
+    until_running,
     while_alive,
 )
-from support.stats import percentile  # noqa: E402
+from support.scale_many import measure_many, measure_side_by_side  # noqa: E402
 
 WORKERS = 4  # the reconciler's default --workers
 JOB_NAME = "big"
 FAILED_INDEX = 1  # the worker whose containers fail
 GOAL_RATIO = 1.1
-GOAL_P99_S = 1.0
-MANY_REPLICAS = 8
-USER_CONCURRENCY = 8  # job submissions in flight
-IDLE_PAUSE_S = 5.0
 Limit = tuple[float, int]
 
 
@@ -139,8 +138,9 @@ def parse() -> argparse.Namespace:
     p.add_argument(
         "--benches",
         type=lambda text: text.split(","),
-        default=["big", "many"],
-        help="which to run, of big (one job of --replicas) and many (--jobs jobs of 8)",
+        default=["big", "many", "kubeflow"],
+        help="which to run, of big (one job of --replicas), many (--jobs jobs of 8) and kubeflow "
+        "(--jobs PyTorchJobs of 8 run by Kubeflow's operator, then by torchjob)",
     )
     p.add_argument(
         "--renew-deadline",
@@ -162,13 +162,6 @@ def limits(text: str) -> list[Limit]:
 # -- one run -------------------------------------------------------------------------------------
 
 
-async def create_job(user: client.ApiClient, namespace: str, manifest: dict[str, Any]) -> Any:
-    objects = client.CustomObjectsApi(user)
-    return await objects.create_namespaced_custom_object(
-        types.GROUP, types.VERSION, namespace, types.PLURAL, manifest
-    )
-
-
 def pods_of(
     user: client.ApiClient, namespace: str, progress: Progress
 ) -> contextlib.AbstractAsyncContextManager[object]:
@@ -181,23 +174,6 @@ def the_big_job(args: argparse.Namespace) -> dict[str, Any]:
 
 
 Figures = dict[str, float | None]  # seconds to all Running, by what was timed: create, restart
-
-
-async def until_running(progress: Progress, who: str, what: str, timeout: float) -> float | None:
-    """Seconds from the start until every pod is Running, printed with when all were created
-    and bound; None (and what was seen) when not within `timeout`."""
-    try:
-        await asyncio.wait_for(progress.all_running.wait(), timeout)
-    except TimeoutError:
-        print(f"{who:11} not all Running within {timeout:.0f} s: {progress.counts()}", flush=True)
-        return None
-    elapsed = progress.reached["running"]
-    print(
-        f"{who:11} {elapsed:7.1f} s from {what} to all {progress.expected} Running "
-        f"({progress.stages()})",
-        flush=True,
-    )
-    return elapsed
 
 
 async def fail_worker(user: client.ApiClient, namespace: str, progress: Progress) -> None:
@@ -224,7 +200,7 @@ async def floor_runs(
     ):
         async with await new_kube_client(str(kubeconfig), qps=qps, burst=burst) as plain:
             progress.start()
-            job = await create_job(user, namespace, the_big_job(args))
+            job = await create_custom_object(user, JOBS, namespace, the_big_job(args))
             await create_as_reconciler(plain, job, WORKERS)
             figures["create"] = await until_running(progress, "floor:", "create", args.timeout)
         if figures["create"] is None:
@@ -246,7 +222,7 @@ async def reconciler_runs(
         pods_of(user, namespace, progress),
     ):
         progress.start()
-        await create_job(user, namespace, the_big_job(args))
+        await create_custom_object(user, JOBS, namespace, the_big_job(args))
         figures["create"] = await until_running(progress, "reconciler:", "create", args.timeout)
         if figures["create"] is None:
             return
@@ -331,99 +307,6 @@ def print_ratios(floor: Figures, measured: Figures) -> None:
         print(f"ratio:      {label}: {ratio:.2f}x the floor ({verdict} goal <= {GOAL_RATIO}x)")
 
 
-# -- many jobs at once ---------------------------------------------------------------------------
-
-
-async def many_run(plane: ControlPlane, namespace: str, args: argparse.Namespace) -> ManyFigures:
-    """Every job submitted at once (USER_CONCURRENCY creations in flight), until every pod is
-    Running and every job's status shows all its replicas Running."""
-    figures = ManyFigures()
-    expected = args.jobs * MANY_REPLICAS
-    progress, statuses = Progress(expected), StatusTimes()
-
-    def pod_seen(pod: KubeObject) -> None:
-        progress.seen(pod)
-        statuses.pod_seen(pod)
-
-    async with (
-        await admin_client(plane) as user,
-        watch(user, PODS, namespace, pod_seen),
-        watch(user, JOBS, namespace, statuses.job_seen),
-    ):
-        progress.start()
-        await in_parallel(
-            USER_CONCURRENCY,
-            range(args.jobs),
-            lambda index: create_job(user, namespace, big_job(f"job-{index}", MANY_REPLICAS)),
-        )
-        figures.running = await until_running(progress, "many:", "submission", args.timeout)
-        await eventually(
-            lambda: len(statuses.shown_running) >= expected,
-            "every job's status to show its replicas Running",
-            timeout=args.timeout,
-            interval=0.5,
-            explain=lambda: f"{len(statuses.shown_running)} of {expected} shown",
-        )
-        figures.shown = time.perf_counter() - progress.started
-    figures.latencies = statuses.latencies()
-    return figures
-
-
-@dataclass
-class ManyFigures:
-    running: float | None = None  # seconds from the first submission to every pod Running
-    shown: float | None = None  # ... until every job's status shows every replica Running
-    latencies: list[float] = field(default_factory=list)
-
-
-def measure_many(plane: ControlPlane, kubeconfig: Path, args: argparse.Namespace) -> None:
-    """A webhook and a reconciler of their own (their peaks are this workload's), at the first
-    limit of --limits."""
-    qps, burst = args.limits[0]
-    lease = "scale-many"
-    settings = reconciler_settings(args, lease, args.limits[0])
-    print(
-        f"\nmany:       {args.jobs} torchrun jobs x {MANY_REPLICAS} workers = "
-        f"{args.jobs * MANY_REPLICAS} pods, submitted at once; {qps:g} qps, burst {burst}",
-        flush=True,
-    )
-    with contextlib.ExitStack() as stack:
-        webhook = start_webhook(plane)
-        stack.callback(stop_webhook, plane, webhook)
-        reconciler = start_reconciler(plane, kubeconfig, lease, *settings)
-        stack.callback(close_reporting_exit, reconciler)
-        services = {"reconciler": reconciler, "webhook": webhook}
-        namespace = new_namespace(plane, "scale-many")
-        cpu = {name: cpu_seconds(process) for name, process in services.items()}
-        figures = asyncio.run(many_run(plane, namespace, args))
-        cpu = {name: cpu_seconds(process) - cpu[name] for name, process in services.items()}
-        time.sleep(IDLE_PAUSE_S)
-        memory = {name: memory_mb(process) for name, process in services.items()}
-    print_many(figures, cpu, memory)
-    delete_namespace(plane, namespace)
-
-
-def print_many(
-    figures: ManyFigures, cpu: dict[str, float], memory: dict[str, dict[str, float]]
-) -> None:
-    if figures.shown is not None:
-        print(f"            every job's status shows all Running at {figures.shown:.1f} s")
-    p50, p99 = (percentile(figures.latencies, p) for p in (50, 99))
-    verdict = "meets" if p99 <= GOAL_P99_S else "misses"
-    print(
-        f"status:     pod seen Running -> its job's status seen showing it: p50 "
-        f"{p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms over {len(figures.latencies)} pods "
-        f"({verdict} goal p99 <= {GOAL_P99_S:g} s)"
-    )
-    for name in ("reconciler", "webhook"):
-        print(
-            f"{name + ':':11} CPU {cpu[name]:.1f} s until every status shows all Running; peak "
-            f"RSS {memory[name]['VmHWM']:.0f} MB, idle {memory[name]['VmRSS']:.0f} MB"
-        )
-    peak = sum(memory[name]["VmHWM"] for name in memory)
-    print(f"together:   CPU {sum(cpu.values()):.1f} s, peak RSS {peak:.0f} MB")
-
-
 # -- main ----------------------------------------------------------------------------------------
 
 
@@ -442,8 +325,11 @@ def main() -> None:
         kubeconfig = reconciler_kubeconfig(tier.plane)
         if "big" in args.benches:
             measure_big(tier.plane, kubeconfig, args)
+        many_settings = reconciler_settings(args, "scale-many", args.limits[0])
         if "many" in args.benches:
-            measure_many(tier.plane, kubeconfig, args)
+            measure_many(tier.plane, kubeconfig, args, many_settings)
+        if "kubeflow" in args.benches:
+            measure_side_by_side(tier.plane, kubeconfig, args, many_settings)
     print(f"\nthe bench took {time.monotonic() - started:.0f} s")
     sys.stdout.flush()
 

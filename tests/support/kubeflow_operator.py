@@ -29,6 +29,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from support.controlplane import REPO_ROOT, ControlPlane, free_port
+from support.eventually import eventually_sync
+from support.kubeflow import pytorchjob
 from support.operator import OPT_IN_LABEL
 from support.processes import READY_TIMEOUT, STOP_GRACE
 
@@ -225,3 +227,28 @@ class KubeflowOperator:
             "delete", "validatingwebhookconfiguration", WEBHOOK_CONFIGURATION, check=False
         )
         self.log_path.unlink(missing_ok=True)
+
+
+def opted_in_namespace(plane: ControlPlane, name: str) -> str:
+    """A namespace whose PyTorchJobs go through Kubeflow's webhook, once it answers: a job whose
+    name is no DNS-1035 label (which the apiserver itself accepts) is refused by it."""
+    plane.kubectl("create", "namespace", name)
+    plane.kubectl("label", "namespace", name, f"{OPT_IN_LABEL}=on")
+    probe = json.dumps(pytorchjob("0-admission-probe"))
+    answer = ""
+
+    def refused_by_webhook() -> bool:
+        nonlocal answer
+        answer = plane.kubectl(
+            "create", "--dry-run=server", "-n", name, "-f", "-", input=probe, check=False
+        ).stderr
+        return WEBHOOK_NAME in answer
+
+    eventually_sync(
+        refused_by_webhook,
+        "Kubeflow's webhook to answer",
+        timeout=60,
+        interval=0.3,
+        explain=lambda: answer,
+    )
+    return name

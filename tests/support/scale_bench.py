@@ -10,13 +10,15 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+from kubernetes_asyncio import client
+
 from support.jobs import JobBuilder
 from support.processes import ServiceProcess
 from support.scheduling import GPU
 from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.kube.client import KubeClient
-from torchjob.kube.informer import KubeObject
+from torchjob.kube.informer import KubeObject, ResourceKind
 from torchjob.kube.resources import GROUP_RESOURCES, PODS, SERVICES
 from torchjob.kube.rest import Resources
 from torchjob.render.replica_objects import owner_reference, render_pod, render_service
@@ -69,6 +71,32 @@ def big_job(
     manifest = job.build()
     manifest["spec"]["torchrunConfig"]["minNodes"] = replicas
     return manifest
+
+
+async def create_custom_object(
+    user: client.ApiClient, kind: ResourceKind, namespace: str, manifest: dict[str, Any]
+) -> Any:
+    objects = client.CustomObjectsApi(user)
+    return await objects.create_namespaced_custom_object(
+        kind.group, kind.version, namespace, kind.plural, manifest
+    )
+
+
+async def until_running(progress: Progress, who: str, what: str, timeout: float) -> float | None:
+    """Seconds from the start until every pod is Running, printed with when all were created
+    and bound; None (and what was seen) when not within `timeout`."""
+    try:
+        await asyncio.wait_for(progress.all_running.wait(), timeout)
+    except TimeoutError:
+        print(f"{who:11} not all Running within {timeout:.0f} s: {progress.counts()}", flush=True)
+        return None
+    elapsed = progress.reached["running"]
+    print(
+        f"{who:11} {elapsed:7.1f} s from {what} to all {progress.expected} Running "
+        f"({progress.stages()})",
+        flush=True,
+    )
+    return elapsed
 
 
 class Progress:
