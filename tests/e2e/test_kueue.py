@@ -169,7 +169,9 @@ class QuotaWatch:
 class QueuedJob(Job):
     """A job labelled with its tenant's LocalQueue, as Kueue and our reconciler see it."""
 
-    def __init__(self, api: client.ApiClient, namespace: str, name: str) -> None:
+    def __init__(
+        self, api: client.ApiClient, namespace: str, name: str, restart_policy: str = "Never"
+    ) -> None:
         container = {
             "name": "python",
             "image": "i",
@@ -182,7 +184,7 @@ class QueuedJob(Job):
             .metadata(labels={KUEUE_QUEUE_LABEL: QUEUE})
             .replicas("master", 1, container=container)
             .replicas("worker", 1, container=container)
-            .restart_policy("Never")
+            .restart_policy(restart_policy)
             .build()
         )
         super().__init__(api, namespace, manifest)
@@ -293,6 +295,28 @@ async def wait_released(job: QueuedJob) -> None:
     await job.wait("Kueue finished the Workload and let the pods go", released)
 
 
+async def stop_deleted_pods(job: QueuedJob) -> None:
+    """As the kubelet: each pod of the job being deleted has its containers stopped (SIGTERM)
+    and is confirmed gone; Kueue's finalizer keeps it until Kueue lets it go."""
+    for name, pod in (await job.every_pod()).items():
+        if pod.metadata.deletion_timestamp is None:
+            continue
+        if pod.status.phase not in ("Succeeded", "Failed"):
+            await job.kubelet.finish(name, STOPPED_EXIT_CODE)
+        with contextlib.suppress(client.ApiException):  # gone meanwhile
+            await job.kubelet.confirm_deletion(name)
+
+
+async def wait_let_go(job: QueuedJob, uids: set[str], what: str) -> None:
+    """Until none of the pods `uids` is left, acting as the kubelet of those being deleted."""
+
+    async def gone() -> bool:
+        await stop_deleted_pods(job)
+        return not uids & {p.metadata.uid for p in (await job.every_pod()).values()}
+
+    await job.wait(what, gone)
+
+
 async def assert_waits_while_the_first_runs(second: QueuedJob, watch: QuotaWatch) -> None:
     """The second job is Pending and says it waits for Kueue; its Workload has no quota, for
     want of it; its pods are still gated; the ClusterQueue holds one job and has one pending."""
@@ -359,3 +383,45 @@ async def test_kueue_admits_the_second_tenants_job_once_the_first_is_done(
         status = await job.status()
         assert status["backoffCount"] == 0
         assert condition(status, "Completed")["status"] == "True"
+
+
+async def test_a_failed_worker_requeues_the_group_and_a_deleted_job_frees_its_quota(
+    kube_client: client.ApiClient,
+    tenants: tuple[str, str],
+    cluster_queue: str,
+    kueue_node: str,
+    kueue: KueueManager,
+) -> None:
+    """Kueue holds a pod of an admitted group that is deleted until a replacement of its role
+    exists, and a replica's replacement has its name: the reconciler deletes the group's
+    Workload, Kueue lets both pods go (stopping the master), and the new pods wait for and get a
+    new admission; the worker's failure is charged once, the master's stop not. Deleting the job
+    then frees the ClusterQueue's quota, which Kueue would otherwise hold with the pods."""
+    job = QueuedJob(kube_client, tenants[0], "requeued", restart_policy="OnFailure")
+    await job.create()
+    watch = QuotaWatch(kube_client, cluster_queue)
+    async with watch.sampling():
+        await wait_admitted(job)
+        await run(job, kueue_node)
+        first = {p.metadata.uid for p in (await job.pods()).values()}
+        await job.kubelet.finish(job.worker, 1)
+        await wait_let_go(job, first, "Kueue letting the old pods go, the Workload released")
+        await wait_admitted(job)
+        assert not first & {p.metadata.uid for p in (await job.pods()).values()}
+        await run(job, kueue_node)
+        status = await job.status()
+        assert status["backoffCount"] == 1
+        events = await job.core.list_namespaced_event(
+            job.namespace, field_selector=f"involvedObject.name={job.name}"
+        )
+        assert any("Deleted Kueue Workload: requeued" in e.message for e in events.items)
+        second = {p.metadata.uid for p in (await job.pods()).values()}
+        await job.delete()
+        await wait_let_go(job, second, "Kueue letting the deleted job's pods go")
+
+        async def quota_free() -> bool:
+            sample = await watch.sample()
+            return (sample.reserved_cpu, sample.admitted) == (0, 0)
+
+        await eventually(quota_free, "the ClusterQueue holding no quota", explain=watch.last)
+    assert all(s.reserved_cpu <= QUOTA_CPU for s in watch.samples)

@@ -35,17 +35,20 @@ class Job:
         )
         return self
 
-    async def delete_foreground(self) -> None:
-        """Delete the job as `kubectl delete --cascade=foreground` does: its pods and Services
-        first, by the garbage collector."""
+    async def delete(self, propagation: str = "Background") -> None:
+        """Delete the job as `kubectl delete` does: at once, its pods and Services after it, by
+        the garbage collector; `propagation="Foreground"` (`--cascade=foreground`): them first."""
         await self.objects.delete_namespaced_custom_object(
             self.group,
             self.version,
             self.namespace,
             self.plural,
             self.name,
-            propagation_policy="Foreground",
+            propagation_policy=propagation,
         )
+
+    async def delete_foreground(self) -> None:
+        await self.delete("Foreground")
 
     async def get(self) -> dict[str, Any]:
         job = await self.objects.get_namespaced_custom_object(

@@ -1,5 +1,5 @@
 """A job whose pods form a Kueue pod group tells Kueue, once the job has ended, that the group is
-over (lifecycle/finishing.py): Kueue frees the group's quota and lets its pods go only once
+over (lifecycle/kueue.py): Kueue frees the group's quota and lets its pods go only once
 every pod succeeded, unless a pod carries `kueue.x-k8s.io/retriable-in-group: "false"`. The
 workers the reconciler stops after the master succeeded end Failed, and so do the failed pods of
 a job that failed: without the annotation their quota would be held for ever

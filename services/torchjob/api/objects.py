@@ -34,6 +34,7 @@ class ObjectMeta(TypedDict, total=False):
     labels: dict[str, str]
     annotations: dict[str, str]
     ownerReferences: list[OwnerReference]
+    finalizers: list[str]
 
 
 class ContainerStateTerminated(TypedDict, total=False):

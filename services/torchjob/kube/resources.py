@@ -32,6 +32,9 @@ LEASES = ResourceKind("coordination.k8s.io", "v1", "leases")
 POD_METRICS = ResourceKind("metrics.k8s.io", "v1beta1", "pods")
 NODE_METRICS = ResourceKind("metrics.k8s.io", "v1beta1", "nodes")
 CLAIMS = ResourceKind("", "v1", "persistentvolumeclaims")
+# Kueue's Workloads (v0.15 and later serve v1beta2): that of a job's pod group is deleted so that
+# Kueue lets the group's pods go (lifecycle/kueue.py).
+KUEUE_WORKLOADS = ResourceKind("kueue.x-k8s.io", "v1beta2", "workloads")
 # The PodGroup kinds of each gang mode (render/scheduling.py).
 GROUP_RESOURCES: dict[GangMode, ResourceKind] = {
     mode: ResourceKind(kind.group, kind.version, kind.plural) for mode, kind in GROUP_KINDS.items()

@@ -13,7 +13,8 @@ Every field read of a cached pod or Service, and so kept here:
   controlling one) and the job-name label;
 - `lifecycle.observe.view_pod`: the replica-type and replica-index labels, the backoff-count,
   consecutive-restarts and debug annotations and Kueue's retriable-in-group (a job that ended
-  marks its pods so, once), metadata.uid and deletionTimestamp, the names of spec.containers
+  marks its pods so, once), Kueue's pod-group label and metadata.finalizers (a pod Kueue holds
+  while it is deleted), metadata.uid and deletionTimestamp, the names of spec.containers
   (which one is the training container), and status: phase, reason, message, startTime and
   each containerStatus's name and state; spec.nodeName (gang scheduling, and the node a pod is
   lost with); the names of spec.schedulingGates and the status conditions that say
@@ -33,15 +34,16 @@ from __future__ import annotations
 from typing import Any
 
 from torchjob.api import constants
-from torchjob.render.scheduling import KUEUE_RETRIABLE_ANNOTATION
+from torchjob.render.scheduling import KUEUE_GROUP_LABEL, KUEUE_RETRIABLE_ANNOTATION
 
 KubeObject = dict[str, Any]
 
-KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
+KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp", "finalizers")
 KEPT_LABELS = (
     constants.LABEL_JOB_NAME,
     constants.LABEL_REPLICA_TYPE,
     constants.LABEL_REPLICA_INDEX,
+    KUEUE_GROUP_LABEL,
 )
 KEPT_ANNOTATIONS = (
     constants.ANNOTATION_BACKOFF_COUNT,

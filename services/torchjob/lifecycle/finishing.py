@@ -17,7 +17,7 @@ Kueue's plain pod groups, ours, read the pods instead: Kueue frees a group's quo
 pods go only once every pod succeeded, unless a pod says its group is not retried, and the
 replicas stopped after the master succeeded, or the failed pods of a job that failed, never
 succeed. So a job whose pods form a Kueue pod group also tells Kueue the group is over
-(`kueue_group_to_end`), from the round that decides the ending on, the job's last rounds
+(`lifecycle/kueue.py`), from the round that decides the ending on, the job's last rounds
 included (docs/scheduling.md).
 """
 
@@ -28,13 +28,13 @@ from datetime import datetime
 from typing import Any
 
 from torchjob.api import constants
+from torchjob.lifecycle import kueue
 from torchjob.lifecycle.conditions import COMPLETED_REASONS, FAILED_REASONS, Event
 from torchjob.lifecycle.decision import Decision, PodRef
 from torchjob.lifecycle.nodes import judge_nodes
 from torchjob.lifecycle.observe import PodView
 from torchjob.lifecycle.round import Outcome, Round
 from torchjob.lifecycle.times import parse_time
-from torchjob.render.scheduling import Gang
 
 
 def recorded_outcome(status: Mapping[str, Any]) -> Outcome | None:
@@ -80,19 +80,10 @@ def stop(
     return Decision(
         delete_pods=deletes,
         force_delete_pods=tuple(p for p in stuck.force_delete if p not in force_deleting),
-        end_group=kueue_group_to_end(state),
+        end_group=kueue.group_to_end(state),
         stopping=tuple(pod.name for pod in running),
         requeue_after=min(waits, default=None),
     )
-
-
-def kueue_group_to_end(state: Round) -> tuple[PodRef, ...]:
-    """The pods of the ended job's Kueue pod group that do not yet tell Kueue the group is over;
-    none for a job whose pods form no Kueue group."""
-    gang = state.observed.gang
-    if not isinstance(gang, Gang) or gang.mode != "kueue":
-        return ()
-    return tuple((pod.name, pod.uid) for pod in state.observed.pods if not pod.group_ended)
 
 
 def grace_left(state: Round, outcome: Outcome | None) -> float:

@@ -17,7 +17,11 @@ from torchjob.api.objects import (
     PodStatus,
 )
 from torchjob.lifecycle.times import parse_time
-from torchjob.render.scheduling import KUEUE_RETRIABLE_ANNOTATION
+from torchjob.render.scheduling import (
+    KUEUE_FINALIZER,
+    KUEUE_GROUP_LABEL,
+    KUEUE_RETRIABLE_ANNOTATION,
+)
 
 # Terminated reasons that say no more than the exit code does; any other is worth naming.
 PLAIN_REASONS = frozenset({"Error", "Completed"})
@@ -90,6 +94,10 @@ class PodView:
     running_since: datetime | None = None  # when its running training container started
     # The pod tells Kueue its group is over (render/scheduling.py, KUEUE_RETRIABLE_ANNOTATION).
     group_ended: bool = False
+    # The Kueue pod group the pod belongs to (its label), "" for none; and whether Kueue's
+    # finalizer holds it while it is deleted (render/scheduling.py, KUEUE_FINALIZER).
+    kueue_group: str = ""
+    held_by_kueue: bool = False
 
     @property
     def finished(self) -> bool:
@@ -145,6 +153,9 @@ def view_pod(pod: dict[str, Any]) -> PodView | None:
         gang_restarts=_int(annotations.get(constants.ANNOTATION_GANG_RESTARTS)),
         running_since=_running_since(statuses, training_name),
         group_ended=annotations.get(KUEUE_RETRIABLE_ANNOTATION) == "false",
+        kueue_group=str(labels.get(KUEUE_GROUP_LABEL) or ""),
+        held_by_kueue=bool(meta.get("deletionTimestamp"))
+        and KUEUE_FINALIZER in (meta.get("finalizers") or ()),
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from torchjob.api import constants, queries
 from torchjob.api.types import PyTorchTrainingJobSpec
-from torchjob.lifecycle import finishing, gang, no_progress, replicas, start_failure
+from torchjob.lifecycle import finishing, gang, kueue, no_progress, replicas, start_failure
 from torchjob.lifecycle.backoff import DEFAULT_RULES, PendingRestart, RestartRules
 from torchjob.lifecycle.conditions import Event
 from torchjob.lifecycle.decision import NOTHING, Decision, PodRef, PodToCreate, Tally
@@ -44,6 +44,8 @@ class Plan:
     delete_services: list[str] = field(default_factory=list)  # of replicas scaled away
     # Pods of an ended job's Kueue pod group, to tell Kueue the group is over (finishing.py).
     end_group: list[tuple[str, str]] = field(default_factory=list)  # (name, uid)
+    # The Kueue Workload to delete, so that Kueue lets go the pods it holds (lifecycle/kueue.py).
+    release_workload: str | None = None
     status: dict[str, Any] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     # Events about the change of status itself (a new phase): recorded once it is written.
@@ -67,7 +69,7 @@ def plan(observed: Observed, rules: RestartRules = DEFAULT_RULES) -> Plan:
     if is_terminal(observed.status):
         return Plan(
             status=build_status(start, starting=False) | gang.status_fields(start),
-            end_group=list(finishing.kueue_group_to_end(start)),
+            end_group=list(kueue.group_to_end(start)),
         )
     applied = _Applied(start)
     _decide(start, applied)
@@ -375,6 +377,8 @@ def _finish(start: Round, applied: _Applied) -> Plan:
         plan.create_pods.clear()
         plan.create_group = plan.resize_group = False
         plan.requeue_after = recheck
+    else:
+        plan.release_workload = kueue.workload_to_release(start.observed.pods)
     plan.status_can_wait = _status_can_wait(facts, plan)
     plan.status_events = [
         *([] if facts.outcome else applied.announced),

@@ -38,6 +38,7 @@ from torchjob.kube.resources import (
 from torchjob.kube.slim import slim_node, slim_pod, slim_service
 from torchjob.kube.workqueue import LOW, WorkQueue
 from torchjob.lifecycle.failures import retry_delay
+from torchjob.lifecycle.kueue import workload_to_release
 from torchjob.lifecycle.nodes import NodesSeen, view_node
 from torchjob.lifecycle.observe import GroupView, PodView, Refusal, view_group, view_pod
 from torchjob.lifecycle.plan import plan
@@ -79,6 +80,9 @@ class Reconciler:
         # Each job's latest refusal and how many rounds in a row had one; the planner observes
         # the refusal until a round creates without one.
         self.refusals: dict[JobKey, tuple[Refusal, int]] = {}
+        # The uid of each deleted job whose pods the cache still shows: Kueue may hold them
+        # (lifecycle/kueue.py). Forgotten once none is left.
+        self.deleted: dict[JobKey, str] = {}
         self._watch_jobs(api, settings.kubeflow)
         self._watch_owned(api, settings.scheduling.served)
         self.node_lost_grace = settings.node_lost_grace
@@ -194,7 +198,9 @@ class Reconciler:
         self.queue.add(JobKey.of(job), LOW)
 
     def _job_deleted(self, job: dict[str, Any]) -> None:
-        self.metrics.forget(str((job.get("metadata") or {}).get("uid", "")))
+        uid = str((job.get("metadata") or {}).get("uid", ""))
+        self.metrics.forget(uid)
+        self.deleted[JobKey.of(job)] = uid
         self.queue.add(JobKey.of(job))
 
     def _job_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
@@ -277,6 +283,7 @@ class Reconciler:
         if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
             self.expectations.forget(key)
             self.refusals.pop(key, None)
+            await self._release_deleted(key, job)
             return Result()  # the garbage collector removes what the job owned
         if not self.expectations.satisfied(key):
             log.debug("waiting for the cache to show our own writes")
@@ -316,6 +323,19 @@ class Reconciler:
         if decision.requeue_after is not None:
             retry = min(retry, decision.requeue_after)
         return Result(requeue_after=retry)
+
+    async def _release_deleted(self, key: JobKey, job: dict[str, Any] | None) -> None:
+        """The Kueue Workload of a deleted job's pods, released once Kueue holds one of them
+        being deleted, as a running job's is (lifecycle/kueue.py): nothing else lets them go."""
+        uid = str(job["metadata"]["uid"]) if job is not None else self.deleted.get(key)
+        if uid is None:
+            return
+        pods = [v for p in self.pods.by_index(OWNER_INDEX, uid) if (v := view_pod(p)) is not None]
+        if not pods:
+            self.deleted.pop(key, None)
+            return
+        name = workload_to_release(pods)
+        await self.executor.release_workload(key, key.namespace, name, job)
 
     def _cache_caught_up(self, key: JobKey) -> None:
         """The watch may show our status write before its answer came back, and so before it was

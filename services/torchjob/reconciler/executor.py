@@ -29,7 +29,7 @@ from torchjob.kube.expectations import Expectations, ObjectRef
 from torchjob.kube.informer import ResourceKind
 from torchjob.kube.jobs import patch_status
 from torchjob.kube.reconcile import JobKey
-from torchjob.kube.resources import AUTOSCALERS, GROUP_RESOURCES, PODS, SERVICES
+from torchjob.kube.resources import AUTOSCALERS, GROUP_RESOURCES, KUEUE_WORKLOADS, PODS, SERVICES
 from torchjob.kube.rest import Resources
 from torchjob.lifecycle.observe import Refusal
 from torchjob.lifecycle.plan import Plan
@@ -98,6 +98,9 @@ class ReconcilerExecutor:
         try:
             await self._delete_pods(key, job, plan)
             await self._end_group(key, job, plan)
+            await self.release_workload(
+                key, job["metadata"]["namespace"], plan.release_workload, job
+            )
             await self._delete_services(key, job, plan)
             refusal = await self._group(key, job, spec, plan, member)
             if refusal is None:
@@ -233,6 +236,27 @@ class ReconcilerExecutor:
             except NotFound:
                 continue
             log.info("told Kueue the pod group is over", job=str(key), pod=name)
+
+    async def release_workload(
+        self, key: JobKey, namespace: str, name: str | None, job: dict[str, Any] | None = None
+    ) -> None:
+        """Delete Kueue's Workload `name`, so that Kueue lets go the pods of the group it holds
+        (lifecycle/kueue.py); recorded on `job`, when it still exists. A Workload already gone,
+        or a cluster that serves no Workloads, needs nothing."""
+        if name is None:
+            return
+        try:
+            await self.resources.delete(KUEUE_WORKLOADS, namespace, name)
+        except NotFound:
+            return
+        message = (
+            f"Deleted Kueue Workload: {name} (Kueue lets go the pods it holds only then; the "
+            "pods created next wait to be admitted again)"
+        )
+        if job is None:
+            log.info(message, job=str(key), reason=constants.REASON_SUCCESSFUL_DELETE)
+        else:
+            self._done(key, job, constants.REASON_SUCCESSFUL_DELETE, message)
 
     async def _delete_services(self, key: JobKey, job: dict[str, Any], plan: Plan) -> None:
         # Not expected: a Service the cache still shows is only deleted again (NotFound).

@@ -47,6 +47,12 @@ KUEUE_GATE: Final = "kueue.x-k8s.io/admission"
 # (`kueue_group_ended_patch`): a job that succeeded stops the replicas still running (they end
 # Failed), and one that failed does not replace its failed pods.
 KUEUE_RETRIABLE_ANNOTATION: Final = "kueue.x-k8s.io/retriable-in-group"
+# Kueue's webhook puts this finalizer on each pod it manages. Kueue removes it from a pod of a
+# group that is being deleted only once a replacement pod of the same role exists, or when the
+# group's Workload is deleted (it then lets every pod of the group go); a replacement of ours has
+# the replica's name, which the pod held keeps, so a job that goes on releases the Workload
+# (lifecycle/kueue.py).
+KUEUE_FINALIZER: Final = "kueue.x-k8s.io/managed"
 # Volcano's and coscheduling's ways for a pod to name its group.
 VOLCANO_GROUP_ANNOTATION: Final = "scheduling.k8s.io/group-name"
 COSCHEDULING_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
