@@ -238,11 +238,23 @@ def apply_crds(plane: ControlPlane, crds: Iterable[Path]) -> None:
     eventually_sync(established, "Kueue's CRDs to be Established", timeout=90, interval=0.5)
 
 
+# The WorkloadPriorityClasses quota_objects makes, by the suffix of their names: their values.
+PRIORITIES = {"low": 100, "high": 1000}
+
+
 def quota_objects(prefix: str, cpu: str, tenants: dict[str, str]) -> Iterator[Manifest]:
-    """A ResourceFlavor, a ClusterQueue of `cpu` CPUs of it (any namespace's workloads), and a
-    LocalQueue on it in each tenant namespace (namespace: local queue name); all named from
-    `prefix`."""
+    """A ResourceFlavor, a ClusterQueue of `cpu` CPUs of it (any namespace's workloads; a
+    workload of higher priority preempts those of lower priority in it), a LocalQueue on it in
+    each tenant namespace (namespace: local queue name), and the WorkloadPriorityClasses
+    `<prefix>-low` and `<prefix>-high`; all named from `prefix`."""
     flavor, cluster_queue = f"{prefix}-flavor", f"{prefix}-cq"
+    for suffix, value in PRIORITIES.items():
+        yield {
+            "apiVersion": API_VERSION,
+            "kind": "WorkloadPriorityClass",
+            "metadata": {"name": f"{prefix}-{suffix}"},
+            "value": value,
+        }
     yield {"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": flavor}}
     quota = {"name": flavor, "resources": [{"name": "cpu", "nominalQuota": cpu}]}
     yield {
@@ -252,6 +264,7 @@ def quota_objects(prefix: str, cpu: str, tenants: dict[str, str]) -> Iterator[Ma
         "spec": {
             "namespaceSelector": {},
             "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [quota]}],
+            "preemption": {"withinClusterQueue": "LowerPriority"},
         },
     }
     for namespace, queue in tenants.items():

@@ -177,12 +177,16 @@ PREEMPTION_CONDITIONS: dict[str, str | None] = {"TerminationTarget": None, "Disr
 
 
 def _preempted(status: PodStatus) -> str | None:
+    """The reason the cluster stopped the pod, with what it said (Kueue names the workload that
+    preempted it: "Preempted to accommodate a workload (UID: ..., JobUID: ...) due to
+    prioritization in the ClusterQueue"); None when it did not."""
     for condition in status.get("conditions") or ():
         kind, reason = str(condition.get("type")), str(condition.get("reason") or "")
         if condition.get("status") != "True" or kind not in PREEMPTION_CONDITIONS:
             continue
         if PREEMPTION_CONDITIONS[kind] in (None, reason):
-            return reason or kind
+            said = _one_line(str(condition.get("message") or ""))
+            return f"{reason or kind}: {said}" if said else reason or kind
     return None
 
 
