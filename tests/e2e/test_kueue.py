@@ -12,9 +12,11 @@ reconciler marks an ended job's pods `kueue.x-k8s.io/retriable-in-group: "false"
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 from kubernetes_asyncio import client
@@ -209,9 +211,10 @@ async def test_a_higher_priority_job_preempts_a_running_one_which_waits_and_runs
     kueue: KueueManager,
 ) -> None:
     """Preemption is a pause: Kueue evicts the running low-priority job's group for the high
-    one (it stops its pods), the reconciler releases the evicted Workload, and the job's new pods
-    wait in the queue, not charged, its status and Event naming why; once the high job is done,
-    Kueue admits the low one again and it runs to success."""
+    one (it stops its pods), the reconciler releases the evicted Workload once they stopped (the
+    high job's quota is reserved only then), and the job's new pods wait in the queue, not
+    charged, its status and Event naming why; once the high job is done, Kueue admits the low one
+    again and it runs to success."""
     prefix = tenants[0]
     low = QueuedJob(kube_client, tenants[0], "low", "OnFailure", priority=f"{prefix}-low")
     high = QueuedJob(kube_client, tenants[1], "high", "OnFailure", priority=f"{prefix}-high")
@@ -222,8 +225,19 @@ async def test_a_higher_priority_job_preempts_a_running_one_which_waits_and_runs
         await run(low, kueue_node)
         first = {p.metadata.uid for p in (await low.pods()).values()}
         await high.create()
-        await wait_let_go(low, first, "Kueue preempting the low job and letting its pods go")
+
+        async def evicted() -> bool:
+            pods = (await low.every_pod()).values()
+            return all(p.metadata.deletion_timestamp for p in pods if p.metadata.uid in first)
+
+        await low.wait("Kueue evicting the low job's group for the high one", evicted)
+        await asyncio.sleep(1)  # while the evicted pods still run, the quota stays theirs
+        assert await high.workload_condition("QuotaReserved") != "True"
+        stopped_at = datetime.now(UTC).replace(microsecond=0)
+        await wait_let_go(low, first, "Kueue letting the stopped pods go")
         await wait_admitted(high)
+        reserved = (await high.workload_said("QuotaReserved"))["lastTransitionTime"]
+        assert datetime.fromisoformat(reserved) >= stopped_at, (reserved, stopped_at)
         await wait_waiting_for_admission(low)
         events = await low.core.list_namespaced_event(
             low.namespace, field_selector="involvedObject.name=low,reason=Preempted"

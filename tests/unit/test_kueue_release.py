@@ -6,6 +6,8 @@ it on real Kueue (a worker restarted, a job deleted)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import timedelta
 from typing import Any, cast
 
 from support.planning import META, NOW, TRAINER, replica_pod, services, settle, spec
@@ -58,7 +60,24 @@ def test_nothing_is_released_while_no_pod_is_held() -> None:
     assert round_of(running(), status).release_workload is None
     deleting = [*running()[:2], member("worker", 1, "Failed", deleting=True)]
     assert round_of(deleting, status).release_workload is None  # no finalizer of Kueue's
-    assert workload_to_release([replica_pod("worker", 0, deleting=True)]) is None  # no group
+    no_group = [replica_pod("worker", 0, deleting=True, held_by_kueue=True)]
+    assert workload_to_release(no_group, NOW).workload is None
+
+
+def test_the_workload_waits_until_the_pods_being_stopped_on_a_node_stopped() -> None:
+    """Kueue frees the quota as the Workload goes: not while a pod it holds still runs on a
+    node, unless that pod's deletion grace is over (as Kueue counts a pod stuck stopping)."""
+    due = NOW + timedelta(seconds=30)
+    stopping = member("master", 0, deleting=True, held_by_kueue=True, bound=True, deletion_due=due)
+    pods = [stopping, running()[1], held_worker()]
+    waiting = round_of(pods, settle(spec(), running()))
+    assert waiting.release_workload is None
+    assert waiting.requeue_after is not None and 0 < waiting.requeue_after <= 30
+    stopped = replace(stopping, phase="Failed")
+    assert round_of([stopped, *pods[1:]], settle(spec(), running())).release_workload == "j"
+    assert workload_to_release(pods, due + timedelta(seconds=1)).workload == "j"
+    unbound = replace(stopping, bound=False)  # gated, never placed: holds nothing
+    assert workload_to_release([unbound, *pods[1:]], NOW).workload == "j"
 
 
 def test_an_ended_job_ends_its_group_instead_keeping_its_finished_pods() -> None:

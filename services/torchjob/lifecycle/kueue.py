@@ -15,11 +15,17 @@ with a finalizer of Kueue's. Two ways out, both Kueue's documented ones (its pla
   the group go (and delete those not being deleted yet); the pods created next form a new
   Workload, which waits in the queue to be admitted again. A restart of a job in a Kueue group is
   so a restart of the whole group, queued again: the quota it held is released meanwhile.
+  Kueue frees the quota as the Workload goes, so the Workload is released only once no pod of
+  the job that is being stopped on a node still runs (or its deletion's grace period is over, as
+  Kueue itself counts a pod stuck stopping): the quota is freed after the resources are, as a
+  preempted job's would be.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
 
 from torchjob.lifecycle.decision import PodRef
 from torchjob.lifecycle.observe import PodView
@@ -36,8 +42,29 @@ def group_to_end(state: Round) -> tuple[PodRef, ...]:
     return tuple((pod.name, pod.uid) for pod in state.observed.pods if not pod.group_ended)
 
 
-def workload_to_release(pods: Iterable[PodView]) -> str | None:
-    """The Workload (named as the pod group) to delete so that Kueue lets the job's pods go: that
-    of a group of which Kueue holds a pod being deleted; None when it holds none."""
+@dataclass(frozen=True)
+class Release:
+    workload: str | None  # the Workload to delete now (named as the pod group)
+    recheck_after: float | None  # seconds until a pod still stopping is past its grace period
+
+
+def workload_to_release(pods: Iterable[PodView], now: datetime) -> Release:
+    """What to release so that Kueue lets the job's pods go: the Workload of a group of which
+    Kueue holds a pod being deleted, once none of the job's pods being stopped on a node runs;
+    nothing while none is held."""
+    pods = list(pods)
     held = sorted({pod.kueue_group for pod in pods if pod.held_by_kueue and pod.kueue_group})
-    return held[0] if held else None
+    if not held:
+        return Release(None, None)
+    stopping = [
+        pod
+        for pod in pods
+        if pod.deleting
+        and pod.bound
+        and not pod.finished
+        and (pod.deletion_due is None or pod.deletion_due > now)
+    ]
+    if stopping:
+        dues = [(p.deletion_due - now).total_seconds() for p in stopping if p.deletion_due]
+        return Release(None, min(dues) if dues else None)
+    return Release(held[0], None)

@@ -98,6 +98,9 @@ class PodView:
     # finalizer holds it while it is deleted (render/scheduling.py, KUEUE_FINALIZER).
     kueue_group: str = ""
     held_by_kueue: bool = False
+    # When a pod being deleted is removed whether or not its kubelet confirmed it stopped
+    # (metadata.deletionTimestamp: the deletion's time plus its grace period).
+    deletion_due: datetime | None = None
 
     @property
     def finished(self) -> bool:
@@ -156,6 +159,7 @@ def view_pod(pod: dict[str, Any]) -> PodView | None:
         kueue_group=str(labels.get(KUEUE_GROUP_LABEL) or ""),
         held_by_kueue=bool(meta.get("deletionTimestamp"))
         and KUEUE_FINALIZER in (meta.get("finalizers") or ()),
+        deletion_due=parse_time(meta.get("deletionTimestamp")),
     )
 
 

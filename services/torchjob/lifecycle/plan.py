@@ -378,7 +378,12 @@ def _finish(start: Round, applied: _Applied) -> Plan:
         plan.create_group = plan.resize_group = False
         plan.requeue_after = recheck
     else:
-        plan.release_workload = kueue.workload_to_release(start.observed.pods)
+        release = kueue.workload_to_release(start.observed.pods, start.observed.now)
+        plan.release_workload = release.workload
+        if release.recheck_after is not None:
+            current = plan.requeue_after
+            wait = release.recheck_after
+            plan.requeue_after = wait if current is None else min(current, wait)
     plan.status_can_wait = _status_can_wait(facts, plan)
     plan.status_events = [
         *([] if facts.outcome else applied.announced),

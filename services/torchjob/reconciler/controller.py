@@ -283,8 +283,8 @@ class Reconciler:
         if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
             self.expectations.forget(key)
             self.refusals.pop(key, None)
-            await self._release_deleted(key, job)
-            return Result()  # the garbage collector removes what the job owned
+            # The garbage collector removes what the job owned, unless Kueue holds it.
+            return await self._release_deleted(key, job)
         if not self.expectations.satisfied(key):
             log.debug("waiting for the cache to show our own writes")
             return Result()
@@ -324,18 +324,19 @@ class Reconciler:
             retry = min(retry, decision.requeue_after)
         return Result(requeue_after=retry)
 
-    async def _release_deleted(self, key: JobKey, job: dict[str, Any] | None) -> None:
+    async def _release_deleted(self, key: JobKey, job: dict[str, Any] | None) -> Result:
         """The Kueue Workload of a deleted job's pods, released once Kueue holds one of them
         being deleted, as a running job's is (lifecycle/kueue.py): nothing else lets them go."""
         uid = str(job["metadata"]["uid"]) if job is not None else self.deleted.get(key)
         if uid is None:
-            return
+            return Result()
         pods = [v for p in self.pods.by_index(OWNER_INDEX, uid) if (v := view_pod(p)) is not None]
         if not pods:
             self.deleted.pop(key, None)
-            return
-        name = workload_to_release(pods)
-        await self.executor.release_workload(key, key.namespace, name, job)
+            return Result()
+        release = workload_to_release(pods, datetime.now(UTC))
+        await self.executor.release_workload(key, key.namespace, release.workload, job)
+        return Result(requeue_after=release.recheck_after)
 
     def _cache_caught_up(self, key: JobKey) -> None:
         """The watch may show our status write before its answer came back, and so before it was
