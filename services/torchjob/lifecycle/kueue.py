@@ -23,7 +23,7 @@ with a finalizer of Kueue's. Two ways out, both Kueue's documented ones (its pla
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -48,11 +48,10 @@ class Release:
     recheck_after: float | None  # seconds until a pod still stopping is past its grace period
 
 
-def workload_to_release(pods: Iterable[PodView], now: datetime) -> Release:
+def workload_to_release(pods: Sequence[PodView], now: datetime) -> Release:
     """What to release so that Kueue lets the job's pods go: the Workload of a group of which
     Kueue holds a pod being deleted, once none of the job's pods being stopped on a node runs;
     nothing while none is held."""
-    pods = list(pods)
     held = sorted({pod.kueue_group for pod in pods if pod.held_by_kueue and pod.kueue_group})
     if not held:
         return Release(None, None)
