@@ -102,6 +102,7 @@ from support.scale_bench import (  # noqa: E402
     until_running,
     while_alive,
 )
+from support.scale_kueue import measure_kueue  # noqa: E402
 from support.scale_many import measure_many, measure_side_by_side  # noqa: E402
 
 WORKERS = 4  # the reconciler's default --workers
@@ -139,8 +140,12 @@ def parse() -> argparse.Namespace:
         "--benches",
         type=lambda text: text.split(","),
         default=["big", "many", "kubeflow"],
-        help="which to run, of big (one job of --replicas), many (--jobs jobs of 8) and kubeflow "
-        "(--jobs PyTorchJobs of 8 run by Kubeflow's operator, then by torchjob)",
+        help="which to run, of big (one job of --replicas), many (--jobs jobs of 8), kubeflow "
+        "(--jobs PyTorchJobs of 8 run by Kubeflow's operator, then by torchjob) and kueue "
+        "(--kueue-jobs jobs of 4 tenants under Kueue's quotas; a job placed in one rack)",
+    )
+    p.add_argument(
+        "--kueue-jobs", type=int, default=200, help="jobs of 8 workers in the kueue bench"
     )
     p.add_argument(
         "--renew-deadline",
@@ -330,6 +335,8 @@ def main() -> None:
             measure_many(tier.plane, kubeconfig, args, many_settings)
         if "kubeflow" in args.benches:
             measure_side_by_side(tier.plane, kubeconfig, args, many_settings)
+        if "kueue" in args.benches:
+            measure_kueue(tier.plane, kubeconfig, args, many_settings)
     print(f"\nthe bench took {time.monotonic() - started:.0f} s")
     sys.stdout.flush()
 

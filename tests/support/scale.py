@@ -2,8 +2,8 @@
 own PodGroups, the real kube-scheduler with native gang scheduling on, and kwok playing the
 kubelet of N fake GPU nodes. kwok takes every pod bound to a fake node to Running (its default
 Stages, built beside it by hack/build-kwok.sh) and a pod annotated EXIT_CODE_ANNOTATION to
-Succeeded or Failed (scale_stages.yaml). The reaper, a process of the tier, removes a deleted
-pod at once, as a kubelet that stops its containers at once would (`reap`).
+Succeeded or Failed (scale_stages.yaml). The reaper, a process of the tier, ends and removes a
+deleted pod at once, as a kubelet that stops its containers at once would (`reap`).
 
 `make scale-up` / `make scale-down` run this module's `up` and `down` (docs/scale.md): the tier
 runs in a process of its own in the background until `down` stops it."""
@@ -268,9 +268,29 @@ def _ready(node: Any) -> bool:
 REAP_CONCURRENCY = 16
 
 
+# What the kubelet reports for a container it stopped because its pod was deleted (SIGTERM).
+STOPPED_EXIT_CODE = 143
+
+
+def stopped_status(pod: Any) -> dict[str, Any]:
+    """The status a kubelet writes for a deleted pod once its containers stopped: a terminal
+    phase (the kubelet does so before it removes the pod), each container terminated."""
+    containers = (pod.get("spec") or {}).get("containers") or ()
+    terminated = {"exitCode": STOPPED_EXIT_CODE, "reason": "Error"}
+    return {
+        "phase": "Failed",
+        "containerStatuses": [
+            {"name": c["name"], "ready": False, "restartCount": 0, "image": c.get("image", ""),
+             "imageID": "", "state": {"terminated": terminated}}
+            for c in containers
+        ],
+    }  # fmt: skip
+
+
 async def reap(kubeconfig: Path) -> None:
     """Until cancelled: every pod of a node that is being deleted, deleted for good as its
-    kubelet would once its containers stopped (grace 0, the pod's uid as precondition)."""
+    kubelet would once its containers stopped: its status terminal first (Kueue, for one, lets a
+    pod of a group go only once it ended), then with grace 0, the pod's uid as precondition."""
     api = await config.new_client_from_config(config_file=str(kubeconfig), persist_config=False)
     core = client.CoreV1Api(api)
     slots = asyncio.Semaphore(REAP_CONCURRENCY)
@@ -283,6 +303,9 @@ async def reap(kubeconfig: Path) -> None:
         )
         async with slots:
             with contextlib.suppress(client.ApiException):  # gone already, or another pod now
+                if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                    status = {"metadata": {"uid": meta["uid"]}, "status": stopped_status(pod)}
+                    await core.patch_namespaced_pod_status(meta["name"], meta["namespace"], status)
                 await core.delete_namespaced_pod(meta["name"], meta["namespace"], body=options)
 
     def changed(pod: Any) -> None:
