@@ -150,7 +150,7 @@ demo: $(STAMP) $(EXAMPLE_STAMP) ## train examples/mnist-ddp locally with `torchj
 test: $(STAMP) $(EXAMPLE_STAMP) cluster helm lua browser node-build ## install what is needed, then lint and run every test
 	hack/build-kueue.sh start
 	$(MAKE) --no-print-directory lint
-	$(BIN)/pytest tests $(PYTEST_FLAGS)
+	hack/run-tests.sh $(BIN)/pytest $(PYTEST_FLAGS)
 
 # BASELINE=REV: each bench whose --help offers --baseline also measures the services of REV.
 BASELINE ?=
