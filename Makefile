@@ -147,7 +147,7 @@ demo: $(STAMP) $(EXAMPLE_STAMP) ## train examples/mnist-ddp locally with `torchj
 .PHONY: test
 # Kueue is built in the background (several minutes of both cores when cold) while the lint and
 # the tests before its own run, mostly waiting on clusters; its tests come last and wait for it.
-test: $(STAMP) $(EXAMPLE_STAMP) cluster helm lua browser node-build ## install what is needed, then lint and run every test
+test: $(STAMP) $(EXAMPLE_STAMP) cluster helm lua browser node-build scale-build ## install what is needed, then lint and run every test
 	hack/build-kueue.sh start
 	$(MAKE) --no-print-directory lint
 	hack/run-tests.sh $(BIN)/pytest $(PYTEST_FLAGS)
