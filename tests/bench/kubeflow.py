@@ -66,14 +66,17 @@ sys.path.insert(0, str(TESTS_DIR))
 
 from support import ControlPlane  # noqa: E402
 from support.bench import (  # noqa: E402
+    Row,
     admin_client,
     delete_namespace,
+    latency_rows,
     new_namespace,
     print_machine,
     process_cpu_seconds,
     process_memory_mb,
     watch,
 )
+from support.bench import print_ratios as show_ratios  # noqa: E402
 from support.eventually import eventually  # noqa: E402
 from support.installed import install, modules_loaded, services_run_by  # noqa: E402
 from support.kubeflow import pytorchjob  # noqa: E402
@@ -340,28 +343,13 @@ def run_torchjob(plane: ControlPlane, args: argparse.Namespace, python: Path | N
 
 
 def print_ratios(ours: RunFigures, theirs: RunFigures) -> None:
-    rows: list[tuple[str, float, float]] = [
-        ("time until every pod exists, s", ours.elapsed, theirs.elapsed)
-    ]
+    rows: list[Row] = [("time until every pod exists, s", ours.elapsed, theirs.elapsed)]
     rows += [(f"CPU {what}, s", ours.cpu(m), theirs.cpu(m)) for m, what in MOMENTS]
     rows += [
         ("peak RSS, MB", ours.peak_mb(), theirs.peak_mb()),
         ("idle RSS, MB", ours.idle_mb(), theirs.idle_mb()),
     ]
-    for percent in (50, 99):
-        rows.append(
-            (
-                f"status latency p{percent}, ms",
-                percentile(ours.latencies, percent) * 1000,
-                percentile(theirs.latencies, percent) * 1000,
-            )
-        )
-    row = "{:<40} {:>10} {:>10} {:>10}"
-    print()
-    print(row.format("figure", "torchjob", "kubeflow", "ratio"))
-    for name, mine, other in rows:
-        ratio = mine / other if other else math.nan
-        print(row.format(name, f"{mine:.1f}", f"{other:.1f}", f"{ratio:.2f}"))
+    show_ratios([*rows, *latency_rows(ours.latencies, theirs.latencies)])
 
 
 def main() -> None:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import platform
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from support.informers import client_like, running
 from support.jobs import job_manifest
 from support.operator import OPT_IN_LABEL, wait_until_admitting
 from support.processes import ServiceProcess
+from support.stats import percentile
 from torchjob.kube.client import KubeClient
 from torchjob.kube.informer import Informer, KubeObject, ResourceKind
 from torchjob.kube.resources import JOBS
@@ -160,3 +162,43 @@ async def timed_get(
         rest = await answer.read()
         assert answer.status == 200, (answer.status, rest[:300])
     return first_byte, time.perf_counter() - started, len(first) + len(rest)
+
+
+Row = tuple[str, float | None, float | None]  # a figure, ours, theirs
+
+
+def latency_rows(ours: list[float], theirs: list[float]) -> list[Row]:
+    """Status latency p50 and p99 in milliseconds, ours and theirs."""
+    return [
+        (f"status latency p{p}, ms", percentile(ours, p) * 1000, percentile(theirs, p) * 1000)
+        for p in (50, 99)
+    ]
+
+
+def print_ratios(rows: Sequence[Row], theirs: str = "kubeflow") -> None:
+    """A table of each figure, torchjob's and `theirs`, and the ratio of the two."""
+    row = "{:<40} {:>10} {:>10} {:>10}"
+    print()
+    print(row.format("figure", "torchjob", theirs, "ratio"))
+    for name, mine, other in rows:
+        ratio = mine / other if mine is not None and other else math.nan
+        shown = [f"{v:.1f}" if v is not None else "none" for v in (mine, other)]
+        print(row.format(name, *shown, f"{ratio:.2f}"), flush=True)
+
+
+@contextlib.asynccontextmanager
+async def sampled(sample: Callable[[], Awaitable[object]], interval: float) -> AsyncIterator[None]:
+    """`sample()` every `interval` seconds while the block runs."""
+
+    async def loop() -> None:
+        while True:
+            await sample()
+            await asyncio.sleep(interval)
+
+    task = asyncio.create_task(loop(), name="sampling")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

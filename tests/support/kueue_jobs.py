@@ -4,7 +4,6 @@ plays for kube-scheduler and the kubelet while Kueue does all of Kueue's part.""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
@@ -13,6 +12,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from support import ControlPlane
+from support.bench import sampled
 from support.cluster import Job
 from support.eventually import eventually_sync
 from support.jobs import JobBuilder
@@ -93,18 +93,8 @@ class QuotaWatch:
 
     @contextlib.asynccontextmanager
     async def sampling(self, interval: float = 0.25) -> AsyncIterator[QuotaWatch]:
-        async def loop() -> None:
-            while True:
-                await self.sample()
-                await asyncio.sleep(interval)
-
-        task = asyncio.create_task(loop(), name="quota-watch")
-        try:
+        async with sampled(self.sample, interval):
             yield self
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 class QueuedJob(Job):

@@ -19,19 +19,19 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio import client
 
 from support import ControlPlane
-from support.bench import admin_client, delete_namespace, new_namespace, watch
+from support.bench import admin_client, delete_namespace, new_namespace, sampled, watch
 from support.eventually import eventually, eventually_sync
 from support.kueue import API_VERSION, MANAGED_LABEL, KueueManager, quota_objects, quota_sample
-from support.operator import start_reconciler, start_webhook, stop_webhook
 from support.scale import EXIT_CODE_ANNOTATION, RACK_LABEL
-from support.scale_bench import big_job, close_reporting_exit, create_custom_object, in_parallel
+from support.scale_bench import big_job, create_custom_object, in_parallel
+from support.scale_many import torchjob_services
 from support.scheduling import GPU
 from torchjob.api import constants
 from torchjob.kube.informer import KubeObject
@@ -121,18 +121,8 @@ class QuotaSampler:
 
     @contextlib.asynccontextmanager
     async def sampling(self) -> AsyncIterator[QuotaSampler]:
-        async def loop() -> None:
-            while True:
-                await self.sample()
-                await asyncio.sleep(0.5)
-
-        task = asyncio.create_task(loop())
-        try:
+        async with sampled(self.sample, 0.5):
             yield self
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 async def submit_and_finish(
@@ -195,16 +185,6 @@ def tenants(plane: ControlPlane, prefix: str, managed: bool) -> list[str]:
                 input=json.dumps({"kind": "List", "apiVersion": "v1", "items": objects}),
             )
     return names
-
-
-@contextlib.contextmanager
-def torchjob_services(plane: ControlPlane, kubeconfig: Path, settings: list[str]) -> Iterator[None]:
-    with contextlib.ExitStack() as stack:
-        webhook = start_webhook(plane)
-        stack.callback(stop_webhook, plane, webhook)
-        reconciler = start_reconciler(plane, kubeconfig, "scale-kueue", *settings)
-        stack.callback(close_reporting_exit, reconciler)
-        yield
 
 
 def measure_kueue(plane: ControlPlane, kubeconfig: Path, args: Any, settings: list[str]) -> None:

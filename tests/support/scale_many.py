@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -24,13 +23,16 @@ from typing import Any, Protocol
 
 from support import ControlPlane
 from support.bench import (
+    Row,
     admin_client,
     delete_namespace,
+    latency_rows,
     new_namespace,
     process_cpu_seconds,
     process_memory_mb,
     watch,
 )
+from support.bench import print_ratios as show_ratios
 from support.eventually import eventually
 from support.kubeflow import pytorchjob
 from support.kubeflow_operator import KubeflowOperator, opted_in_namespace
@@ -251,25 +253,11 @@ def print_figures(figures: ManyFigures) -> None:
 
 
 def print_ratios(ours: ManyFigures, theirs: ManyFigures) -> None:
-    rows = [
+    rows: list[Row] = [
         ("time to every pod Running, s", ours.running, theirs.running),
         ("time to every status showing it, s", ours.shown, theirs.shown),
         ("CPU, s", sum(ours.cpu.values()), sum(theirs.cpu.values())),
         ("peak RSS, MB", ours.peak_mb(), theirs.peak_mb()),
         ("idle RSS, MB", ours.idle_mb(), theirs.idle_mb()),
     ]
-    for percent in (50, 99):
-        rows.append(
-            (
-                f"status latency p{percent}, ms",
-                percentile(ours.latencies, percent) * 1000,
-                percentile(theirs.latencies, percent) * 1000,
-            )
-        )
-    row = "{:<40} {:>10} {:>10} {:>10}"
-    print()
-    print(row.format("figure", "torchjob", "kubeflow", "ratio"))
-    for name, mine, other in rows:
-        ratio = mine / other if mine is not None and other else math.nan
-        shown = [f"{v:.1f}" if v is not None else "none" for v in (mine, other)]
-        print(row.format(name, *shown, f"{ratio:.2f}"), flush=True)
+    show_ratios([*rows, *latency_rows(ours.latencies, theirs.latencies)])

@@ -7,27 +7,22 @@ a job that failed: without the annotation their quota would be held for ever
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from support.planning import META, NOW, TRAINER, replica_pod, services, settle, spec
+from support.recording import RecordingApiserver
 
 from torchjob.api.objects import PodPhase
 from torchjob.api.types import PyTorchTrainingJobSpec
-from torchjob.kube.client import KubeClient
-from torchjob.kube.errors import NotFound
-from torchjob.kube.events import EventRecorder
-from torchjob.kube.expectations import Expectations
 from torchjob.kube.reconcile import JobKey
 from torchjob.kube.slim import slim_pod
 from torchjob.lifecycle.observe import ContainerView, PodView, view_pod
 from torchjob.lifecycle.plan import Plan, plan
 from torchjob.lifecycle.round import Observed
-from torchjob.reconciler.executor import ReconcilerExecutor
 from torchjob.render.scheduling import (
     KUEUE_RETRIABLE_ANNOTATION,
     Gang,
     GangUnavailable,
-    SchedulingSettings,
     kueue_group_ended_patch,
 )
 
@@ -125,30 +120,9 @@ def test_the_annotation_is_read_from_the_pod_and_kept_in_the_cache() -> None:
     }
 
 
-class RecordingApiserver:
-    """Answers every request, keeping each PATCH (path and body); a pod named in `gone` is 404."""
-
-    def __init__(self, gone: str = "") -> None:
-        self.gone = gone
-        self.patches: list[tuple[str, Any]] = []
-
-    async def request(self, method: str, path: str, *, body: Any = None, **_: Any) -> bytes:
-        if method == "PATCH" and "/pods/" in path:
-            if path.endswith(f"/{self.gone}"):
-                raise NotFound(404, "NotFound", "pods not found")
-            self.patches.append((path, body))
-        return b"{}"
-
-
 async def test_the_executor_patches_each_pod_named_and_passes_over_one_gone() -> None:
-    api = RecordingApiserver(gone="j-worker-0")
-    client = cast(KubeClient, api)
-    acting = ReconcilerExecutor(
-        client,
-        EventRecorder(client, "torchjob-reconciler", "test"),
-        Expectations(),
-        SchedulingSettings(),
-    )
+    api = RecordingApiserver("j-worker-0")
+    acting = api.executor()
     job = {"apiVersion": "batch.tensorstack.dev/v1beta1", "kind": "PyTorchTrainingJob"}
     ended = Plan(end_group=list(EVERY_POD))
     await acting.execute(JobKey("ns", "j"), {**job, "metadata": dict(META)}, spec(), ended)

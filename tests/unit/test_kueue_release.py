@@ -8,22 +8,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any
 
 from support.planning import META, NOW, TRAINER, replica_pod, services, settle, spec
+from support.recording import RecordingApiserver
 
-from torchjob.kube.client import KubeClient
-from torchjob.kube.errors import NotFound
-from torchjob.kube.events import EventRecorder
-from torchjob.kube.expectations import Expectations
 from torchjob.kube.reconcile import JobKey
 from torchjob.kube.slim import slim_pod
 from torchjob.lifecycle.kueue import workload_to_release
 from torchjob.lifecycle.observe import ContainerView, PodView, view_pod
 from torchjob.lifecycle.plan import Plan, plan
 from torchjob.lifecycle.round import Observed
-from torchjob.reconciler.executor import ReconcilerExecutor
-from torchjob.render.scheduling import KUEUE_FINALIZER, KUEUE_GROUP_LABEL, Gang, SchedulingSettings
+from torchjob.render.scheduling import KUEUE_FINALIZER, KUEUE_GROUP_LABEL, Gang
 
 KUEUE = Gang("kueue", "j", 3, 3, "team-a")
 
@@ -116,34 +112,13 @@ def test_the_group_label_and_the_finalizer_are_read_from_the_pod_and_kept_in_the
     assert let_go is not None and not let_go.held_by_kueue
 
 
-class RecordingApiserver:
-    """Answers every request, keeping each DELETE's path; `missing` paths are 404."""
-
-    def __init__(self, missing: bool = False) -> None:
-        self.missing = missing
-        self.deletes: list[str] = []
-
-    async def request(self, method: str, path: str, **_: Any) -> bytes:
-        if method == "DELETE":
-            self.deletes.append(path)
-            if self.missing:
-                raise NotFound(404, "NotFound", "the server could not find the requested resource")
-        return b"{}"
-
-
-def executor(api: RecordingApiserver) -> ReconcilerExecutor:
-    client = cast(KubeClient, api)
-    recorder = EventRecorder(client, "torchjob-reconciler", "test")
-    return ReconcilerExecutor(client, recorder, Expectations(), SchedulingSettings())
-
-
 async def test_the_executor_deletes_the_workload_and_passes_over_one_gone() -> None:
     job = {"apiVersion": "batch.tensorstack.dev/v1beta1", "kind": "PyTorchTrainingJob"}
     for missing in (False, True):
-        api = RecordingApiserver(missing)
-        acting = executor(api)
+        api = RecordingApiserver(*(["j"] if missing else []))
+        acting = api.executor()
         released = Plan(release_workload="j")
         await acting.execute(JobKey("ns", "j"), {**job, "metadata": dict(META)}, spec(), released)
         await acting.events.flush()
         workload = "/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/workloads/j"
-        assert [p.split("?")[0] for p in api.deletes] == [workload]
+        assert api.deletes == [workload]
