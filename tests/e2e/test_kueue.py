@@ -15,13 +15,17 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
 from kubernetes_asyncio import client
+from playwright.async_api import Browser, expect
 from support import ControlPlane
+from support.cli import TORCHJOB
 from support.cluster import condition
+from support.console import Console, signed_in, tenant_token
 from support.eventually import eventually, eventually_sync
 from support.kueue import PRIORITIES, KueueManager, condition_status, quota_objects
 from support.kueue_jobs import (
@@ -31,6 +35,7 @@ from support.kueue_jobs import (
     QueuedJob,
     QuotaWatch,
     finish,
+    grant_pending_workloads,
     open_tenant,
     release_leftovers,
     run,
@@ -126,12 +131,43 @@ async def assert_one_job_at_a_time(first: QueuedJob, second: QueuedJob, watch: Q
     assert (await second.workload_said("QuotaReserved"))["lastTransitionTime"] >= first_finished
 
 
+async def assert_place_in_queue_shown(
+    plane: ControlPlane, console: Console, browser: Browser, job: QueuedJob
+) -> None:
+    """Where the waiting job stands, from Kueue's visibility API: in `torchjob get`, and on its
+    console page read as its tenant, granted Kueue's role for its LocalQueue's pending
+    Workloads."""
+    expected = f"{QUEUE}, 1st of 1 waiting in it (1st in its ClusterQueue)"
+    argv = [str(TORCHJOB), "get", job.name, f"--kubeconfig={plane.kubeconfig}", "-n", job.namespace]
+    shown = await asyncio.to_thread(
+        subprocess.run, argv, capture_output=True, text=True, timeout=60
+    )
+    assert f"Queue:       {expected}\n" in shown.stdout, shown.stdout + shown.stderr
+    listed = await asyncio.to_thread(
+        subprocess.run, [*argv[:1], "list", "-o", "wide", *argv[3:]], capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    row = next(line for line in listed.stdout.splitlines() if line.startswith(job.name))
+    assert f"{QUEUE} (1st)" in row, listed.stdout + listed.stderr
+    token = tenant_token(plane, job.namespace, "edit")
+    grant_pending_workloads(plane, job.namespace, "edit-user")
+    context, page = await signed_in(browser, console, token)
+    try:
+        await page.goto(f"/ns/{job.namespace}/jobs/{job.name}")
+        await expect(page.locator("#queue-position")).to_have_text(expected)
+    finally:
+        await context.close()
+
+
 async def test_kueue_admits_the_second_tenants_job_once_the_first_is_done(
     kube_client: client.ApiClient,
+    control_plane: ControlPlane,
     tenants: tuple[str, str],
     cluster_queue: str,
     kueue_node: str,
     kueue: KueueManager,
+    console: Console,
+    browser: Browser,
 ) -> None:
     first, second = (QueuedJob(kube_client, tenant, "train") for tenant in tenants)
     await first.create()
@@ -142,6 +178,7 @@ async def test_kueue_admits_the_second_tenants_job_once_the_first_is_done(
         await wait_waiting_for_admission(second)
         await run(first, kueue_node)
         await assert_waits_while_the_first_runs(second, watch)
+        await assert_place_in_queue_shown(control_plane, console, browser, second)
         await finish(first)
         await wait_released(first)
         await wait_admitted(second)

@@ -36,6 +36,7 @@ from .pki import (
     issue_serving_cert,
     new_ca,
     new_service_account_key,
+    write_cert,
     write_private_key,
     write_public_key,
 )
@@ -61,6 +62,7 @@ SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 # in-cluster clients reach it by these names, so the serving certificate must cover them.
 KUBERNETES_SERVICE_HOSTS = ("10.0.0.1", "kubernetes", "kubernetes.default.svc")
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc"
+FRONT_PROXY_CLIENT = "front-proxy-client"  # the aggregation layer's client, as kubeadm names it
 STARTUP_TIMEOUT = 120.0
 STOP_GRACE = 5.0
 POLL_INTERVAL = 0.1
@@ -506,6 +508,15 @@ class ControlPlane:
         service_account_key = new_service_account_key()
         write_private_key(self._pki_dir / "sa.key", service_account_key)
         write_public_key(self._pki_dir / "sa.pub", service_account_key)
+        # The aggregation layer's: the apiserver proxies an aggregated API's requests (Kueue's
+        # visibility API) with this client certificate, and the API server behind trusts the
+        # user it names in headers because of it.
+        front_proxy = new_ca("front-proxy-ca")
+        write_cert(self._pki_dir / "front-proxy-ca.crt", front_proxy.cert)
+        client = issue_client_cert(front_proxy, FRONT_PROXY_CLIENT)
+        client.write(
+            self._pki_dir / "front-proxy-client.crt", self._pki_dir / "front-proxy-client.key"
+        )
 
     def _write_client_kubeconfig(
         self, name: str, user: str, groups: Sequence[str], directory: Path | None = None
@@ -567,6 +578,16 @@ class ControlPlane:
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
+            # The aggregation layer, routing to an aggregated API server's endpoints (there is no
+            # kube-proxy to route to its Service).
+            f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
+            f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+            f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
+            "--enable-aggregator-routing=true",
             # Without a grace period for watches, shutdown waits a minute for clients to close
             # their watches; with one, kube-apiserver closes them itself and exits in seconds.
             "--shutdown-watch-termination-grace-period=1s",

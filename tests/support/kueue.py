@@ -40,6 +40,13 @@ MANAGED_LABEL = "torchjob.test/kueue"
 # directory (fixed in v0.17's cmd/kueue: its Deployment mounts a Secret there), and refuses to
 # start without one.
 METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
+# ... and its visibility server from this one (fixed in v0.17's pkg/visibility).
+VISIBILITY_CERT_DIR = Path("/visibility")
+# Kueue's visibility API (an aggregated API server in its manager): the APIService its release
+# registers, and the Service it names, whose endpoint here is this machine's address (the
+# apiserver routes to an aggregated API's endpoints, and refuses a loopback one).
+VISIBILITY_VERSION = "v1beta2"
+VISIBILITY_SERVICE = "visibility-server"
 # Its release's names for its webhook configurations (config/default prefixes `kueue-`).
 CONFIGURATION_NAMES = {
     "MutatingWebhookConfiguration": "kueue-mutating-webhook-configuration",
@@ -109,12 +116,12 @@ class Ports:
     webhook: int
     health: int
     metrics: int
+    visibility: int
 
 
 def configuration(ports: Ports, cert_dir: Path) -> Manifest:
     """Kueue's Configuration for the test: the plain pod integration only, in the namespaces
-    labelled MANAGED_LABEL; no leader election and no visibility server (an aggregated API
-    server, which the control plane has no way to reach)."""
+    labelled MANAGED_LABEL; no leader election; its visibility server on a port of the test's."""
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -126,7 +133,7 @@ def configuration(ports: Ports, cert_dir: Path) -> Manifest:
         "internalCertManagement": {"enable": False},
         "integrations": {"frameworks": ["pod"]},
         "managedJobsNamespaceSelector": {"matchLabels": {MANAGED_LABEL: "on"}},
-        "featureGates": {"VisibilityOnDemand": False},
+        "visibilityServer": {"bindPort": ports.visibility},
     }
 
 
@@ -141,7 +148,7 @@ class KueueManager:
     def __init__(self, plane: ControlPlane, build: KueueBuild | None = None) -> None:
         self.plane = plane
         self.build = build or KueueBuild.locate()
-        self.ports = Ports(free_port(), free_port(), free_port())
+        self.ports = Ports(free_port(), free_port(), free_port(), free_port())
         self.dir = Path(tempfile.mkdtemp(prefix="kueue-"))
         self.process: ServiceProcess | None = None
 
@@ -150,6 +157,7 @@ class KueueManager:
             self._install()
             self._launch()
             self._wait_admitting()
+            self._wait_visible()
         except BaseException:
             self.close()
             raise
@@ -163,27 +171,59 @@ class KueueManager:
         ca = new_ca("kueue-test-ca")
         serving = issue_serving_cert(ca, "kueue-webhook")
         _write_serving(self.dir / "webhook-certs", serving)
-        try:
-            _write_serving(METRICS_CERT_DIR, serving)
-        except PermissionError as error:
-            raise KueueMissing(
-                f"Kueue's manager reads its metrics certificate from {METRICS_CERT_DIR}, which "
-                f"this user cannot write ({error}): run the Kueue tests as root"
-            ) from error
+        service_host = f"{VISIBILITY_SERVICE}.{NAMESPACE}.svc"
+        visibility = issue_serving_cert(ca, "kueue-visibility", [service_host, visibility_host()])
+        for directory, certificate in (
+            (METRICS_CERT_DIR, serving),
+            (VISIBILITY_CERT_DIR, visibility),
+        ):
+            try:
+                _write_serving(directory, certificate)
+            except PermissionError as error:
+                raise KueueMissing(
+                    f"Kueue's manager reads certificates from {directory}, which this user "
+                    f"cannot write ({error}): run the Kueue tests as root"
+                ) from error
         write_cert(self.dir / "ca.crt", ca.cert)
         manifests = self.build.webhook_manifests.read_text()
         bundle = (self.dir / "ca.crt").read_bytes()
         configurations = webhook_configurations(manifests, self.ports.webhook, bundle)
-        items = {"apiVersion": "v1", "kind": "List", "items": configurations}
+        registered = visibility_objects(self.ports.visibility, bundle)
+        items = {"apiVersion": "v1", "kind": "List", "items": [*configurations, *registered]}
         self.plane.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(items))
 
     def _launch(self) -> None:
         config = self.dir / "configuration.yaml"
         config.write_text(yaml.safe_dump(configuration(self.ports, self.dir / "webhook-certs")))
-        argv = [str(self.build.binary), f"--config={config}", "--zap-log-level=2"]
+        argv = [
+            str(self.build.binary),
+            f"--config={config}",
+            # Its visibility server authenticates and authorizes each request through the
+            # apiserver with the flag's kubeconfig (not KUBECONFIG's).
+            f"--kubeconfig={self.plane.kubeconfig}",
+            "--zap-log-level=2",
+        ]
         env = {"KUBECONFIG": str(self.plane.kubeconfig)}
         self.process = ServiceProcess.program("kueue", argv, self.ports.health, env)
         self.process.start().wait_ready(READY_TIMEOUT)
+
+    def _wait_visible(self) -> None:
+        """Until the apiserver reaches Kueue's visibility API (its APIService Available)."""
+        name = f"{VISIBILITY_VERSION}.visibility.kueue.x-k8s.io"
+        said = ""
+
+        def available() -> bool:
+            nonlocal said
+            got = self.plane.kubectl("get", "apiservice", name, "-o", "json", check=False)
+            said = got.stdout or got.stderr
+            return (
+                got.returncode == 0
+                and condition_status(json.loads(got.stdout), "Available") == "True"
+            )
+
+        eventually_sync(
+            available, "Kueue's visibility API available", timeout=90, explain=lambda: said
+        )
 
     def _wait_admitting(self) -> None:
         """Until the apiserver reaches its webhook (it reads a new caBundle asynchronously): a
@@ -209,12 +249,16 @@ class KueueManager:
         the manager stopped and its files removed, the metrics certificate included."""
         for kind, name in CONFIGURATION_NAMES.items():
             self.plane.kubectl("delete", kind.lower(), name, "--ignore-not-found", check=False)
+        # An aggregated API that no longer answers fails every client's discovery.
+        apiservice = f"{VISIBILITY_VERSION}.visibility.kueue.x-k8s.io"
+        self.plane.kubectl("delete", "apiservice", apiservice, "--ignore-not-found", check=False)
         if self.process is not None:
             self.process.close()
             self.process = None
         shutil.rmtree(self.dir, ignore_errors=True)
-        for written in ("tls.crt", "tls.key"):
-            (METRICS_CERT_DIR / written).unlink(missing_ok=True)
+        for directory in (METRICS_CERT_DIR, VISIBILITY_CERT_DIR):
+            for written in ("tls.crt", "tls.key"):
+                (directory / written).unlink(missing_ok=True)
 
 
 def apply_crds(plane: ControlPlane, crds: Iterable[Path]) -> None:
@@ -319,3 +363,55 @@ def condition_status(obj: dict[str, Any], kind: str) -> str | None:
     """The status ("True", "False") of `obj`'s condition of type `kind`; None without one."""
     conditions = (obj.get("status") or {}).get("conditions") or ()
     return next((str(c.get("status")) for c in conditions if c.get("type") == kind), None)
+
+
+def visibility_host() -> str:
+    """This machine's first IPv4 address other than loopback: the endpoint of Kueue's
+    visibility Service, which the apiserver dials."""
+    shown = subprocess.run(
+        ["ip", "-o", "-4", "addr", "show", "scope", "global"], capture_output=True, text=True
+    ).stdout
+    for line in shown.splitlines():
+        return line.split()[3].split("/")[0]
+    raise KueueMissing(
+        "Kueue's visibility API needs an IPv4 address of this machine's other than loopback"
+    )
+
+
+def visibility_objects(port: int, ca_bundle: bytes) -> list[Manifest]:
+    """Kueue's visibility APIService as its release registers it (with the test's CA rather than
+    no verification), and its Service, whose one endpoint is this machine's address at `port`."""
+    service = {"name": VISIBILITY_SERVICE, "namespace": NAMESPACE}
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": service,
+            "spec": {"ports": [{"name": "https", "port": 443, "targetPort": port}]},
+        },
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": VISIBILITY_SERVICE,
+                "namespace": NAMESPACE,
+                "labels": {"kubernetes.io/service-name": VISIBILITY_SERVICE},
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [visibility_host()], "conditions": {"ready": True}}],
+            "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+        },
+        {
+            "apiVersion": "apiregistration.k8s.io/v1",
+            "kind": "APIService",
+            "metadata": {"name": f"{VISIBILITY_VERSION}.visibility.kueue.x-k8s.io"},
+            "spec": {
+                "group": "visibility.kueue.x-k8s.io",
+                "version": VISIBILITY_VERSION,
+                "groupPriorityMinimum": 100,
+                "versionPriority": 100,
+                "caBundle": base64.b64encode(ca_bundle).decode(),
+                "service": {**service, "port": 443},
+            },
+        },
+    ]

@@ -257,3 +257,28 @@ async def wait_let_go(job: QueuedJob, uids: set[str], what: str) -> None:
         return not uids & {p.metadata.uid for p in (await job.every_pod()).values()}
 
     await job.wait(what, gone)
+
+
+def grant_pending_workloads(plane: ControlPlane, namespace: str, account: str) -> None:
+    """What Kueue's release grants with its `pending-workloads-lq-viewer` role: reading the
+    LocalQueues' pending Workloads (the visibility API), here for one ServiceAccount of
+    `namespace`, in it."""
+    rules = [
+        {
+            "apiGroups": ["visibility.kueue.x-k8s.io"],
+            "resources": ["localqueues/pendingworkloads"],
+            "verbs": ["get"],
+        }
+    ]
+    rbac = "rbac.authorization.k8s.io/v1"
+    name = "kueue-pending-workloads-viewer"
+    role = {"apiVersion": rbac, "kind": "Role", "metadata": {"name": name}, "rules": rules}
+    binding = {
+        "apiVersion": rbac,
+        "kind": "RoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+    }
+    items = {"apiVersion": "v1", "kind": "List", "items": [role, binding]}
+    plane.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(items))

@@ -15,11 +15,12 @@ from typing import Any
 import yaml
 
 from torchjob.api import types
-from torchjob.api.constants import FINISHED_JOB_PHASES, LABEL_TENSORBOARD
+from torchjob.api.constants import FINISHED_JOB_PHASES, LABEL_JOB_NAME, LABEL_TENSORBOARD
 from torchjob.cli.connection import CliError, Cluster, Target, connect, context_namespace
 from torchjob.cli.manifest import InvalidManifest, admit, read_manifest
+from torchjob.kube.kueue import pending_workloads
 from torchjob.lifecycle.status import TERMINAL_CONDITIONS
-from torchjob.views import summary
+from torchjob.views import queue, summary
 from torchjob.views.cli import description, tables
 from torchjob.views.cli.submission import Submission, SubmissionError, build_job
 
@@ -177,6 +178,7 @@ async def list_jobs(args: argparse.Namespace) -> int:
                 wide=args.output == "wide",
                 all_namespaces=cluster.target.all_namespaces,
                 pods=pods,
+                queues=await queue_places(cluster, jobs, pods) if pods is not None else None,
             )
         )
     return EXIT_SUCCEEDED
@@ -193,8 +195,49 @@ async def get(args: argparse.Namespace) -> int:
         boards = None
         if (job.get("spec") or {}).get("tensorboardSpec"):
             boards = await cluster.pods(f"{LABEL_TENSORBOARD}={args.job}", all_namespaces=False)
-        sys.stdout.write(description.describe(job, pods, events, now(), tensorboard_pods=boards))
+        waiting = await queue_position(cluster, job, pods)
+        text = description.describe(
+            job, pods, events, now(), tensorboard_pods=boards, queue=waiting
+        )
+        sys.stdout.write(text)
     return EXIT_SUCCEEDED
+
+
+async def queue_places(
+    cluster: Cluster, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]
+) -> dict[tuple[str, str], str]:
+    """The Kueue queue each waiting job waits in and its place, by namespace and name: one read
+    of Kueue's visibility API per queue, as the user."""
+    by_job: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        key = (str(meta.get("namespace")), str((meta.get("labels") or {}).get(LABEL_JOB_NAME)))
+        by_job.setdefault(key, []).append(pod)
+    waiting = {}
+    for job in jobs:
+        key = (str(job["metadata"].get("namespace")), str(job["metadata"]["name"]))
+        if (where := queue.queued(job, by_job.get(key, []))) is not None:
+            waiting[key] = where
+    read: dict[tuple[str, str], dict[str, Any] | None] = {}
+    for (namespace, _), where in waiting.items():
+        if (namespace, where.queue) not in read:
+            pending, _ = await pending_workloads(cluster.client, namespace, where.queue)
+            read[namespace, where.queue] = pending
+    return {
+        key: queue.short_text(where, read[key[0], where.queue]) for key, where in waiting.items()
+    }
+
+
+async def queue_position(
+    cluster: Cluster, job: dict[str, Any], pods: list[dict[str, Any]]
+) -> str | None:
+    """Where the job waits in its Kueue queue, read from Kueue's visibility API as the user;
+    None for a job that waits for no Kueue admission."""
+    where = queue.queued(job, pods)
+    if where is None:
+        return None
+    pending, problem = await pending_workloads(cluster.client, cluster.namespace, where.queue)
+    return queue.position_text(where, pending, problem)
 
 
 async def related_events(

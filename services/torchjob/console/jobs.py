@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
@@ -19,9 +20,10 @@ from torchjob.console.user_api import UserApi
 from torchjob.kube.errors import KubeError
 from torchjob.kube.follow import Change, Snapshot
 from torchjob.kube.informer import ResourceKind
+from torchjob.kube.kueue import pending_workloads
 from torchjob.kube.resources import EVENTS, JOBS, PODS, job_resource
 from torchjob.render.job_kinds import kind_of, served_apis
-from torchjob.views import summary
+from torchjob.views import queue, summary
 from torchjob.views.console import rows
 from torchjob.views.console.kind_forms import kind_form
 
@@ -151,25 +153,39 @@ async def job_page(request: web.Request) -> web.Response:
             namespace,
             {"patch": ("patch", kind, ""), "delete": ("delete", kind, "")},
         ),
-        kubelet_said(api, job),
+        pods_say(api, job),
     )
     context = _job_context(request, job, events, may, said)
     return request.app[PAGES].response("job.html", **context)
 
 
-async def kubelet_said(api: UserApi, job: dict[str, Any]) -> list[tuple[str, str]]:
-    """While the job's replicas cannot start (its StartFailure condition), what the kubelet said
-    of each of its pods, whole (the condition's message is cut short); nothing otherwise, or when
-    the user may not list pods."""
-    if summary.start_failure(rows.training_view(job)) is None:
-        return []
+@dataclass(frozen=True)
+class PodsSay:
+    kubelet: list[tuple[str, str]]  # pod, what its kubelet said
+    queue: str | None  # where the job waits in its Kueue queue (views/queue.py)
+
+
+async def pods_say(api: UserApi, job: dict[str, Any]) -> PodsSay:
+    """What the job's pods tell its page, read as the user: while its replicas cannot start (its
+    StartFailure condition), what the kubelet said of each, whole (the condition's message is
+    cut short); while it waits for Kueue's admission, its place in its queue (Kueue's
+    visibility API). Nothing otherwise, or when the user may not list pods."""
+    cannot_start = summary.start_failure(rows.training_view(job)) is not None
+    if not cannot_start and not queue.waiting_for_admission(job):
+        return PodsSay([], None)
     meta = job["metadata"]
     selector = f"{LABEL_JOB_NAME}={meta['name']}"
     try:
         answer = await api.list_objects(PODS, meta["namespace"], labelSelector=selector)
     except KubeError:
-        return []
-    return rows.kubelet_messages(answer.get("items") or [])
+        return PodsSay([], None)
+    pods = answer.get("items") or []
+    said = rows.kubelet_messages(pods) if cannot_start else []
+    where = queue.queued(job, pods)
+    if where is None:
+        return PodsSay(said, None)
+    pending, problem = await pending_workloads(api.client, meta["namespace"], where.queue)
+    return PodsSay(said, queue.position_text(where, pending, problem))
 
 
 def _job_context(
@@ -177,7 +193,7 @@ def _job_context(
     job: dict[str, Any],
     events: list[dict[str, Any]],
     may: dict[str, bool],
-    said: list[tuple[str, str]],
+    said: PodsSay,
 ) -> dict[str, Any]:
     return {
         "session": session_of(request),
@@ -188,7 +204,8 @@ def _job_context(
         "container": rows.training_container(job),
         "command": rows.command_line(job),
         "pending": rows.pending_reason(job),
-        "kubelet_said": said,
+        "kubelet_said": said.kubelet,
+        "queue": said.queue,
         "events": events,
         "may": may,
         "job_label": LABEL_JOB_NAME,
@@ -235,7 +252,7 @@ async def _send_status(
     job: dict[str, Any],
     may: dict[str, bool],
 ) -> None:
-    context = _job_context(request, job, [], may, await kubelet_said(api, job))
+    context = _job_context(request, job, [], may, await pods_say(api, job))
     await stream.send("job-status", request.app[PAGES].text("fragments/job_status.html", **context))
 
 

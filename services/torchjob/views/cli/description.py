@@ -35,10 +35,13 @@ def describe(
     *,
     tensorboard_pods: list[dict[str, Any]] | None = None,
     event_limit: int = 20,
+    queue: str | None = None,
 ) -> str:
-    """`torchjob get NAME`: the job's phase, progress, conditions, replicas, TensorBoard and
-    Events."""
+    """`torchjob get NAME`: the job's phase, its place in a Kueue queue it waits in (`queue`,
+    views/queue.py), progress, conditions, replicas, TensorBoard and Events."""
     lines = _summary(job, now)
+    if queue is not None:
+        lines.append(f"Queue:       {queue}")
     lines += ["", "Progress:", *_progress(job, now)]
     lines += ["", "Conditions:", *_conditions((job.get("status") or {}), now)]
     lines += ["", "Replicas:", _replicas(job, pods)]

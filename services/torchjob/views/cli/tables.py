@@ -78,11 +78,13 @@ def list_table(
     wide: bool = False,
     all_namespaces: bool = False,
     pods: list[dict[str, Any]] | None = None,
+    queues: dict[tuple[str, str], str] | None = None,
 ) -> str:
     """`torchjob list`: NAME PHASE REPLICAS RESTARTS PROGRESS ETA GPUS AGE; NAMESPACE first
-    with -A; wide adds the queue, the nodes of the job's pods and the reason of the latest
-    condition (of the start failure, while one holds). PHASE says why replicas cannot start
-    while they cannot (`phase_cell`)."""
+    with -A; wide adds the queue (with `queues`, by namespace and name, the Kueue queue a job
+    waits in and its place: views/queue.py), the nodes of the job's pods and the reason of the
+    latest condition (of the start failure, while one holds). PHASE says why replicas cannot
+    start while they cannot (`phase_cell`)."""
     headers = ["NAME", "PHASE", "REPLICAS", "RESTARTS", "PROGRESS", "ETA", "GPUS", "AGE"]
     if all_namespaces:
         headers.insert(0, "NAMESPACE")
@@ -106,13 +108,15 @@ def list_table(
         if all_namespaces:
             row.insert(0, str(meta.get("namespace")))
         if wide:
-            row += _wide_cells(job, pods or [])
+            waiting = (queues or {}).get((str(meta.get("namespace")), str(meta.get("name"))))
+            row += _wide_cells(job, pods or [], waiting)
         rows.append(row)
     return table(headers, rows)
 
 
-def _wide_cells(job: dict[str, Any], pods: list[dict[str, Any]]) -> list[str]:
-    """The job's queue, the nodes its pods are on and the reason of its latest condition."""
+def _wide_cells(job: dict[str, Any], pods: list[dict[str, Any]], waiting: str | None) -> list[str]:
+    """The job's queue (`waiting`: the Kueue queue it waits in), the nodes its pods are on and
+    the reason of its latest condition."""
     meta = job.get("metadata") or {}
     queue = (((job.get("spec") or {}).get("scheduler") or {}).get("t9kScheduler") or {}).get(
         "queue"
@@ -127,7 +131,7 @@ def _wide_cells(job: dict[str, Any], pods: list[dict[str, Any]]) -> list[str]:
     )
     latest = latest_condition(job.get("status") or {})
     reason = start_failure(job) or (str(latest.get("reason") or NONE) if latest else NONE)
-    return [queue or NONE, ",".join(nodes) or NONE, reason]
+    return [waiting or queue or NONE, ",".join(nodes) or NONE, reason]
 
 
 # -- progress ----------------------------------------------------------------------------------
