@@ -78,7 +78,7 @@ from support.bench import (  # noqa: E402
 )
 from support.bench import print_ratios as show_ratios  # noqa: E402
 from support.eventually import eventually  # noqa: E402
-from support.installed import install, modules_loaded, services_run_by  # noqa: E402
+from support.installed import install, print_interpreter, services_run_by  # noqa: E402
 from support.kubeflow import pytorchjob  # noqa: E402
 from support.kubeflow_operator import KubeflowOperator, opted_in_namespace  # noqa: E402
 from support.kubelet import TestKubelet  # noqa: E402
@@ -373,13 +373,6 @@ def main() -> None:
         ours = run_torchjob(plane, args, python)
         print_ratios(ours, theirs)
     print(f"\nthe bench took {time.monotonic() - started:.0f} s")
-
-
-def print_interpreter(python: Path | None) -> None:
-    where = "the dev .venv" if python is None else f"{python} (pip install . only)"
-    loaded = modules_loaded(Path(sys.executable) if python is None else python, "rich")
-    extras = ", ".join(loaded) if loaded else "none"
-    print(f"services:   torchjob's run by {where}; dev packages its logging imports: {extras}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ The tier (tests/support/scale.py): the real control plane, the real kube-schedul
 gang scheduling (scheduling.k8s.io/v1beta1 PodGroups, GenericWorkload) and kwok playing the
 kubelet of N fake nodes of 8 GPUs (--nodes, 1,000 by default), which takes every pod bound to one
 to Running. The webhook and the reconciler run as processes, as tests/bench/reconcile.py starts
-them; the webhook admits every job and pod of every run.
+them, under a venv with only the package installed (`pip install .`, as the image installs it;
+--dev-venv: the dev .venv's); the webhook admits every job and pod of every run.
 
 big: one torchrun job of R workers (--replicas, 10,000 by default) that must all start together
 (minNodes: R): the reconciler's default gang setting makes it one native PodGroup of R, which
@@ -54,6 +55,7 @@ import asyncio
 import contextlib
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -82,6 +84,7 @@ from support.bench import (  # noqa: E402
     watch,
 )
 from support.eventually import eventually  # noqa: E402
+from support.installed import install, print_interpreter, services_run_by  # noqa: E402
 from support.operator import (  # noqa: E402
     reconciler_kubeconfig,
     start_reconciler,
@@ -155,6 +158,11 @@ def parse() -> argparse.Namespace:
     )
     p.add_argument(
         "--timeout", type=float, default=1800.0, help="seconds a run may take to all Running"
+    )
+    p.add_argument(
+        "--dev-venv",
+        action="store_true",
+        help="run torchjob's services from the dev .venv rather than an installed package",
     )
     return p.parse_args()
 
@@ -326,19 +334,26 @@ def main() -> None:
         "senders); the webhook admits every run"
     )
     started = time.monotonic()
-    with ScaleTier(args.nodes) as tier:
-        kubeconfig = reconciler_kubeconfig(tier.plane)
-        if "big" in args.benches:
-            measure_big(tier.plane, kubeconfig, args)
-        many_settings = reconciler_settings(args, "scale-many", args.limits[0])
-        if "many" in args.benches:
-            measure_many(tier.plane, kubeconfig, args, many_settings)
-        if "kubeflow" in args.benches:
-            measure_side_by_side(tier.plane, kubeconfig, args, many_settings)
-        if "kueue" in args.benches:
-            measure_kueue(tier.plane, kubeconfig, args, many_settings)
+    with tempfile.TemporaryDirectory(prefix="torchjob-scale-") as tmp:
+        python = None if args.dev_venv else install(Path(tmp))
+        print_interpreter(python)
+        with services_run_by(python), ScaleTier(args.nodes) as tier:
+            run_benches(tier, args)
     print(f"\nthe bench took {time.monotonic() - started:.0f} s")
     sys.stdout.flush()
+
+
+def run_benches(tier: ScaleTier, args: argparse.Namespace) -> None:
+    kubeconfig = reconciler_kubeconfig(tier.plane)
+    if "big" in args.benches:
+        measure_big(tier.plane, kubeconfig, args)
+    many_settings = reconciler_settings(args, "scale-many", args.limits[0])
+    if "many" in args.benches:
+        measure_many(tier.plane, kubeconfig, args, many_settings)
+    if "kubeflow" in args.benches:
+        measure_side_by_side(tier.plane, kubeconfig, args, many_settings)
+    if "kueue" in args.benches:
+        measure_kueue(tier.plane, kubeconfig, args, many_settings)
 
 
 def measure_big(plane: ControlPlane, kubeconfig: Path, args: argparse.Namespace) -> None:

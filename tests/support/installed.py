@@ -65,3 +65,10 @@ def services_run_by(python: Path | None) -> Iterator[None]:
             del os.environ[SERVICE_PYTHON_VARIABLE]
         else:
             os.environ[SERVICE_PYTHON_VARIABLE] = saved
+
+
+def print_interpreter(python: Path | None) -> None:
+    where = "the dev .venv" if python is None else f"{python} (pip install . only)"
+    loaded = modules_loaded(Path(sys.executable) if python is None else python, "rich")
+    extras = ", ".join(loaded) if loaded else "none"
+    print(f"services:   torchjob's run by {where}; dev packages its logging imports: {extras}")
