@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from torchjob.api import types
-from torchjob.api.constants import FINISHED_JOB_PHASES, LABEL_JOB_NAME, LABEL_TENSORBOARD
+from torchjob.api.constants import FINISHED_JOB_PHASES, LABEL_TENSORBOARD
 from torchjob.cli.connection import CliError, Cluster, Target, connect, context_namespace
 from torchjob.cli.manifest import InvalidManifest, admit, read_manifest
 from torchjob.kube.kueue import pending_workloads
@@ -208,16 +208,7 @@ async def queue_places(
 ) -> dict[tuple[str, str], str]:
     """The Kueue queue each waiting job waits in and its place, by namespace and name: one read
     of Kueue's visibility API per queue, as the user."""
-    by_job: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        key = (str(meta.get("namespace")), str((meta.get("labels") or {}).get(LABEL_JOB_NAME)))
-        by_job.setdefault(key, []).append(pod)
-    waiting = {}
-    for job in jobs:
-        key = (str(job["metadata"].get("namespace")), str(job["metadata"]["name"]))
-        if (where := queue.queued(job, by_job.get(key, []))) is not None:
-            waiting[key] = where
+    waiting = queue.waiting_jobs(jobs, pods)
     read: dict[tuple[str, str], dict[str, Any] | None] = {}
     for (namespace, _), where in waiting.items():
         if (namespace, where.queue) not in read:

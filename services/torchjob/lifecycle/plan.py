@@ -380,10 +380,7 @@ def _finish(start: Round, applied: _Applied) -> Plan:
     else:
         release = kueue.workload_to_release(start.observed.pods, start.observed.now)
         plan.release_workload = release.workload
-        if release.recheck_after is not None:
-            current = plan.requeue_after
-            wait = release.recheck_after
-            plan.requeue_after = wait if current is None else min(current, wait)
+        applied.apply(Decision(requeue_after=release.recheck_after))
     plan.status_can_wait = _status_can_wait(facts, plan)
     plan.status_events = [
         *([] if facts.outcome else applied.announced),

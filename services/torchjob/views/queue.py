@@ -14,6 +14,7 @@ from typing import Any
 
 from torchjob.api import constants
 from torchjob.render.scheduling import KUEUE_GROUP_LABEL, KUEUE_QUEUE_LABEL
+from torchjob.views.summary import job_of_pod
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,23 @@ def short_text(where: Queued, pending: dict[str, Any] | None) -> str:
         if (item.get("metadata") or {}).get("name") == where.workload:
             return f"{where.queue} ({_nth(int(item.get('positionInLocalQueue') or 0) + 1)})"
     return where.queue
+
+
+def waiting_jobs(
+    jobs: list[dict[str, Any]], pods: list[dict[str, Any]]
+) -> dict[tuple[str, str], Queued]:
+    """Where each of `jobs` that waits for Kueue's admission waits, by namespace and name, from
+    its pods among `pods`."""
+    by_job: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for pod in pods:
+        namespace, name = job_of_pod(pod)
+        by_job.setdefault((str(namespace), str(name)), []).append(pod)
+    waiting = {}
+    for job in jobs:
+        key = (str(job["metadata"].get("namespace")), str(job["metadata"]["name"]))
+        if (where := queued(job, by_job.get(key, []))) is not None:
+            waiting[key] = where
+    return waiting
 
 
 def position_text(where: Queued, pending: dict[str, Any] | None, problem: str = "") -> str:

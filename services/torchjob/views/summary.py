@@ -141,3 +141,9 @@ def duration(seconds: int) -> str:
     if days < 8:
         return f"{days}d{hrs}h" if hrs else f"{days}d"
     return f"{days}d"
+
+
+def job_of_pod(pod: dict[str, Any]) -> tuple[Any, Any]:
+    """The namespace and name of the job a replica pod belongs to (its job-name label)."""
+    meta = pod.get("metadata") or {}
+    return meta.get("namespace"), (meta.get("labels") or {}).get(constants.LABEL_JOB_NAME)

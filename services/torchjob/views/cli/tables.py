@@ -10,7 +10,6 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from torchjob.api import constants
 from torchjob.api.objects import latest_condition
 from torchjob.views.quantities import (
     Resources,
@@ -25,6 +24,7 @@ from torchjob.views.quantities import (
 from torchjob.views.summary import (
     duration,
     eta_text,
+    job_of_pod,
     phase,
     phase_cell,
     progress_text,
@@ -125,7 +125,7 @@ def _wide_cells(job: dict[str, Any], pods: list[dict[str, Any]], waiting: str | 
         {
             str((p.get("spec") or {}).get("nodeName"))
             for p in pods
-            if _pod_job(p) == (meta.get("namespace"), meta.get("name"))
+            if job_of_pod(p) == (meta.get("namespace"), meta.get("name"))
             and (p.get("spec") or {}).get("nodeName")
         }
     )
@@ -140,11 +140,6 @@ def _wide_cells(job: dict[str, Any], pods: list[dict[str, Any]], waiting: str | 
 def _job_sort_key(job: dict[str, Any]) -> tuple[str, str]:
     meta = job.get("metadata") or {}
     return str(meta.get("namespace")), str(meta.get("name"))
-
-
-def _pod_job(pod: dict[str, Any]) -> tuple[Any, Any]:
-    meta = pod.get("metadata") or {}
-    return meta.get("namespace"), (meta.get("labels") or {}).get(constants.LABEL_JOB_NAME)
 
 
 # -- top ---------------------------------------------------------------------------------------
@@ -177,7 +172,7 @@ def top_job_table(
     for job in sorted(jobs, key=_job_sort_key):
         meta = job.get("metadata") or {}
         key = (meta.get("namespace"), meta.get("name"))
-        own = [p for p in pods if _pod_job(p) == key]
+        own = [p for p in pods if job_of_pod(p) == key]
         requested = job_requests(job)
         allocated = Resources()
         for pod in own:
@@ -238,7 +233,7 @@ def top_node_table(
         requested = Resources()
         for pod in on_node:
             requested = requested + pod_spec_requests(pod.get("spec") or {})
-        replicas = sum(1 for p in on_node if _pod_job(p)[1])
+        replicas = sum(1 for p in on_node if job_of_pod(p)[1])
         row = [
             name,
             format_gpus(allocatable.gpus),
