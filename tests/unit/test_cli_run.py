@@ -107,6 +107,9 @@ def test_replicas_reach_each_other_on_local_addresses(
         """
         import os, socket, time
         address = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+        # Said before the greeting: the master's success ends the job and stops this replica,
+        # on a busy machine before a line printed after the greeting would be written.
+        print("addr", os.environ["MASTER_ADDR"], "world", os.environ["WORLD_SIZE"], flush=True)
         for _ in range(200):
             try:
                 greeting = "hello from " + os.environ["RANK"]
@@ -114,7 +117,6 @@ def test_replicas_reach_each_other_on_local_addresses(
                 break
             except ConnectionRefusedError:
                 time.sleep(0.05)
-        print("addr", os.environ["MASTER_ADDR"], "world", os.environ["WORLD_SIZE"])
         """
     )
     manifest = (
