@@ -13,7 +13,6 @@ reconciler marks an ended job's pods `kueue.x-k8s.io/retriable-in-group: "false"
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 import subprocess
 from collections.abc import Iterator
@@ -26,8 +25,9 @@ from support import ControlPlane
 from support.cli import TORCHJOB
 from support.cluster import condition
 from support.console import Console, signed_in, tenant_token
-from support.eventually import eventually, eventually_sync
-from support.kueue import PRIORITIES, KueueManager, condition_status, quota_objects
+from support.eventually import eventually
+from support.kueue import KueueManager
+from support.kueue import cluster_queue as kueue_quota
 from support.kueue_jobs import (
     JOB_CPU,
     QUEUE,
@@ -80,22 +80,9 @@ def tenants(
 def cluster_queue(control_plane: ControlPlane, tenants: tuple[str, str]) -> Iterator[str]:
     """A ResourceFlavor, a ClusterQueue of QUOTA_CPU CPUs of it, and a LocalQueue QUEUE on it in
     each tenant namespace; the ClusterQueue's name once Kueue says it is active."""
-    prefix = tenants[0]
-    objects = list(quota_objects(prefix, str(int(QUOTA_CPU)), dict.fromkeys(tenants, QUEUE)))
-    items = {"apiVersion": "v1", "kind": "List", "items": objects}
-    control_plane.kubectl("apply", "-f", "-", input=json.dumps(items))
-    name = f"{prefix}-cq"
-
-    def active() -> bool:
-        got = control_plane.kubectl("get", "clusterqueue", name, "-o", "json")
-        return condition_status(json.loads(got.stdout), "Active") == "True"
-
-    eventually_sync(active, f"the ClusterQueue {name} active")
-    yield name
-    made = [("clusterqueue", name), ("resourceflavor", f"{prefix}-flavor")]
-    made += [("workloadpriorityclass", f"{prefix}-{suffix}") for suffix in PRIORITIES]
-    for kind, object_name in made:
-        control_plane.kubectl("delete", kind, object_name, "--wait=false", check=False)
+    quota = str(int(QUOTA_CPU))
+    with kueue_quota(control_plane, tenants[0], quota, dict.fromkeys(tenants, QUEUE)) as name:
+        yield name
 
 
 async def assert_waits_while_the_first_runs(second: QueuedJob, watch: QuotaWatch) -> None:

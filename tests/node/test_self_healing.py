@@ -21,12 +21,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from support.controlplane import REPO_ROOT
+from support.example import (
+    accuracy_logged,
+    epochs_logged,
+    epochs_resumed_from,
+    example_container,
+    example_job,
+)
 from support.jobs import JobBuilder
-from support.node import Node, container_id, running, small_resources, wait_until
+from support.node import (
+    Node,
+    all_logs,
+    container_id,
+    pod_log,
+    running,
+    small_resources,
+    wait_until,
+)
 
-EXAMPLE_JOB = REPO_ROOT / "examples" / "mnist-ddp" / "job.yaml"
 SCRIPTS = Path(__file__).parent / "scripts"
 GLOO_STEPS = (SCRIPTS / "gloo_steps.py").read_text()
 PROGRESS_THEN_HANG = (SCRIPTS / "progress_then_hang.py").read_text()
@@ -57,17 +69,6 @@ def conditions(job: Manifest) -> dict[str, Manifest]:
 
 def finished(node: Node, namespace: str, name: str) -> Manifest:
     return node.wait_for_phase(namespace, name, ["Succeeded", "Failed"])
-
-
-def pod_log(node: Node, namespace: str, pod: str) -> str:
-    """The pod's training container's log; empty while it has none (not started yet, gone)."""
-    return node.kubectl("logs", "-n", namespace, pod, "-c", "python", check=False).stdout
-
-
-def all_logs(node: Node, namespace: str, job: str) -> str:
-    """The logs of the job's pods as they are now, one after the other."""
-    pods = node.job_pods(namespace, job)
-    return "\n".join(pod_log(node, namespace, pod["metadata"]["name"]) for pod in pods)
 
 
 def job_events(node: Node, namespace: str, job: str) -> list[Manifest]:
@@ -172,19 +173,6 @@ def light_jobs(node: Node) -> Iterator[Recorder]:
 # -- the example loses a replica -----------------------------------------------------------------
 
 
-def example_job(epochs: int) -> Manifest:
-    """examples/mnist-ddp/job.yaml as written, with `epochs` epochs."""
-    job: Manifest = yaml.safe_load(EXAMPLE_JOB.read_text())
-    container = job["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]
-    args = container["args"]
-    args[args.index("--epochs") + 1] = str(epochs)
-    return job
-
-
-def epochs_logged(logs: str) -> list[int]:
-    return [int(epoch) for epoch in re.findall(r"^epoch (\d+)/\d+ ", logs, re.MULTILINE)]
-
-
 def lose(node: Node, namespace: str, how: str, pod_name: str) -> None:
     if how == "pod-deleted":
         node.kubectl("delete", "pod", pod_name, "-n", namespace, "--wait=false")
@@ -198,7 +186,7 @@ def lose(node: Node, namespace: str, how: str, pod_name: str) -> None:
 def test_the_example_survives_a_lost_replica(node: Node, node_namespace: str, how: str) -> None:
     epochs = 30
     job = example_job(epochs)
-    container = job["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]
+    container = example_container(job)
     assert container["image"] == node.example_image, "job.yaml names the image make node-up builds"
     node.apply(node_namespace, job)
     wait_until(
@@ -211,9 +199,9 @@ def test_the_example_survives_a_lost_replica(node: Node, node_namespace: str, ho
     job = finished(node, node_namespace, "mnist-ddp")
     logs = all_logs(node, node_namespace, "mnist-ddp")
     assert job["status"]["phase"] == "Succeeded", logs[-4000:]
-    assert float(re.findall(r"test accuracy ([0-9.]+)", logs)[-1]) >= 0.95
+    assert accuracy_logged(logs) >= 0.95
     # Every rank resumed from the surviving replica's checkpoint, not from the beginning.
-    resumed = [int(n) for n in re.findall(r"resumed from epoch (\d+) \(checkpoint of rank", logs)]
+    resumed = epochs_resumed_from(logs)
     assert resumed and min(resumed) > 1, logs[-4000:]
     assert max(epochs_logged(logs)) == epochs
 

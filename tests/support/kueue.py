@@ -1,30 +1,33 @@
-"""Kueue's manager (sigs.k8s.io/kueue, built by `make kueue-build`) as a process beside the e2e
-tier's control plane: its CRDs applied as its release publishes them, its webhook configurations
-called by URL on loopback with a CA of the test's, and a Configuration of the test's: only the
-plain pod integration, in the namespaces labelled `MANAGED_LABEL`, no leader election, no
-certificate management of its own, health and metrics on free loopback ports.
+"""Kueue's manager (sigs.k8s.io/kueue, built by `make kueue-build`) as a process beside a
+cluster's control plane (the e2e tier's, the real node's, the scale tier's): its CRDs applied as
+its release publishes them, its webhook configurations called by URL on loopback with a CA of the
+test's, and a Configuration of the test's: only the plain pod integration, in the namespaces
+labelled `MANAGED_LABEL`, no leader election, no certificate management of its own, health and
+metrics on free loopback ports.
 
-The control plane is shared with the rest of the e2e tier, so every webhook of Kueue's is limited
-to the namespaces it manages (its release limits the pod webhooks the same way, to all but
-kube-system and its own namespace): a test elsewhere never waits on Kueue, running or not.
-Kueue's manager runs as the control plane's admin (its release grants it a ClusterRole)."""
+A control plane may be shared with other tests, so every webhook of Kueue's is limited to the
+namespaces it manages (its release limits the pod webhooks the same way, to all but kube-system
+and its own namespace): a test elsewhere never waits on Kueue, running or not. Kueue's manager
+runs as the control plane's admin (its release grants it a ClusterRole)."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import json
+import shlex
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
-from .controlplane import REPO_ROOT, ControlPlane, free_port
+from .controlplane import REPO_ROOT, free_port
 from .eventually import eventually_sync
 from .pki import CertAndKey, issue_serving_cert, new_ca, write_cert
 from .processes import READY_TIMEOUT, ServiceProcess
@@ -55,6 +58,18 @@ CONFIGURATION_NAMES = {
 # The API version of Kueue's objects that v0.17 stores (and its manager reads).
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 Manifest = dict[str, Any]
+
+
+class Cluster(Protocol):
+    """Where Kueue runs: the e2e tier's control plane or the real node, each with kubectl as
+    its admin and the admin's kubeconfig."""
+
+    @property
+    def kubeconfig(self) -> Path: ...
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]: ...
 
 
 class KueueMissing(RuntimeError):
@@ -143,9 +158,9 @@ def _write_serving(directory: Path, serving: CertAndKey) -> None:
 
 
 class KueueManager:
-    """Kueue's manager on the control plane; `process` once started."""
+    """Kueue's manager on a cluster's control plane; `process` once started."""
 
-    def __init__(self, plane: ControlPlane, build: KueueBuild | None = None) -> None:
+    def __init__(self, plane: Cluster, build: KueueBuild | None = None) -> None:
         self.plane = plane
         self.build = build or KueueBuild.locate()
         self.ports = Ports(free_port(), free_port(), free_port(), free_port())
@@ -173,17 +188,8 @@ class KueueManager:
         _write_serving(self.dir / "webhook-certs", serving)
         service_host = f"{VISIBILITY_SERVICE}.{NAMESPACE}.svc"
         visibility = issue_serving_cert(ca, "kueue-visibility", [service_host, visibility_host()])
-        for directory, certificate in (
-            (METRICS_CERT_DIR, serving),
-            (VISIBILITY_CERT_DIR, visibility),
-        ):
-            try:
-                _write_serving(directory, certificate)
-            except PermissionError as error:
-                raise KueueMissing(
-                    f"Kueue's manager reads certificates from {directory}, which this user "
-                    f"cannot write ({error}): run the Kueue tests as root"
-                ) from error
+        _write_serving(self.dir / "metrics-certs", serving)
+        _write_serving(self.dir / "visibility-certs", visibility)
         write_cert(self.dir / "ca.crt", ca.cert)
         manifests = self.build.webhook_manifests.read_text()
         bundle = (self.dir / "ca.crt").read_bytes()
@@ -203,8 +209,14 @@ class KueueManager:
             f"--kubeconfig={self.plane.kubeconfig}",
             "--zap-log-level=2",
         ]
+        mounts = {
+            self.dir / "metrics-certs": METRICS_CERT_DIR,
+            self.dir / "visibility-certs": VISIBILITY_CERT_DIR,
+        }
         env = {"KUBECONFIG": str(self.plane.kubeconfig)}
-        self.process = ServiceProcess.program("kueue", argv, self.ports.health, env)
+        self.process = ServiceProcess.program(
+            "kueue", with_mounts(mounts, argv), self.ports.health, env
+        )
         self.process.start().wait_ready(READY_TIMEOUT)
 
     def _wait_visible(self) -> None:
@@ -246,7 +258,7 @@ class KueueManager:
 
     def close(self) -> None:
         """Its webhook configurations removed first (nothing answers them once it stops), then
-        the manager stopped and its files removed, the metrics certificate included."""
+        the manager stopped and its files removed."""
         for kind, name in CONFIGURATION_NAMES.items():
             self.plane.kubectl("delete", kind.lower(), name, "--ignore-not-found", check=False)
         # An aggregated API that no longer answers fails every client's discovery.
@@ -256,12 +268,30 @@ class KueueManager:
             self.process.close()
             self.process = None
         shutil.rmtree(self.dir, ignore_errors=True)
-        for directory in (METRICS_CERT_DIR, VISIBILITY_CERT_DIR):
-            for written in ("tls.crt", "tls.key"):
-                (directory / written).unlink(missing_ok=True)
 
 
-def apply_crds(plane: ControlPlane, crds: Iterable[Path]) -> None:
+def with_mounts(mounts: dict[Path, Path], argv: list[str]) -> list[str]:
+    """`argv` run in a mount namespace of its own in which each directory of `mounts` is seen at
+    its fixed path: two managers (the e2e tier's and the node's, in one `make test`) each read
+    their own certificates, and nothing is written outside their temporary directories."""
+    for target in mounts.values():
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+        except PermissionError as error:
+            raise KueueMissing(
+                f"Kueue's manager reads certificates from {target}, which this user cannot "
+                f"create ({error}): run the Kueue tests as root"
+            ) from error
+    binds = " && ".join(
+        f"mount --bind {shlex.quote(str(source))} {shlex.quote(str(target))}"
+        for source, target in mounts.items()
+    )
+    unshare = shutil.which("unshare") or "unshare"
+    script = f'{binds} && exec "$@"'
+    return [unshare, "--mount", "--propagation", "private", "sh", "-c", script, "kueue", *argv]
+
+
+def apply_crds(plane: Cluster, crds: Iterable[Path]) -> None:
     """The CRDs as published, applied server-side (Kueue's are too large for the annotation a
     client-side apply keeps) and Established."""
     names = []
@@ -286,11 +316,14 @@ def apply_crds(plane: ControlPlane, crds: Iterable[Path]) -> None:
 PRIORITIES = {"low": 100, "high": 1000}
 
 
-def quota_objects(prefix: str, cpu: str, tenants: dict[str, str]) -> Iterator[Manifest]:
-    """A ResourceFlavor, a ClusterQueue of `cpu` CPUs of it (any namespace's workloads; a
-    workload of higher priority preempts those of lower priority in it), a LocalQueue on it in
-    each tenant namespace (namespace: local queue name), and the WorkloadPriorityClasses
-    `<prefix>-low` and `<prefix>-high`; all named from `prefix`."""
+def quota_objects(
+    prefix: str, cpu: str, tenants: dict[str, str], memory: str | None = None
+) -> Iterator[Manifest]:
+    """A ResourceFlavor, a ClusterQueue of `cpu` CPUs of it and, where given, `memory` of memory
+    (Kueue admits a pod only if its ClusterQueue covers every resource it asks for); any
+    namespace's workloads; a workload of higher priority preempts those of lower priority in it;
+    a LocalQueue on it in each tenant namespace (namespace: local queue name), and the
+    WorkloadPriorityClasses `<prefix>-low` and `<prefix>-high`; all named from `prefix`."""
     flavor, cluster_queue = f"{prefix}-flavor", f"{prefix}-cq"
     for suffix, value in PRIORITIES.items():
         yield {
@@ -300,14 +333,16 @@ def quota_objects(prefix: str, cpu: str, tenants: dict[str, str]) -> Iterator[Ma
             "value": value,
         }
     yield {"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": flavor}}
-    quota = {"name": flavor, "resources": [{"name": "cpu", "nominalQuota": cpu}]}
+    quotas = {"cpu": cpu} if memory is None else {"cpu": cpu, "memory": memory}
+    resources = [{"name": name, "nominalQuota": value} for name, value in quotas.items()]
+    quota = {"name": flavor, "resources": resources}
     yield {
         "apiVersion": API_VERSION,
         "kind": "ClusterQueue",
         "metadata": {"name": cluster_queue},
         "spec": {
             "namespaceSelector": {},
-            "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [quota]}],
+            "resourceGroups": [{"coveredResources": list(quotas), "flavors": [quota]}],
             "preemption": {"withinClusterQueue": "LowerPriority"},
         },
     }
@@ -318,6 +353,31 @@ def quota_objects(prefix: str, cpu: str, tenants: dict[str, str]) -> Iterator[Ma
             "metadata": {"name": queue, "namespace": namespace},
             "spec": {"clusterQueue": cluster_queue},
         }
+
+
+@contextlib.contextmanager
+def cluster_queue(
+    plane: Cluster, prefix: str, cpu: str, tenants: dict[str, str], memory: str | None = None
+) -> Iterator[str]:
+    """quota_objects applied; the ClusterQueue's name once Kueue says it is active. Deleted
+    after, without waiting."""
+    objects = list(quota_objects(prefix, cpu, tenants, memory))
+    items = {"apiVersion": "v1", "kind": "List", "items": objects}
+    plane.kubectl("apply", "-f", "-", input=json.dumps(items))
+    name = f"{prefix}-cq"
+
+    def active() -> bool:
+        got = plane.kubectl("get", "clusterqueue", name, "-o", "json")
+        return condition_status(json.loads(got.stdout), "Active") == "True"
+
+    eventually_sync(active, f"the ClusterQueue {name} active")
+    try:
+        yield name
+    finally:
+        made = [("clusterqueue", name), ("resourceflavor", f"{prefix}-flavor")]
+        made += [("workloadpriorityclass", f"{prefix}-{suffix}") for suffix in PRIORITIES]
+        for kind, object_name in made:
+            plane.kubectl("delete", kind, object_name, "--wait=false", check=False)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from support.jobs import JobBuilder
 from support.kueue import (
     API_VERSION,
     MANAGED_LABEL,
+    Cluster,
     QuotaSample,
     condition_status,
     quota_sample,
@@ -57,7 +58,7 @@ def open_tenant(plane: ControlPlane, name: str) -> None:
     eventually_sync(has_default_account, f"the default ServiceAccount of {name}")
 
 
-def release_leftovers(plane: ControlPlane, namespace: str) -> None:
+def release_leftovers(plane: Cluster, namespace: str) -> None:
     """The namespace deleted. A pod Kueue still holds (a test failed before Kueue let it go)
     is let go first, so that the namespace can go."""
     plane.kubectl("delete", "pytorchtrainingjobs", "--all", "-n", namespace, "--wait=false")

@@ -312,6 +312,17 @@ def host_path_claim(node: Node, namespace: str, claim: str, size: str = "1Gi") -
     return directory
 
 
+def pod_log(node: Node, namespace: str, pod: str) -> str:
+    """The pod's training container's log; empty while it has none (not started yet, gone)."""
+    return node.kubectl("logs", "-n", namespace, pod, "-c", "python", check=False).stdout
+
+
+def all_logs(node: Node, namespace: str, job: str) -> str:
+    """The logs of the job's pods as they are now, one after the other."""
+    pods = node.job_pods(namespace, job)
+    return "\n".join(pod_log(node, namespace, pod["metadata"]["name"]) for pod in pods)
+
+
 def release_claims(node: Node, namespace: str) -> None:
     """Deletes the volumes `host_path_claim` made for `namespace` and their directories."""
     for volume in node.objects("persistentvolumes", None):
