@@ -15,6 +15,8 @@ WHEELS := $(CACHE)/wheels
 EXAMPLE_REQUIREMENTS := examples/mnist-ddp/requirements.txt
 PROTO_FILES := $(shell find proto -name '*.proto' | sort)
 PYTEST_FLAGS ?=
+# The commit `make upgrade-test` upgrades from; empty: the test's own (EARLIER).
+FROM ?=
 
 .PHONY: help
 help: ## the README's first two commands, then every target
@@ -87,6 +89,10 @@ node-down: ## stop the node's processes and remove its network rules, mounts and
 .PHONY: demo-cluster
 demo-cluster: node-up ## on the real node: apply examples/mnist-ddp/job.yaml, wait, print its test accuracy
 	hack/demo-cluster.sh
+
+.PHONY: upgrade-test
+upgrade-test: $(STAMP) $(EXAMPLE_STAMP) helm node-build ## on the real node: helm upgrade from commit FROM's chart and image (default: tests/node/test_upgrade.py's EARLIER) to this tree's and back, under two running jobs
+	TORCHJOB_UPGRADE_FROM=$(FROM) $(BIN)/pytest tests/node/test_upgrade.py $(PYTEST_FLAGS)
 
 .PHONY: generate
 generate: $(STAMP) ## regenerate the CRDs, the Python API models and their API references from proto/, and docs/settings.md

@@ -6,6 +6,7 @@
 # since it was imported is not built again.
 #
 #   hack/node-images.sh all | pause | coredns | metrics-server | base | torchjob | example
+#   hack/node-images.sh torchjob-of <source tree>   # another tree's image; prints its tag
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -115,16 +116,20 @@ base_image() {
   log "made $BASE_IMAGE"
 }
 
-torchjob_files() {
+torchjob_files() {  # <source tree>
   # What the Dockerfile's context keeps (.dockerignore): pyproject.toml, README.md, services/.
-  (cd "$REPO" && find Dockerfile .dockerignore pyproject.toml README.md services -type f \
+  (cd "$1" && find Dockerfile .dockerignore pyproject.toml README.md services -type f \
     -not -path '*/__pycache__/*' -not -name '*.pyc' -not -path '*.egg-info/*' | sort)
 }
 
+torchjob_key() {  # <source tree>: the hash of what its image is built from
+  local files
+  mapfile -t files < <(torchjob_files "$1")
+  (cd "$1" && inputs_key "${files[@]}" -- "$(image_id "$BASE_IMAGE")")
+}
+
 torchjob_image() {
-  local files key
-  mapfile -t files < <(torchjob_files)
-  key=$(cd "$REPO" && inputs_key "${files[@]}" -- "$(image_id "$BASE_IMAGE")")
+  local key; key=$(torchjob_key "$REPO")
   # The tag is the inputs' hash, so that `helm upgrade` rolls the services when the code changed.
   echo "$key" >"$IMAGES_DIR/torchjob.tag"
   build torchjob "$TORCHJOB_IMAGE_REPOSITORY:$key" "$key" \
@@ -138,6 +143,15 @@ torchjob_image() {
     buildah_ rmi "$ref" >/dev/null 2>&1 || true
   done
   buildah_ rmi --prune >/dev/null 2>&1 || true
+}
+
+earlier_torchjob_image() {  # <source tree>: an earlier commit's image (tests/node/test_upgrade.py)
+  local source=$1 key
+  key=$(torchjob_key "$source")
+  # Kept beside the current one until the current one is built again.
+  build torchjob-earlier "$TORCHJOB_IMAGE_REPOSITORY:$key" "$key" \
+    -f "$source/Dockerfile" --build-arg "PYTHON_IMAGE=$BASE_IMAGE" "$source"
+  echo "$key"
 }
 
 example_image() {
@@ -173,6 +187,7 @@ case "${1:-all}" in
   metrics-server) metrics_server_image ;;
   base) base_image ;;
   torchjob) base_image; torchjob_image ;;
+  torchjob-of) base_image >&2; earlier_torchjob_image "${2:?usage: $0 torchjob-of <source tree>}" ;;
   example) base_image; example_image ;;
-  *) echo "usage: $0 all|pause|coredns|metrics-server|base|torchjob|example" >&2; exit 2 ;;
+  *) echo "usage: $0 all|pause|coredns|metrics-server|base|torchjob|example|torchjob-of <dir>" >&2; exit 2 ;;
 esac
