@@ -92,7 +92,7 @@ demo-cluster: node-up ## on the real node: apply examples/mnist-ddp/job.yaml, wa
 
 .PHONY: upgrade-test
 upgrade-test: $(STAMP) $(EXAMPLE_STAMP) helm node-build ## on the real node: helm upgrade from commit FROM's chart and image (default: tests/node/test_upgrade.py's EARLIER) to this tree's and back, under two running jobs
-	TORCHJOB_UPGRADE_FROM=$(FROM) $(BIN)/pytest tests/node/test_upgrade.py $(PYTEST_FLAGS)
+	TORCHJOB_UPGRADE_FROM='$(FROM)' $(BIN)/pytest tests/node/test_upgrade.py $(PYTEST_FLAGS)
 
 .PHONY: generate
 generate: $(STAMP) ## regenerate the CRDs, the Python API models and their API references from proto/, and docs/settings.md

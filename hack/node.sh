@@ -11,6 +11,8 @@
 #   hack/node.sh down    stop every process by PID, remove network rules, mounts and sandboxes
 #   hack/node.sh status  exit 0 when the node is up and Ready
 #   hack/node.sh env     print the variables a shell needs to use the cluster
+#   hack/node.sh chart [<source tree> <image tag>]
+#                        install the chart again (another tree's, with its node values and image)
 #
 # Needs root (network namespaces, mounts, iptables). Everything it creates lives in NODE_DIR and
 # RUN_DIR, except the image store, which is kept in the cache so that images outlive `down`.
@@ -424,15 +426,18 @@ wait_for_metrics_server() {
     apiservice/v1beta1.metrics.k8s.io >&2
 }
 
-install_chart() {
-  local tag; tag=$(cat "$IMAGES_DIR/torchjob.tag")
-  # Helm installs a chart's crds/ only once: the PyTorchTrainingJob CRD is applied on every run.
-  # Kubeflow's PyTorchJob CRD is a template of the chart (kubeflow.enabled), which refuses one it
-  # did not install.
-  kubectl_ apply --server-side --force-conflicts \
-    -f "$REPO/charts/torchjob/crds/batch.tensorstack.dev_pytorchtrainingjobs.yaml" >/dev/null
-  "$HELM" upgrade --install torchjob "$REPO/charts/torchjob" --namespace "$CHART_NAMESPACE" \
-    --create-namespace --kubeconfig "$KUBECONFIG_ADMIN" --values "$HERE/node/values.yaml" \
+install_chart() {  # [<source tree> <image tag>]: by default this repository's chart and image
+  local tree=${1:-$REPO} tag=${2:-$(cat "$IMAGES_DIR/torchjob.tag")}
+  # Helm installs a chart's crds/ only once: this repository's PyTorchTrainingJob CRD is applied on
+  # every run. Another tree's (an earlier commit's, tests/node/test_upgrade.py) is not: as `helm
+  # upgrade`, going back leaves the newer CRD. Kubeflow's PyTorchJob CRD is a template of the
+  # chart (kubeflow.enabled), which refuses one it did not install.
+  if [[ $tree == "$REPO" ]]; then
+    kubectl_ apply --server-side --force-conflicts \
+      -f "$REPO/charts/torchjob/crds/batch.tensorstack.dev_pytorchtrainingjobs.yaml" >/dev/null
+  fi
+  "$HELM" upgrade --install torchjob "$tree/charts/torchjob" --namespace "$CHART_NAMESPACE" \
+    --create-namespace --kubeconfig "$KUBECONFIG_ADMIN" --values "$tree/hack/node/values.yaml" \
     --set image.repository="$TORCHJOB_IMAGE_REPOSITORY" --set image.tag="$tag" \
     --wait --timeout "${STARTUP_TIMEOUT}s" >&2
 }
@@ -553,8 +558,9 @@ main() {
     build) build_everything ;;
     down) load_build_dirs; node_down ;;
     status) load_build_dirs; node_is_up ;;
+    chart) load_build_dirs; install_chart "${@:2}" ;;
     env) load_build_dirs; printf 'export KUBECONFIG=%s\nexport PATH=%s:$PATH\n' "$KUBECONFIG_ADMIN" "$KUBE_DIR" ;;
-    *) echo "usage: $0 build|up|down|status|env" >&2; exit 2 ;;
+    *) echo "usage: $0 build|up|down|status|env|chart [<source tree> <image tag>]" >&2; exit 2 ;;
   esac
 }
 

@@ -17,11 +17,22 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtensionOID
-from support.node import CHART, Node, run_node_script, running, training_job, wait_until
+from support.node import (
+    CHART,
+    WEBHOOK_SECRET,
+    Node,
+    image_tag,
+    lease_holder,
+    restarts,
+    run_node_script,
+    running,
+    secret_cert,
+    secret_data,
+    training_job,
+    wait_until,
+)
 
 RELEASE = "torchjob"
-WEBHOOK_SECRET = "torchjob-webhook-tls"
-RECONCILER_LEASE = "torchjob-reconciler"
 WEBHOOK_PORT = 9443
 SERVICES = ("webhook", "reconciler", "housekeeper")
 SERVICE_LABEL = "app.kubernetes.io/component"
@@ -180,30 +191,6 @@ def ours(obj: dict[str, Any]) -> bool:
 def reinstall(node: Node) -> None:
     """Leaves the node as `make node-up` made it, for whatever runs after."""
     run_node_script("up", Path(tempfile.gettempdir()) / "torchjob-node.log")
-
-
-def restarts(pod: dict[str, Any]) -> int:
-    return sum(c.get("restartCount", 0) for c in pod["status"].get("containerStatuses") or [])
-
-
-def image_tag(pod: dict[str, Any]) -> str:
-    return str(pod["spec"]["containers"][0]["image"]).rsplit(":", 1)[1]
-
-
-def lease_holder(node: Node) -> str | None:
-    lease = node.get("lease", RECONCILER_LEASE, node.chart_namespace)
-    holder = (lease or {}).get("spec", {}).get("holderIdentity")
-    return str(holder) if holder else None
-
-
-def secret_data(node: Node) -> dict[str, bytes]:
-    secret = node.get("secret", WEBHOOK_SECRET, node.chart_namespace)
-    assert secret is not None
-    return {key: base64.b64decode(value) for key, value in secret["data"].items()}
-
-
-def secret_cert(node: Node) -> bytes:
-    return secret_data(node)["tls.crt"]
 
 
 def served_cert(pod: dict[str, Any]) -> bytes | None:

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import secrets
 import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -53,8 +53,8 @@ CLAIM = "runs"
 # Each job is two replicas of half a CPU (the example's requests): the quota fits one job. Its
 # memory is covered too (the pods ask for some), never the bound.
 QUOTA_CPU, JOB_CPU, QUOTA_MEMORY = "1", 1.0, "16Gi"
-# Long enough for the test to read where the preempted example waits.
-PREEMPTOR_SECONDS = 60
+# The preemptor runs until the test writes this file on its claim.
+STOP_FILE = "/stop/now"
 Manifest = dict[str, Any]
 
 
@@ -100,14 +100,22 @@ def preemptible_example(priority: str) -> Manifest:
 
 
 def preemptor(image: str, priority: str) -> Manifest:
-    """Two replicas of the example's size that sleep for PREEMPTOR_SECONDS."""
+    """Two replicas of the example's size that run until the file STOP_FILE exists on the claim
+    CLAIM, which the test writes once it has read where the preempted example waits."""
+    wait = f"import os, time\nwhile not os.path.exists({STOP_FILE!r}): time.sleep(1)\n"
     container = {
         "name": "python",
         "image": image,
-        "command": ["python", "-c", f"import time; time.sleep({PREEMPTOR_SECONDS})"],
+        "command": ["python", "-c", wait],
         "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}},
+        "volumeMounts": [{"name": "stop", "mountPath": str(Path(STOP_FILE).parent)}],
     }
-    job = JobBuilder(PREEMPTOR).replicas("worker", 2, container=container).build()
+    job = (
+        JobBuilder(PREEMPTOR)
+        .replicas("worker", 2, container=container)
+        .pod_spec(volumes=[{"name": "stop", "persistentVolumeClaim": {"claimName": CLAIM}}])
+        .build()
+    )
     return queued(job, priority)
 
 
@@ -120,8 +128,9 @@ class Sample:
 
 @dataclass
 class QueueWatch:
-    """Samples, every second, the ClusterQueue with the example's first pods and the
-    preemptor's Workload, in one moment as far as two reads allow."""
+    """Samples, every second, the preemptor's Workloads, the ClusterQueue and the example's
+    first pods, read in that order: a first pod only ever stops, so one seen running in a
+    sample was running when the sample's other reads were made."""
 
     node: Node
     queue: str
@@ -129,6 +138,7 @@ class QueueWatch:
     first_pods: set[str] = field(default_factory=set)
     samples: list[Sample] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
 
     def poll(self) -> None:
         while not self.stop.wait(1.0):
@@ -136,26 +146,28 @@ class QueueWatch:
                 self.samples.append(self.sample())
             except (KubectlError, subprocess.TimeoutExpired):  # a slow apiserver: next time
                 continue
+            except Exception as error:  # said by every later read of the samples
+                self.error = error
+                return
 
     def sample(self) -> Sample:
-        status = (self.node.get("clusterqueue", self.queue) or {}).get("status") or {}
-        listed = self.node.kubectl("get", "pods,workloads.kueue.x-k8s.io", "-A", "-o", "json")
-        items = json.loads(listed.stdout)["items"]
-        high = self.tenants[1]
-        running = [
-            item
-            for item in items
-            if item["kind"] == "Pod"
-            and item["metadata"]["uid"] in self.first_pods
-            and item["status"].get("phase") not in ("Succeeded", "Failed")
-        ]
-        workloads = [
-            item
-            for item in items
-            if item["kind"] == "Workload" and item["metadata"]["namespace"] == high
-        ]
+        low, high = self.tenants
+        workloads = self.node.objects("workloads.kueue.x-k8s.io", high)
         reserved = any(condition_status(w, "QuotaReserved") == "True" for w in workloads)
+        status = (self.node.get("clusterqueue", self.queue) or {}).get("status") or {}
+        running = [
+            pod
+            for pod in self.node.objects("pods", low)
+            if pod["metadata"]["uid"] in self.first_pods
+            and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ]
         return Sample(quota_sample(status), len(running), reserved)
+
+    def taken(self) -> list[Sample]:
+        """The samples so far; raises what stopped the sampling, if anything did."""
+        if self.error is not None:
+            raise AssertionError("sampling the ClusterQueue failed") from self.error
+        return list(self.samples)
 
     @classmethod
     @contextlib.contextmanager
@@ -222,6 +234,7 @@ def test_kueue_preempts_the_example_which_waits_its_turn_and_resumes_from_its_ch
 ) -> None:
     low, high = tenants
     host_path_claim(node, low, CLAIM)
+    stop = host_path_claim(node, high, CLAIM) / Path(STOP_FILE).name
     tenant_queues = dict.fromkeys(tenants, QUEUE)
     with (
         cluster_queue(node, low, QUOTA_CPU, tenant_queues, QUOTA_MEMORY) as queue,
@@ -233,15 +246,20 @@ def test_kueue_preempts_the_example_which_waits_its_turn_and_resumes_from_its_ch
             lambda: max(epochs_logged(all_logs(node, low, EXAMPLE)), default=0) > 2,
         )
         watch.first_pods = {pod["metadata"]["uid"] for pod in node.job_pods(low, EXAMPLE)}
+        wait_until(
+            "a sample of the first pods running",
+            lambda: any(s.preempted_running for s in watch.taken()),
+        )
         node.apply(high, preemptor(node.example_image, f"{low}-high"))
         node.wait_for_phase(high, PREEMPTOR, ["Running"])
         assert_waits_its_turn(node, low, high)
+        stop.touch()
         done = node.wait_for_phase(high, PREEMPTOR, ["Succeeded", "Failed"])
         assert done["status"]["phase"] == "Succeeded"
         job = node.wait_for_phase(low, EXAMPLE, ["Succeeded", "Failed"])
         wait_until(
             "the ClusterQueue holding no quota",
-            lambda: watch.samples and watch.samples[-1].quota.reserved_cpu == 0,
+            lambda: (taken := watch.taken()) and taken[-1].quota.reserved_cpu == 0,
         )
 
     logs = all_logs(node, low, EXAMPLE)
@@ -252,4 +270,4 @@ def test_kueue_preempts_the_example_which_waits_its_turn_and_resumes_from_its_ch
     assert resumed and min(resumed) > 2, logs[-4000:]
     assert max(epochs_logged(logs)) == EPOCHS
     assert accuracy_logged(logs) >= 0.95
-    assert_quota_passed_only_once_stopped(watch.samples)
+    assert_quota_passed_only_once_stopped(watch.taken())

@@ -3,19 +3,22 @@ installed, two jobs started under them (a PyTorchTrainingJob reporting progress 
 PyTorchJob, each a master and a worker doing gloo steps until the test lets them stop), then the
 chart and image of this tree, then the earlier ones again. After each upgrade, both jobs still
 running: no pod of theirs recreated or restarted, nothing charged, the progress kept, the
-reconciler's lease held by a pod of the new release, the webhook serving the same certificate
-and admitting. Both jobs then succeed, and this tree's chart is installed again.
+reconciler's lease taken by a pod of the new release, the webhook's certificate unchanged in its
+Secret and the webhook admitting. Both jobs then succeed on the pods they started on, and this
+tree's chart is installed again.
 
 The earlier commit is EARLIER unless TORCHJOB_UPGRADE_FROM names another (`make upgrade-test
-FROM=<rev>`); its image is built from its own tree (hack/node-images.sh torchjob-of). As `helm
-upgrade` does, the CRDs are those installed: this tree's, applied before its chart as
-hack/node.sh applies them; going back leaves them."""
+FROM=<rev>`); its image is built from its own tree (hack/node-images.sh torchjob-of), its chart
+installed with its own node values (hack/node.sh chart). As `helm upgrade` does, the CRDs are
+those installed: this tree's, applied before its chart; going back leaves them."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,15 +27,21 @@ from typing import Any
 import pytest
 from support.controlplane import REPO_ROOT
 from support.jobs import JobBuilder
-from support.node import CHART, Node, host_path_claim, wait_until
+from support.node import (
+    Node,
+    host_path_claim,
+    image_tag,
+    lease_holder,
+    restarts,
+    run_node_script,
+    secret_cert,
+    wait_until,
+)
 
 # The chart and services as released before the job kinds shared one seam, per-job Services,
 # the scale tier and Kueue (2026-11-28).
 EARLIER = "cebf998"
 EARLIER_VARIABLE = "TORCHJOB_UPGRADE_FROM"
-RELEASE = "torchjob"  # hack/node.sh installs the chart under this name
-VALUES = Path("hack/node/values.yaml")  # in each tree, the node's values for its chart
-CRD = CHART / "crds" / "batch.tensorstack.dev_pytorchtrainingjobs.yaml"
 IMAGES_SCRIPT = REPO_ROOT / "hack" / "node-images.sh"
 STEPS_UNTIL_STOPPED = (Path(__file__).parent / "scripts" / "steps_until_stopped.py").read_text()
 TORCHJOB_JOB, KUBEFLOW_JOB = "steps", "kubeflow-steps"
@@ -44,10 +53,9 @@ Manifest = dict[str, Any]
 
 @dataclass(frozen=True)
 class Release:
-    """What `helm upgrade` installs: a chart, its node values and the image tag."""
+    """What hack/node.sh installs: a source tree's chart with its node values, and an image."""
 
-    chart: Path
-    values: Path
+    tree: Path
     tag: str
 
 
@@ -76,34 +84,32 @@ def earlier(tmp_path_factory: pytest.TempPathFactory) -> Release:
         ["bash", str(IMAGES_SCRIPT), "torchjob-of", str(tree)],
         capture_output=True,
         text=True,
-        timeout=1800,
+        timeout=1200,
     )
     assert built.returncode == 0, built.stderr[-3000:]
-    return Release(tree / "charts" / "torchjob", tree / VALUES, built.stdout.split()[-1])
+    return Release(tree, built.stdout.split()[-1])
 
 
 @pytest.fixture(scope="module")
 def current(node: Node) -> Release:
-    return Release(CHART, REPO_ROOT / VALUES, node.torchjob_tag)
+    return Release(REPO_ROOT, node.torchjob_tag)
 
 
-def install(node: Node, release: Release) -> None:
-    node.helm(
-        *("upgrade", RELEASE, str(release.chart), "--namespace", node.chart_namespace),
-        *("--values", str(release.values), "--set", f"image.repository={node.torchjob_repository}"),
-        *("--set", f"image.tag={release.tag}", "--wait", "--timeout", "600s"),
-    )
+def install(release: Release) -> None:
+    """hack/node.sh's install of `release` (this tree's CRD first when it is this tree's)."""
+    log = Path(tempfile.gettempdir()) / "torchjob-node.log"
+    run_node_script("chart", log, str(release.tree), release.tag)
 
 
 @pytest.fixture
-def installed_earlier(node: Node, earlier: Release, current: Release) -> Iterator[None]:
-    """The earlier release installed for the test; this tree's put back after it."""
-    install(node, earlier)
+def installed_earlier(earlier: Release, current: Release) -> Iterator[None]:
+    """The earlier release installed for the test; this tree's put back after it, whatever
+    happened."""
     try:
+        install(earlier)
         yield
     finally:
-        node.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-        install(node, current)
+        install(current)
 
 
 def replica_container(name: str, image: str) -> Manifest:
@@ -148,7 +154,7 @@ def kubeflow_job(image: str) -> Manifest:
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
         "metadata": {"name": KUBEFLOW_JOB},
-        "spec": {"pytorchReplicaSpecs": {"Master": replica, "Worker": replica}},
+        "spec": {"pytorchReplicaSpecs": {"Master": replica, "Worker": copy.deepcopy(replica)}},
     }
 
 
@@ -164,10 +170,7 @@ class Snapshot:
     @classmethod
     def take(cls, node: Node, namespace: str) -> Snapshot:
         pods = {
-            pod["metadata"]["name"]: (
-                pod["metadata"]["uid"],
-                sum(s.get("restartCount", 0) for s in statuses(pod)),
-            )
+            pod["metadata"]["name"]: (pod["metadata"]["uid"], restarts(pod))
             for pod in node.objects("pods", namespace)
         }
         ours = node.job(namespace, TORCHJOB_JOB).get("status") or {}
@@ -181,10 +184,6 @@ class Snapshot:
         return cls(pods, charged, progress)
 
 
-def statuses(pod: Manifest) -> list[Manifest]:
-    return list((pod.get("status") or {}).get("containerStatuses") or [])
-
-
 def both_running(node: Node, namespace: str) -> Snapshot | None:
     """The snapshot once all four pods run and the PyTorchTrainingJob reported progress."""
     snapshot = Snapshot.take(node, namespace)
@@ -193,27 +192,21 @@ def both_running(node: Node, namespace: str) -> Snapshot | None:
     return snapshot if len(running) == 4 and snapshot.progress > 0 else None
 
 
-def assert_handed_over(node: Node, release: Release, certificate: str) -> None:
-    """The reconciler's lease held by a pod running `release`'s image; the webhook's Secret
-    still the certificate it was, and the webhook admitting with it (a dry-run create)."""
+def assert_handed_over(node: Node, release: Release, leader: str, certificate: bytes) -> None:
+    """The reconciler's lease taken from `leader` by a pod running `release`'s image; the
+    webhook's Secret still holding `certificate`, and the webhook admitting (a dry-run create)."""
 
-    def leader_of_release() -> bool:
-        lease = node.get("lease", f"{RELEASE}-reconciler", node.chart_namespace) or {}
-        holder = (lease.get("spec") or {}).get("holderIdentity") or ""
-        pod = node.get("pod", holder, node.chart_namespace) if holder else None
-        images = [c["image"] for c in (pod or {}).get("spec", {}).get("containers", [])]
-        return any(image.endswith(f":{release.tag}") for image in images)
+    def new_leader() -> str | None:
+        holder = lease_holder(node)
+        if holder in (None, leader):
+            return None
+        pod = node.get("pod", str(holder), node.chart_namespace)
+        return holder if pod is not None and image_tag(pod) == release.tag else None
 
-    wait_until("the lease held by a reconciler of the new release", leader_of_release)
-    assert webhook_certificate(node) == certificate
+    wait_until("the lease taken by a reconciler of the new release", new_leader)
+    assert secret_cert(node) == certificate
     probe = JobBuilder("admission-probe").replicas("worker", 1).build()
     node.kubectl("create", "--dry-run=server", "-n", "default", "-f", "-", input=json.dumps(probe))
-
-
-def webhook_certificate(node: Node) -> str:
-    secret = node.get("secret", f"{RELEASE}-webhook-tls", node.chart_namespace)
-    assert secret is not None
-    return str(secret["data"]["tls.crt"])
 
 
 def assert_nothing_restarted(before: Snapshot, after: Snapshot) -> None:
@@ -228,6 +221,10 @@ def succeeded(job: Manifest | None) -> Manifest | None:
     return job if done else None
 
 
+def pod_uids(node: Node, namespace: str) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in node.objects("pods", namespace)}
+
+
 # The namespace comes last: its jobs are deleted before this tree's chart is installed again.
 def test_helm_upgrade_and_back_restarts_no_running_job(
     node: Node, current: Release, earlier: Release, installed_earlier: None, node_namespace: str
@@ -236,13 +233,14 @@ def test_helm_upgrade_and_back_restarts_no_running_job(
     image = node.example_image
     node.apply(node_namespace, torchjob_job(image), kubeflow_job(image))
     before = wait_until("both jobs running", lambda: both_running(node, node_namespace))
-    certificate = webhook_certificate(node)
+    first_pods = pod_uids(node, node_namespace)
+    certificate = secret_cert(node)
 
     for release in (current, earlier):
-        if release is current:
-            node.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-        install(node, release)
-        assert_handed_over(node, release, certificate)
+        leader = lease_holder(node)
+        assert leader is not None
+        install(release)
+        assert_handed_over(node, release, leader, certificate)
         after = Snapshot.take(node, node_namespace)
         assert_nothing_restarted(before, after)
         before = after
@@ -250,16 +248,13 @@ def test_helm_upgrade_and_back_restarts_no_running_job(
     stop.touch()
     ours = node.wait_for_phase(node_namespace, TORCHJOB_JOB, ["Succeeded", "Failed"])
     assert ours["status"]["phase"] == "Succeeded"
-    theirs = wait_until(
+    wait_until(
         "the PyTorchJob succeeded",
         lambda: succeeded(node.get("pytorchjobs.kubeflow.org", KUBEFLOW_JOB, node_namespace)),
     )
-    assert (
-        Snapshot.take(node, node_namespace).charged
-        == before.charged
-        == {
-            TORCHJOB_JOB: (0, 0),
-            KUBEFLOW_JOB: (0, 0),
-        }
-    )
-    assert theirs["status"]["torchjob"].get("backoffCount", 0) == 0
+    # The same pods from the first to the last: none recreated by either release's reconciler.
+    assert pod_uids(node, node_namespace) == first_pods
+    assert Snapshot.take(node, node_namespace).charged == {
+        TORCHJOB_JOB: (0, 0),
+        KUBEFLOW_JOB: (0, 0),
+    }

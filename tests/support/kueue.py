@@ -16,6 +16,7 @@ import base64
 import contextlib
 import copy
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -273,15 +274,14 @@ class KueueManager:
 def with_mounts(mounts: dict[Path, Path], argv: list[str]) -> list[str]:
     """`argv` run in a mount namespace of its own in which each directory of `mounts` is seen at
     its fixed path: two managers (the e2e tier's and the node's, in one `make test`) each read
-    their own certificates, and nothing is written outside their temporary directories."""
+    their own certificates; on the host the fixed paths stay empty directories."""
+    if os.geteuid() != 0:
+        raise KueueMissing(
+            f"Kueue's manager reads certificates from {', '.join(map(str, mounts.values()))}, "
+            "mounted for it in a mount namespace of its own: run the Kueue tests as root"
+        )
     for target in mounts.values():
-        try:
-            target.mkdir(parents=True, exist_ok=True)
-        except PermissionError as error:
-            raise KueueMissing(
-                f"Kueue's manager reads certificates from {target}, which this user cannot "
-                f"create ({error}): run the Kueue tests as root"
-            ) from error
+        target.mkdir(parents=True, exist_ok=True)
     binds = " && ".join(
         f"mount --bind {shlex.quote(str(source))} {shlex.quote(str(target))}"
         for source, target in mounts.items()
@@ -370,8 +370,8 @@ def cluster_queue(
         got = plane.kubectl("get", "clusterqueue", name, "-o", "json")
         return condition_status(json.loads(got.stdout), "Active") == "True"
 
-    eventually_sync(active, f"the ClusterQueue {name} active")
     try:
+        eventually_sync(active, f"the ClusterQueue {name} active")
         yield name
     finally:
         made = [("clusterqueue", name), ("resourceflavor", f"{prefix}-flavor")]

@@ -5,6 +5,7 @@ fast it happens on a busy machine."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shlex
@@ -29,6 +30,9 @@ NODE_SCRIPT = REPO_ROOT / "hack" / "node.sh"
 COMMON_SCRIPT = REPO_ROOT / "hack" / "node" / "common.sh"
 CHART = REPO_ROOT / "charts" / "torchjob"
 HOST_VOLUMES = Path("/var/lib/torchjob-node-test-volumes")
+# What the chart's services keep in its namespace (the release hack/node.sh installs).
+WEBHOOK_SECRET = "torchjob-webhook-tls"
+RECONCILER_LEASE = "torchjob-reconciler"
 POLL_INTERVAL = 1.0
 # Long enough for a cold start of torch in four processes on two busy cores.
 SLOW = 900.0
@@ -67,11 +71,12 @@ def node_is_up() -> bool:
     return subprocess.run(["bash", str(NODE_SCRIPT), "status"], capture_output=True).returncode == 0
 
 
-def run_node_script(command: str, log_path: Path) -> None:
-    """`hack/node.sh <command>`, its output in `log_path`; raises with the log's tail on failure."""
+def run_node_script(command: str, log_path: Path, *args: str) -> None:
+    """`hack/node.sh <command> <args>`, its output in `log_path`; raises with the log's tail on
+    failure."""
     with log_path.open("ab") as log:
         result = subprocess.run(
-            ["bash", str(NODE_SCRIPT), command], stdout=log, stderr=subprocess.STDOUT
+            ["bash", str(NODE_SCRIPT), command, *args], stdout=log, stderr=subprocess.STDOUT
         )
     if result.returncode != 0:
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-40:])
@@ -224,6 +229,35 @@ class Node:
         if check and result.returncode != 0:
             raise HelmError(result.returncode, argv, result.stdout, result.stderr)
         return result
+
+
+# -- the chart's services as installed -----------------------------------------------------------
+
+
+def restarts(pod: Manifest) -> int:
+    """The restarts of all the pod's containers."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return sum(status.get("restartCount", 0) for status in statuses)
+
+
+def image_tag(pod: Manifest) -> str:
+    return str(pod["spec"]["containers"][0]["image"]).rsplit(":", 1)[1]
+
+
+def lease_holder(node: Node) -> str | None:
+    lease = node.get("lease", RECONCILER_LEASE, node.chart_namespace)
+    holder = (lease or {}).get("spec", {}).get("holderIdentity")
+    return str(holder) if holder else None
+
+
+def secret_data(node: Node) -> dict[str, bytes]:
+    secret = node.get("secret", WEBHOOK_SECRET, node.chart_namespace)
+    assert secret is not None
+    return {key: base64.b64decode(value) for key, value in secret["data"].items()}
+
+
+def secret_cert(node: Node) -> bytes:
+    return secret_data(node)["tls.crt"]
 
 
 def container_id(pod: Manifest, container: str) -> str:

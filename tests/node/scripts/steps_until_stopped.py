@@ -23,8 +23,9 @@ import torch.distributed as dist
 
 STEP_SECONDS = 0.5
 REPORT_EVERY = 4
-# A lost peer whose connection never closes fails a collective after this long.
-COLLECTIVE_TIMEOUT = timedelta(seconds=60)
+# A lost peer whose connection never closes fails a collective after this long; a replica also
+# waits this long for the master's store when it starts first on a busy machine.
+COLLECTIVE_TIMEOUT = timedelta(seconds=300)
 
 
 def report(step: int) -> None:
