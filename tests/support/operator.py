@@ -109,8 +109,8 @@ def _renamed(objects: Iterable[Manifest], suffix: str) -> list[Manifest]:
     return renamed
 
 
-def _token_kubeconfig(control_plane: ControlPlane, account: str) -> Path:
-    return control_plane.issue_service_account_kubeconfig(SYSTEM_NAMESPACE, account)
+def _token_kubeconfig(control_plane: ControlPlane, account: str, seconds: int = 3600) -> Path:
+    return control_plane.issue_service_account_kubeconfig(SYSTEM_NAMESPACE, account, seconds)
 
 
 def wait_until_admitting(control_plane: ControlPlane, namespace: str, timeout: float = 30) -> None:
@@ -184,11 +184,11 @@ def progress_port(server: ServiceProcess) -> int:
     return int(server.argv[given[-1] + 1])
 
 
-def reconciler_kubeconfig(control_plane: ControlPlane) -> Path:
+def reconciler_kubeconfig(control_plane: ControlPlane, seconds: int = 3600) -> Path:
     """A token of the reconciler's ServiceAccount (the name the webhook accepts pods from),
-    which has the chart's RBAC and nothing else."""
+    which has the chart's RBAC and nothing else, valid for `seconds`."""
     install_rbac(control_plane)
-    return _token_kubeconfig(control_plane, service_account("reconciler"))
+    return _token_kubeconfig(control_plane, service_account("reconciler"), seconds)
 
 
 # Tests restart replicas after this delay, not the reconciler's default of 10 seconds; a test of
