@@ -14,27 +14,10 @@ import urllib.request
 from typing import IO, Any
 
 from support.cli import TORCHJOB
-from support.node import Node, host_path_claim, wait_until
+from support.node import Node, host_path_claim, ok, torchjob, wait_until
 
 JOB = "cli-mnist"
 CLAIM = "logs"
-SLOW = 1200.0
-
-
-def torchjob(
-    node: Node, namespace: str, *args: str, timeout: float = SLOW
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(TORCHJOB), *args, f"--kubeconfig={node.kubeconfig}", f"--namespace={namespace}"],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def ok(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
-    return result.stdout
 
 
 def submit_argv(node: Node, namespace: str) -> list[str]:

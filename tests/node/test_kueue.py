@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.cli import TORCHJOB
 from support.controlplane import KubectlError
 from support.example import (
     accuracy_logged,
@@ -41,7 +40,15 @@ from support.kueue import (
     quota_sample,
 )
 from support.kueue_jobs import release_leftovers
-from support.node import Node, all_logs, host_path_claim, release_claims, wait_until
+from support.node import (
+    Node,
+    all_logs,
+    host_path_claim,
+    ok,
+    release_claims,
+    torchjob,
+    wait_until,
+)
 
 from torchjob.render.scheduling import KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL
 
@@ -182,13 +189,6 @@ class QueueWatch:
             thread.join()
 
 
-def torchjob_get(node: Node, namespace: str, name: str) -> str:
-    argv = [str(TORCHJOB), "get", name, f"--kubeconfig={node.kubeconfig}", "-n", namespace]
-    shown = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    assert shown.returncode == 0, shown.stdout + shown.stderr
-    return shown.stdout
-
-
 def waiting_for_admission(job: Manifest) -> bool:
     conditions = (job.get("status") or {}).get("conditions") or ()
     return any(
@@ -213,7 +213,7 @@ def assert_waits_its_turn(node: Node, namespace: str, preemptor_ns: str) -> None
     assert "Preempted to accommodate a workload" in said, said
     assert workload["metadata"]["uid"] in said, said  # the preemptor, named as Kueue names it
     expected = f"{QUEUE}, 1st of 1 waiting in it (1st in its ClusterQueue)"
-    shown = torchjob_get(node, namespace, EXAMPLE)
+    shown = ok(torchjob(node, namespace, "get", EXAMPLE))
     assert f"Queue:       {expected}\n" in shown, shown
 
 

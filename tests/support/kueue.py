@@ -286,9 +286,8 @@ def with_mounts(mounts: dict[Path, Path], argv: list[str]) -> list[str]:
         f"mount --bind {shlex.quote(str(source))} {shlex.quote(str(target))}"
         for source, target in mounts.items()
     )
-    unshare = shutil.which("unshare") or "unshare"
     script = f'{binds} && exec "$@"'
-    return [unshare, "--mount", "--propagation", "private", "sh", "-c", script, "kueue", *argv]
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "kueue", *argv]
 
 
 def apply_crds(plane: Cluster, crds: Iterable[Path]) -> None:

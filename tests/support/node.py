@@ -21,6 +21,7 @@ import yaml
 
 from torchjob.api.constants import LABEL_JOB_NAME
 
+from .cli import TORCHJOB
 from .controlplane import REPO_ROOT, KubectlError
 from .eventually import eventually_sync
 from .helm import HelmError, helm_binary
@@ -36,6 +37,8 @@ RECONCILER_LEASE = "torchjob-reconciler"
 POLL_INTERVAL = 1.0
 # Long enough for a cold start of torch in four processes on two busy cores.
 SLOW = 900.0
+# A `torchjob` command may wait on real pods (logs -f, wait) for this long.
+CLI_TIMEOUT = 1200.0
 
 T = TypeVar("T")
 Manifest = dict[str, Any]
@@ -229,6 +232,23 @@ class Node:
         if check and result.returncode != 0:
             raise HelmError(result.returncode, argv, result.stdout, result.stderr)
         return result
+
+
+def torchjob(
+    node: Node, namespace: str, *args: str, timeout: float = CLI_TIMEOUT
+) -> subprocess.CompletedProcess[str]:
+    """The `torchjob` command as the node's admin, in `namespace`."""
+    return subprocess.run(
+        [str(TORCHJOB), *args, f"--kubeconfig={node.kubeconfig}", f"--namespace={namespace}"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return result.stdout
 
 
 # -- the chart's services as installed -----------------------------------------------------------
