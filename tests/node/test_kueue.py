@@ -50,6 +50,7 @@ from support.node import (
     wait_until,
 )
 
+from torchjob.api import constants
 from torchjob.render.scheduling import KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL
 
 QUEUE = "training"  # each tenant's LocalQueue
@@ -192,7 +193,8 @@ class QueueWatch:
 def waiting_for_admission(job: Manifest) -> bool:
     conditions = (job.get("status") or {}).get("conditions") or ()
     return any(
-        c["type"] == "Scheduled" and c.get("reason") == "WaitingForAdmission" for c in conditions
+        c["type"] == "Scheduled" and c.get("reason") == constants.REASON_WAITING_FOR_ADMISSION
+        for c in conditions
     )
 
 
@@ -208,7 +210,7 @@ def assert_waits_its_turn(node: Node, namespace: str, preemptor_ns: str) -> None
     said = " ".join(
         e.get("message") or e.get("note") or ""
         for e in node.events(namespace, EXAMPLE)
-        if e.get("reason") == "Preempted"
+        if e.get("reason") == constants.REASON_PREEMPTED
     )
     assert "Preempted to accommodate a workload" in said, said
     assert workload["metadata"]["uid"] in said, said  # the preemptor, named as Kueue names it
