@@ -328,27 +328,31 @@ class ControlPlane:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def start_scheduler(
-        self, scheduler_name: str, *extra_args: str, client_limits: tuple[float, int] | None = None
+        self,
+        scheduler_name: str,
+        *extra_args: str,
+        client_limits: tuple[float, int] | None = None,
+        nodes_to_score: int | None = None,
     ) -> None:
         """kube-scheduler with one profile, placing only the pods that name `scheduler_name`
         (so the pods of other tests stay unscheduled, as with no scheduler); stopped with the
         control plane. Ready once it serves its health check. `client_limits` (qps, burst)
-        replace its client's default of 50 and 100 (with a config file, flags cannot)."""
+        replace its client's default of 50 and 100 (with a config file, flags cannot);
+        `nodes_to_score` is its percentageOfNodesToScore (by default adaptive)."""
         connection: dict[str, object] = {"kubeconfig": str(self.kubeconfig)}
         if client_limits is not None:
             connection |= {"qps": client_limits[0], "burst": client_limits[1]}
+        settings: dict[str, object] = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": connection,
+            "leaderElection": {"leaderElect": False},
+            "profiles": [{"schedulerName": scheduler_name}],
+        }
+        if nodes_to_score is not None:
+            settings["percentageOfNodesToScore"] = nodes_to_score
         config = self.dir / f"kube-scheduler-{scheduler_name}.yaml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "kubescheduler.config.k8s.io/v1",
-                    "kind": "KubeSchedulerConfiguration",
-                    "clientConnection": connection,
-                    "leaderElection": {"leaderElect": False},
-                    "profiles": [{"schedulerName": scheduler_name}],
-                }
-            )
-        )
+        config.write_text(yaml.safe_dump(settings))
         port = free_port()
         process = _Process(
             f"kube-scheduler-{scheduler_name}",
