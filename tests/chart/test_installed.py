@@ -145,7 +145,7 @@ def test_webhook_keeps_its_certificate_with_the_chart_rbac(
 async def test_happy_path_as_installed(
     control_plane: ControlPlane, kube_client: client.ApiClient, chart_namespace: str
 ) -> None:
-    await happy_path(control_plane, kube_client, chart_namespace)
+    await happy_path(control_plane, kube_client, chart_namespace, in_place=True)
 
     def reconciler_events() -> list[Any]:
         listed = control_plane.kubectl(

@@ -23,6 +23,7 @@ from support.operator import SYSTEM_NAMESPACE, user, webhook_port, webhook_secre
 from support.processes import ServiceProcess
 
 from torchjob.api import constants
+from torchjob.render.in_place import AGENT, add_in_place, restarts_in_place
 from torchjob.render.wait import WAIT_SCRIPT
 from torchjob.webhook.certificates.pki import bundle_from_secret_data, renew, secret_data
 
@@ -179,6 +180,34 @@ def test_reconciler_pod_is_rewritten_and_tenant_pod_refused(
     assert wait["image"] == container["image"]
     assert wait["command"] == ["python", "-c", WAIT_SCRIPT]
     assert wait["env"] == [{"name": "MASTER_ADDR", "value": env["MASTER_ADDR"]}]
+
+
+def test_the_apiserver_keeps_what_restarting_in_place_needs(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """Kubernetes 1.37 serves container restart rules and RestartAllContainers: a pod given the
+    restart agent and the training container's rule (render/in_place.py) is stored with them,
+    so the reconciler restarts it in place (elsewhere the apiserver drops them, and it is
+    recreated)."""
+    training = {"name": "python", "image": "img", "command": ["python", "t.py"]}
+    pod_spec: dict[str, Any] = {"containers": [training], "restartPolicy": "Never"}
+    add_in_place(pod_spec, [training], "OnFailure", "python")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": pod_spec}
+    created = control_plane.kubectl(
+        "create",
+        "--dry-run=server",
+        "-n",
+        namespace,
+        "-o",
+        "json",
+        "-f",
+        "-",
+        input=json.dumps(pod),
+    )
+    stored = json.loads(created.stdout)["spec"]
+    assert restarts_in_place(stored)
+    assert [c["name"] for c in stored["initContainers"]] == [AGENT]
+    assert stored["containers"][0]["restartPolicyRules"][0]["action"] == "Restart"
 
 
 def served_certificate(port: int) -> bytes:

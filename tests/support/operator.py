@@ -139,8 +139,9 @@ def start_webhook(control_plane: ControlPlane, *extra_args: str) -> ServiceProce
     """Apply the chart's RBAC and webhook configurations, the apiserver calling the webhook by
     URL on loopback, and start the webhook as its Deployment would with a token of its
     ServiceAccount; ready when it serves. Its progress endpoint listens on a loopback port of
-    its own, reached by the address its certificate names (`progress_port`). `extra_args` come
-    last (the last of a flag given wins)."""
+    its own, reached by the address its certificate names (`progress_port`). Pods are not made
+    to restart in place: no kubelet runs here to restart their containers (a test plays it, or
+    kwok). `extra_args` come last (the last of a flag given wins: `--restart-in-place`)."""
     port, probe_port, progress = free_port(), free_port(), free_port()
     manifests = rendered(
         **{
@@ -160,6 +161,7 @@ def start_webhook(control_plane: ControlPlane, *extra_args: str) -> ServiceProce
     extra_args = (
         *("--host", "127.0.0.1", "--progress-port", str(progress)),
         *("--progress-url", f"https://127.0.0.1:{progress}"),
+        "--no-restart-in-place",
         *extra_args,
     )
     return run_as_deployed(control_plane, deployment, extra_args=extra_args)

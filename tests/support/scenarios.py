@@ -13,14 +13,19 @@ from support.controlplane import ControlPlane
 from support.eventually import TIMEOUT, eventually
 from support.jobs import JobBuilder, names
 from torchjob.api import constants, types
+from torchjob.render.in_place import AGENT
 
 TB_IMAGE = "t9kpublic/tensorboard:2.11.0"
 
 
 async def happy_path(
-    control_plane: ControlPlane, kube_client: client.ApiClient, admitted_namespace: str
+    control_plane: ControlPlane,
+    kube_client: client.ApiClient,
+    admitted_namespace: str,
+    in_place: bool = False,
 ) -> None:
-    """A torchrun job through the webhook and the reconciler, to success."""
+    """A torchrun job through the webhook and the reconciler, to success; `in_place`: the
+    webhook makes pods restart in place."""
     job = await Job(
         kube_client, admitted_namespace, JobBuilder.example("torchrun").build()
     ).create()
@@ -34,8 +39,10 @@ async def happy_path(
     assert master.spec.containers[0].command[0] == "torchrun", (
         "the webhook rewrote the reconciler's pod"
     )
-    [wait] = master.spec.init_containers
+    # Then the restart agent where the webhook makes pods restart in place (the chart's default).
+    wait, *after = master.spec.init_containers
     assert (wait.name, wait.image) == ("wait-for-master", master.spec.containers[0].image)
+    assert [c.name for c in after] == ([AGENT] if in_place else [])
     assert wait.command[:2] == ["python", "-c"]
     assert wait.env[0].value == f"{job.name}-worker-0.{admitted_namespace}.svc"
     assert (await job.status())["phase"] == "Pending"

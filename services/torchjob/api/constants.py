@@ -72,6 +72,16 @@ ANNOTATION_PROGRESS_DEADLINE: Final = f"{GROUP}/progress-deadline-seconds"
 # count is of a gang restarted since, and is deleted before the new gang's pods are created.
 ANNOTATION_GANG_RESTARTS: Final = f"{GROUP}/gang-restarts"
 RETRYABLE_EXIT_CODES: Final = frozenset({130, 137, 143, 138})
+# A job's choice of how its replicas restart where the cluster can restart a pod's containers
+# where it stands (render/in_place.py): in place ("true", or absent) or by recreating the pod
+# ("false"). Read when a pod is made: a change
+# applies to the pods made after it.
+ANNOTATION_RESTART_IN_PLACE: Final = f"{GROUP}/restart-in-place"
+RESTART_IN_PLACE_CHOICES: Final = ("true", "false")
+# On a replica pod made to restart in place: the restarts in place asked of it so far. The
+# reconciler raises it; the pod's restart agent restarts every container once it exceeds the
+# agent's own restarts (render/in_place.py).
+ANNOTATION_RESTARTS_ASKED: Final = f"{GROUP}/restarts-asked"
 # The scheduler of pods whose job asks for the T9k scheduler, unless the reconciler is told another.
 T9K_SCHEDULER_NAME: Final = "t9k-scheduler"
 # A TensorBoard log source: t9k://pvc/<claim>/<subpath>.

@@ -8,6 +8,7 @@ from typing import Any
 
 from torchjob.api.constants import (
     ANNOTATION_PROGRESS_DEADLINE,
+    ANNOTATION_RESTART_IN_PLACE,
     ANNOTATION_RESTART_SCOPE,
     ANNOTATION_SERVICE_SCOPE,
     ANNOTATION_START_DEADLINE,
@@ -103,6 +104,12 @@ def service_scope(meta: Mapping[str, Any]) -> str:
     the job's annotation says so, else `Replica`."""
     chosen = _annotations(meta).get(ANNOTATION_SERVICE_SCOPE)
     return SERVICE_SCOPE_JOB if chosen == SERVICE_SCOPE_JOB else SERVICE_SCOPE_REPLICA
+
+
+def restart_in_place(meta: Mapping[str, Any]) -> bool:
+    """Whether the job's pods are made to restart in place where the cluster can
+    (constants.ANNOTATION_RESTART_IN_PLACE): unless the job's annotation says "false"."""
+    return _annotations(meta).get(ANNOTATION_RESTART_IN_PLACE) != "false"
 
 
 def progress_deadline(meta: Mapping[str, Any], default: int) -> int:

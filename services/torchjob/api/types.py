@@ -769,6 +769,7 @@ class ReplicaStatus(Model):
     phase: str | None = None
     containers: list[ContainerStatus] | None = None
     consecutive_restarts: int | None = None
+    restarts_in_place: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
@@ -777,6 +778,7 @@ class ReplicaStatus(Model):
         FieldInfo("phase", "phase", "string"),
         FieldInfo("containers", "containers", "message", repeated=True, ref="ContainerStatus"),
         FieldInfo("consecutive_restarts", "consecutiveRestarts", "int32", limits=Limits(minimum=0)),
+        FieldInfo("restarts_in_place", "restartsInPlace", "int32", limits=Limits(minimum=0)),
     )
 
     @classmethod
@@ -1564,6 +1566,7 @@ def _decode_replica_status(data: object, path: str) -> ReplicaStatus:
     phase: str | None = None
     containers: list[ContainerStatus] | None = None
     consecutive_restarts: int | None = None
+    restarts_in_place: int | None = None
     extra: dict[str, Any] = {}
     for key, raw in obj.items():
         if key == "name":
@@ -1589,9 +1592,16 @@ def _decode_replica_status(data: object, path: str) -> ReplicaStatus:
                 consecutive_restarts = raw
             elif raw is not None:
                 consecutive_restarts = decode_int32(raw, path, key)
+        elif key == "restartsInPlace":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                restarts_in_place = raw
+            elif raw is not None:
+                restarts_in_place = decode_int32(raw, path, key)
         else:
             extra[key] = raw
-    return ReplicaStatus(name, uid, phase, containers, consecutive_restarts, extra)
+    return ReplicaStatus(
+        name, uid, phase, containers, consecutive_restarts, restarts_in_place, extra
+    )
 
 
 def _decode_container_status(data: object, path: str) -> ContainerStatus:
@@ -1773,6 +1783,7 @@ class ReplicaStatusDict(TypedDict, total=False):
     phase: str
     containers: list[ContainerStatusDict]
     consecutiveRestarts: int
+    restartsInPlace: int
 
 
 class ContainerStatusDict(TypedDict, total=False):

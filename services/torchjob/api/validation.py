@@ -110,13 +110,14 @@ def _start_deadline_errors(job: PyTorchTrainingJob) -> list[FieldError]:
 
 
 def _restart_annotation_errors(job: PyTorchTrainingJob) -> list[FieldError]:
-    """The restart and service scopes are each one of their two words; the progress deadline
-    whole seconds, 0 off."""
+    """The restart and service scopes and restarting in place are each one of their two words;
+    the progress deadline whole seconds, 0 off."""
     annotations = (job.metadata or {}).get("annotations") or {}
     errors = []
     for annotation, choices in (
         (constants.ANNOTATION_RESTART_SCOPE, constants.RESTART_SCOPES),
         (constants.ANNOTATION_SERVICE_SCOPE, constants.SERVICE_SCOPES),
+        (constants.ANNOTATION_RESTART_IN_PLACE, constants.RESTART_IN_PLACE_CHOICES),
     ):
         scope = annotations.get(annotation)
         if scope is not None and scope not in choices:

@@ -16,8 +16,10 @@ Every field read of a cached pod or Service, and so kept here:
   marks its pods so, once), Kueue's pod-group label and metadata.finalizers (a pod Kueue holds
   while it is deleted), metadata.uid and deletionTimestamp, the names of spec.containers
   (which one is the training container), and status: phase, reason, message, startTime and
-  each containerStatus's name and state; spec.nodeName (gang scheduling, and the node a pod is
-  lost with); the names of spec.schedulingGates and the status conditions that say
+  each containerStatus's name, state, restartCount and lastState.terminated; for restarts in
+  place, the restart agent among spec.initContainers (its name and rules), its
+  initContainerStatus and the restarts-asked annotation; spec.nodeName (gang scheduling, and
+  the node a pod is lost with); the names of spec.schedulingGates and the status conditions that say
   the pod is unschedulable or stopped by the cluster (KEPT_CONDITIONS: their type, status,
   reason and message);
 - `reconciler.controller`: a Service's name;
@@ -34,6 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 from torchjob.api import constants
+from torchjob.render.in_place import AGENT
 from torchjob.render.scheduling import KUEUE_GROUP_LABEL, KUEUE_RETRIABLE_ANNOTATION
 
 KubeObject = dict[str, Any]
@@ -50,10 +53,11 @@ KEPT_ANNOTATIONS = (
     constants.ANNOTATION_CONSECUTIVE_RESTARTS,
     constants.ANNOTATION_GANG_RESTARTS,
     constants.ANNOTATION_DEBUG,
+    constants.ANNOTATION_RESTARTS_ASKED,
     KUEUE_RETRIABLE_ANNOTATION,
 )
 KEPT_POD_STATUS = ("phase", "reason", "message", "startTime")
-KEPT_CONTAINER_STATUS = ("name", "state")
+KEPT_CONTAINER_STATUS = ("name", "state", "restartCount")
 KEPT_CONDITIONS = ("PodScheduled", "TerminationTarget", "DisruptionTarget")
 KEPT_CONDITION_FIELDS = ("type", "status", "reason", "message")
 KEPT_NODE_METADATA = ("name", "resourceVersion", "deletionTimestamp")
@@ -67,6 +71,9 @@ def slim_pod(pod: KubeObject) -> KubeObject:
     containers = spec.get("containers")
     if isinstance(containers, list):
         slim["spec"] = _containers(containers)
+    agent = _agent(spec.get("initContainers"))
+    if agent:
+        slim["spec"] = {**slim.get("spec", {}), "initContainers": [agent]}
     placement = _placement(spec)
     if placement:
         slim["spec"] = {**slim.get("spec", {}), **placement}
@@ -114,6 +121,14 @@ def _containers(containers: list[Any]) -> KubeObject:
     return {"containers": [_container_name(c) for c in containers]}
 
 
+def _agent(init_containers: Any) -> KubeObject | None:
+    """The restart agent as `render.in_place.restarts_in_place` reads it: its name and rules."""
+    for container in init_containers if isinstance(init_containers, list) else ():
+        if isinstance(container, dict) and container.get("name") == AGENT:
+            return {"name": AGENT, "restartPolicyRules": container.get("restartPolicyRules")}
+    return None
+
+
 def _container_name(container: Any) -> Any:
     if isinstance(container, dict) and "name" in container:
         return {"name": container["name"]}
@@ -155,11 +170,12 @@ def _slim_status(status: KubeObject) -> KubeObject:
     if isinstance(statuses, list):
         slim["containerStatuses"] = [_container_status(s) for s in statuses]
     # An init container that waits may be one the kubelet cannot start (an image it cannot pull:
-    # lifecycle/observe.py); those that ran say nothing the reconciler reads.
+    # lifecycle/observe.py), the restart agent's restarts are the restarts in place a pod made;
+    # the others say nothing the reconciler reads.
     waiting = [
         _container_status(s)
         for s in status.get("initContainerStatuses") or ()
-        if isinstance(s, dict) and "waiting" in (s.get("state") or {})
+        if isinstance(s, dict) and ("waiting" in (s.get("state") or {}) or s.get("name") == AGENT)
     ]
     if waiting:
         slim["initContainerStatuses"] = waiting
@@ -169,7 +185,12 @@ def _slim_status(status: KubeObject) -> KubeObject:
 def _container_status(status: Any) -> Any:
     if not isinstance(status, dict):
         return status
-    return {key: status[key] for key in KEPT_CONTAINER_STATUS if key in status}
+    slim = {key: status[key] for key in KEPT_CONTAINER_STATUS if key in status}
+    # How its last run ended: a failure restarted in place (lifecycle/observe.py).
+    ended = (status.get("lastState") or {}).get("terminated")
+    if ended:
+        slim["lastState"] = {"terminated": ended}
+    return slim
 
 
 def slim_node(node: KubeObject) -> KubeObject:

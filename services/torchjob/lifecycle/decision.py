@@ -32,6 +32,17 @@ class PodToCreate:
 
 
 @dataclass(frozen=True, slots=True)
+class InPlaceRestart:
+    """A pod asked to restart every container where it stands (lifecycle/in_place.py): its
+    gang-restarts annotation raised to `gang_restarts` and its restarts asked to `asked`."""
+
+    name: str
+    uid: str
+    gang_restarts: int
+    asked: int
+
+
+@dataclass(frozen=True, slots=True)
 class Tally:
     """What the steps so far decided that a later step reads."""
 
@@ -61,6 +72,7 @@ class Decision:
     create_services: tuple[Replica, ...] = ()
     create_pods: tuple[PodToCreate, ...] = ()
     delete_pods: tuple[PodRef, ...] = ()
+    restart_in_place: tuple[InPlaceRestart, ...] = ()
     force_delete_pods: tuple[PodRef, ...] = ()  # stuck on a node that will never confirm it
     end_group: tuple[PodRef, ...] = ()  # pods to tell Kueue their group is over (finishing.py)
     delete_services: tuple[str, ...] = ()
@@ -80,6 +92,8 @@ class Decision:
     # type whose restartCount it adds to (None: no type's).
     charged: tuple[str | None, ...] = ()
     uid_dropped: frozenset[str] = frozenset()
+    # The training container's restarts in place counted, by pod name (lifecycle/in_place.py).
+    counted_in_place: tuple[InARow, ...] = ()
     # The restarts in a row a replica's status shows: set whatever a step before set, and set
     # unless a step before set it.
     in_a_row: tuple[InARow, ...] = ()

@@ -9,7 +9,8 @@ policy says so, after its restart delay) restarts the whole gang instead:
 1. the status is written first: backoffCount + 1 once, the failed replica type's restartCount
    + 1, gangRestarts + 1 (with the time, in gangRestartTimes), and every replica's recorded pod
    uid dropped, as a pause drops them, so the recreations are not counted again;
-2. every pod of the job is deleted;
+2. every pod of the job is deleted, or asked to restart in place where it was made for that
+   (lifecycle/in_place.py: it then keeps its uid, and is of the new gang at once);
 3. the new gang's pods are created once every pod of the old one is gone.
 
 Each pod carries the job's gang restart count when it was created (ANNOTATION_GANG_RESTARTS). A
@@ -30,13 +31,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 from torchjob.api import constants, queries
+from torchjob.lifecycle import in_place
 from torchjob.lifecycle.backoff import PendingRestart
 from torchjob.lifecycle.conditions import Event
 from torchjob.lifecycle.decision import (
     NOTHING,
     Decision,
     GangRestart,
-    PodRef,
     Tally,
     announce,
 )
@@ -64,18 +65,26 @@ def stop_earlier(state: Round) -> Decision:
     a row carried on as the status shows them."""
     earlier = [p for p in state.pods.values() if p.gang_restarts < state.gang_restarts]
     if not earlier:
-        return NOTHING
+        return _restarting_in_place(state)
     status = state.observed.status
+    stop = in_place.stop_gang([p for p in earlier if not p.deleting], state.gang_restarts)
+    staying = {ask.name for ask in stop.asked}
     return Decision(
-        delete_pods=tuple((p.name, p.uid) for p in earlier if not p.deleting),
+        delete_pods=stop.deleted,
+        restart_in_place=stop.asked,
         hold_creations=True,
-        uid_dropped=frozenset(p.name for p in earlier),
+        uid_dropped=frozenset(p.name for p in earlier) - staying,
         in_a_row_kept=tuple((p.name, recorded_in_a_row(status, p.name)) for p in earlier),
         gang_restarting=(
             f"restarting every replica together (gang restart {state.gang_restarts}): waiting "
             f"for {len(earlier)} pod(s) of the gang before to stop"
         ),
     )
+
+
+def _restarting_in_place(state: Round) -> Decision:
+    said = in_place.pending_restarts(state)
+    return NOTHING if said is None else Decision(gang_restarting=said)
 
 
 def restart_cause(state: Round, pending: PendingRestart) -> GangCause | None:
@@ -183,32 +192,42 @@ def _restart(state: Round, cause: GangCause, tally: Tally, deleted: frozenset[st
     for replica in state.desired:
         name = replica_name(job, replica.type, replica.index)
         pod = state.pods.get((replica.type, replica.index))
-        kept[name] = pod.consecutive_restarts if pod else recorded_in_a_row(status, name)
+        if pod is not None and not pod.in_place:
+            kept[name] = pod.consecutive_restarts
+        else:  # a pod restarted in place carries its count in the status
+            kept[name] = recorded_in_a_row(status, name)
     pending = cause.pending
     pods = state.pods.values()
-    deletes: tuple[PodRef, ...] = tuple(
-        (p.name, p.uid) for p in pods if not p.deleting and p.uid not in deleted
+    stop = in_place.stop_gang(
+        [p for p in pods if not p.deleting and p.uid not in deleted], state.gang_restarts + 1
     )
+    # A pod restarted in place stays the replica's pod: its uid is kept, so is its count.
+    staying = {ask.name for ask in stop.asked}
     return Decision(
         gang_restart=GangRestart(cause, times),
         charged=(cause.replica_type,) if cause.charged else (),
         in_a_row=((pending.pod.name, pending.in_a_row),) if pending else (),
         in_a_row_kept=tuple(kept.items()),
-        uid_dropped=frozenset(kept) | {p.name for p in pods},
+        uid_dropped=(frozenset(kept) | {p.name for p in pods}) - staying,
         gang_restarting=f"restarting every replica together: {cause.what}",
-        delete_pods=deletes,
-        announced=(_event(state, cause, tally),),
+        delete_pods=stop.deleted,
+        restart_in_place=stop.asked,
+        announced=(_event(state, cause, tally, in_place=bool(staying)),),
     )
 
 
-def _event(state: Round, cause: GangCause, tally: Tally) -> Event:
-    """The Event of the gang restart `cause` makes."""
+def _event(state: Round, cause: GangCause, tally: Tally, in_place: bool) -> Event:
+    """The Event of the gang restart `cause` makes; `in_place`: pods restart where they stand."""
+    where = " in place" if in_place else ""
     if not cause.charged:
         count = "not counted against backoffLimit"
-        return Event("Normal", cause.reason, f"restarting every replica: {cause.what} ({count})")
+        said = f"restarting every replica{where}: {cause.what} ({count})"
+        return Event("Normal", cause.reason, said)
     limit = queries.backoff_limit(state.observed.spec)
     count = f"restart {tally.backoff_count + 1} of backoffLimit {limit}"
-    return Event("Warning", cause.reason, f"restarting every replica: {cause.what} ({count})")
+    return Event(
+        "Warning", cause.reason, f"restarting every replica{where}: {cause.what} ({count})"
+    )
 
 
 def status_fields(state: Round) -> dict[str, object]:

@@ -16,16 +16,20 @@ from torchjob.api.objects import (
     PodPhase,
     PodStatus,
 )
+from torchjob.lifecycle.terminated import (
+    last_finish,
+    message_of,
+    one_line,
+    ran_seconds,
+    reason_of,
+)
 from torchjob.lifecycle.times import parse_time
+from torchjob.render.in_place import AGENT, RESTARTED_ALL_REASON, restarts_in_place
 from torchjob.render.scheduling import (
     KUEUE_FINALIZER,
     KUEUE_GROUP_LABEL,
     KUEUE_RETRIABLE_ANNOTATION,
 )
-
-# Terminated reasons that say no more than the exit code does; any other is worth naming.
-PLAIN_REASONS = frozenset({"Error", "Completed"})
-
 
 # The kubelet's waiting reasons that say a container cannot start, as the job's reason: its image
 # cannot be pulled, or its configuration names what does not exist (a Secret, a ConfigMap, a key
@@ -49,6 +53,17 @@ class CannotStart(NamedTuple):
     reason: str
     said: str
     message: str
+
+
+class EndedInPlace(NamedTuple):
+    """The training container's last run, ended by a failure its rule restarted it for, where
+    the pod stands (render/in_place.py); a restart of every container is not one."""
+
+    exit_code: int | None
+    reason: str | None
+    message: str | None
+    finished_at: datetime | None
+    ran_seconds: float | None
 
 
 class ContainerView(NamedTuple):
@@ -101,10 +116,22 @@ class PodView:
     # When a pod being deleted is removed whether or not its kubelet confirmed it stopped
     # (metadata.deletionTimestamp: the deletion's time plus its grace period).
     deletion_due: datetime | None = None
+    # Made to restart in place (render/in_place.py): the restarts in place asked of it, those
+    # its agent made, the training container's restarts, and its last run if a failure ended it.
+    in_place: bool = False
+    restarts_asked: int = 0
+    agent_restarts: int = 0
+    training_restarts: int = 0
+    ended_in_place: EndedInPlace | None = None
 
     @property
     def finished(self) -> bool:
         return self.phase in FINISHED_POD_PHASES
+
+    @property
+    def restart_pending(self) -> bool:
+        """Asked to restart in place, and not restarted yet."""
+        return self.restarts_asked > self.agent_restarts
 
     @property
     def placed(self) -> bool:
@@ -141,12 +168,12 @@ def view_pod(pod: dict[str, Any]) -> PodView | None:
         backoff_count=_int(annotations.get(constants.ANNOTATION_BACKOFF_COUNT)),
         debug=annotations.get(constants.ANNOTATION_DEBUG) == "true",
         containers=tuple(_container(s) for s in statuses),
-        reason=_reason(ended, status),
+        reason=reason_of(ended, status),
         training_container=training_name,
-        finished_at=parse_time(ended.get("finishedAt")) or _last_finish(statuses),
-        ran_seconds=_ran_seconds(ended, status),
+        finished_at=parse_time(ended.get("finishedAt")) or last_finish(statuses),
+        ran_seconds=ran_seconds(ended, status),
         consecutive_restarts=_int(annotations.get(constants.ANNOTATION_CONSECUTIVE_RESTARTS)),
-        message=_message(ended, status),
+        message=message_of(ended, status),
         bound=bool(spec.get("nodeName")),
         gates=tuple(str(g.get("name", "")) for g in spec.get("schedulingGates") or ()),
         unschedulable=_unschedulable(status),
@@ -160,7 +187,43 @@ def view_pod(pod: dict[str, Any]) -> PodView | None:
         held_by_kueue=bool(meta.get("deletionTimestamp"))
         and KUEUE_FINALIZER in (meta.get("finalizers") or ()),
         deletion_due=parse_time(meta.get("deletionTimestamp")),
+        **_in_place(spec, status, statuses, training_name, annotations),
     )
+
+
+def _in_place(
+    spec: dict[str, Any],
+    status: PodStatus,
+    statuses: list[ContainerStatus],
+    training_name: str,
+    annotations: dict[str, str],
+) -> dict[str, Any]:
+    """The PodView fields of restarting in place; none for a pod not made for it."""
+    if not restarts_in_place(spec):
+        return {}
+    none = ContainerStatus()
+    agent = next(
+        (s for s in status.get("initContainerStatuses") or () if s.get("name") == AGENT), none
+    )
+    training = next((s for s in statuses if s.get("name") == training_name), none)
+    last = (training.get("lastState") or {}).get("terminated") or {}
+    ended = None
+    if last and last.get("reason") != RESTARTED_ALL_REASON:
+        code = last.get("exitCode")
+        ended = EndedInPlace(
+            code if isinstance(code, int) else None,
+            reason_of(last, PodStatus()),
+            message_of(last, PodStatus()),
+            parse_time(last.get("finishedAt")),
+            ran_seconds(last, status),
+        )
+    return {
+        "in_place": True,
+        "restarts_asked": _int(annotations.get(constants.ANNOTATION_RESTARTS_ASKED)),
+        "agent_restarts": int(agent.get("restartCount") or 0),
+        "training_restarts": int(training.get("restartCount") or 0),
+        "ended_in_place": ended,
+    }
 
 
 def _running_since(statuses: list[ContainerStatus], training_name: str) -> datetime | None:
@@ -189,7 +252,7 @@ def _preempted(status: PodStatus) -> str | None:
         if condition.get("status") != "True" or kind not in PREEMPTION_CONDITIONS:
             continue
         if PREEMPTION_CONDITIONS[kind] in (None, reason):
-            said = _one_line(str(condition.get("message") or ""))
+            said = one_line(str(condition.get("message") or ""))
             return f"{reason or kind}: {said}" if said else reason or kind
     return None
 
@@ -199,7 +262,7 @@ def _unschedulable(status: PodStatus) -> str | None:
     for condition in status.get("conditions") or ():
         kind, holds = condition.get("type"), condition.get("status")
         if (kind, holds, condition.get("reason")) == ("PodScheduled", "False", "Unschedulable"):
-            return _one_line(str(condition.get("message") or "no node fits"))
+            return one_line(str(condition.get("message") or "no node fits"))
     return None
 
 
@@ -216,7 +279,7 @@ def _cannot_start(status: PodStatus) -> CannotStart | None:
         waiting = (container.get("state") or {}).get("waiting") or {}
         said = str(waiting.get("reason") or "")
         if said in START_FAILURE_REASONS:
-            message = _one_line(str(waiting.get("message") or ""))
+            message = one_line(str(waiting.get("message") or ""))
             name = str(container.get("name", ""))
             return CannotStart(name, START_FAILURE_REASONS[said], said, message)
     return None
@@ -247,52 +310,6 @@ def _terminated(statuses: list[ContainerStatus], training_name: str) -> Containe
     return {}
 
 
-def _reason(ended: ContainerStateTerminated, status: PodStatus) -> str | None:
-    for reason in (ended.get("reason"), None if ended else status.get("reason")):
-        if isinstance(reason, str) and reason and reason not in PLAIN_REASONS:
-            return reason
-    return None
-
-
-def _message(ended: ContainerStateTerminated, status: PodStatus) -> str | None:
-    """What the kubelet said with the reason `_reason` names, on one line."""
-    if _reason(ended, status) is None:
-        return None
-    # (api.objects types the terminated state without its message.)
-    said = dict(ended).get("message") if ended.get("reason") not in (None, *PLAIN_REASONS) else None
-    if said is None and not ended:
-        said = status.get("message")
-    if not isinstance(said, str) or not said.strip():
-        return None
-    return _one_line(said)
-
-
-def _one_line(said: str) -> str:
-    line = " ".join(said.split())
-    return line if len(line) <= MESSAGE_LIMIT else line[: MESSAGE_LIMIT - 3] + "..."
-
-
-def _last_finish(statuses: list[ContainerStatus]) -> datetime | None:
-    """The latest termination of any container: a pod whose training container never ran
-    (evicted before it started, say) still ended when its last container did."""
-    ends = [((s.get("state") or {}).get("terminated") or {}).get("finishedAt") for s in statuses]
-    return max((moment for end in ends if (moment := parse_time(end))), default=None)
-
-
-def _ran_seconds(ended: ContainerStateTerminated, status: PodStatus) -> float | None:
-    """From the container's start (the pod's, when the container reports none) to its end. A
-    container that never started reports a start before the pod's own (containerd gives the
-    epoch): it ran for 0 seconds."""
-    finished = parse_time(ended.get("finishedAt"))
-    pod_start = parse_time(status.get("startTime"))
-    started = parse_time(ended.get("startedAt")) or pod_start
-    if finished is None or started is None:
-        return None
-    if pod_start is not None and started < pod_start:
-        return 0.0
-    return max(0.0, (finished - started).total_seconds())
-
-
 def _int(value: Any) -> int:
     return int(value) if isinstance(value, str) and value.isdigit() else 0
 
@@ -315,8 +332,6 @@ SIGNALS = {
     14: "SIGALRM",
     15: "SIGTERM",
 }
-# What the kubelet said of an ending, at most this long in a condition or an Event.
-MESSAGE_LIMIT = 200
 
 
 def exit_code_text(code: int) -> str:
@@ -430,7 +445,7 @@ def view_group(group: dict[str, Any]) -> GroupView:
     unschedulable: str | None = None
     for condition in status.get("conditions") or ():
         kind, holds = condition.get("type"), condition.get("status")
-        said = _one_line(str(condition.get("message") or condition.get("reason") or ""))
+        said = one_line(str(condition.get("message") or condition.get("reason") or ""))
         if kind == "PodGroupInitiallyScheduled":
             scheduled = holds == "True"
             if holds == "False":

@@ -22,7 +22,14 @@ from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.lifecycle import finishing, gang, kueue, no_progress, replicas, start_failure
 from torchjob.lifecycle.backoff import DEFAULT_RULES, PendingRestart, RestartRules
 from torchjob.lifecycle.conditions import Event
-from torchjob.lifecycle.decision import NOTHING, Decision, PodRef, PodToCreate, Tally
+from torchjob.lifecycle.decision import (
+    NOTHING,
+    Decision,
+    InPlaceRestart,
+    PodRef,
+    PodToCreate,
+    Tally,
+)
 from torchjob.lifecycle.observe import PodView, Refusal
 from torchjob.lifecycle.round import GangCause, Observed, Outcome, Round
 from torchjob.lifecycle.status import build_status, is_terminal, ours
@@ -39,6 +46,8 @@ class Plan:
     create_services: list[Replica] = field(default_factory=list)
     create_pods: list[PodToCreate] = field(default_factory=list)
     delete_pods: list[tuple[str, str]] = field(default_factory=list)  # (name, uid)
+    # Pods asked to restart in place (lifecycle/in_place.py), after the status is written.
+    restart_in_place: list[InPlaceRestart] = field(default_factory=list)
     # Pods stuck being deleted on a node that will never confirm it (lifecycle/nodes.py).
     force_delete_pods: list[tuple[str, str]] = field(default_factory=list)  # (name, uid)
     delete_services: list[str] = field(default_factory=list)  # of replicas scaled away
@@ -173,6 +182,7 @@ class _Applied:
     preempted: list[PodView] = field(default_factory=list)
     waiting: list[PendingRestart] = field(default_factory=list)
     uid_dropped: set[str] = field(default_factory=set)
+    counted_in_place: dict[str, int] = field(default_factory=dict)
     in_a_row: dict[str, int] = field(default_factory=dict)
     hold_creations: bool = False
     gang_causes: list[GangCause] = field(default_factory=list)
@@ -229,6 +239,7 @@ class _Applied:
         plan.create_services += decision.create_services
         plan.create_pods += decision.create_pods
         plan.delete_pods += decision.delete_pods
+        plan.restart_in_place += decision.restart_in_place
         plan.force_delete_pods += decision.force_delete_pods
         plan.end_group += decision.end_group
         plan.delete_services += decision.delete_services
@@ -247,6 +258,7 @@ class _Applied:
             if restart.times is not None:
                 self.gang_restart_times = restart.times
         self.uid_dropped |= decision.uid_dropped
+        self.counted_in_place.update(decision.counted_in_place)
         self.in_a_row.update(decision.in_a_row)
         for name, count in decision.in_a_row_kept:
             self.in_a_row.setdefault(name, count)
@@ -283,6 +295,7 @@ class _Applied:
             self.outcome,
             tuple(self.failures),
             frozenset(self.uid_dropped),
+            MappingProxyType(self.counted_in_place),
             tuple(self.waiting),
             MappingProxyType(self.in_a_row),
             tuple(self.refused),
@@ -393,5 +406,7 @@ def _finish(start: Round, applied: _Applied) -> Plan:
 def _status_can_wait(facts: Round, plan: Plan) -> bool:
     recorded = int(facts.observed.status.get("backoffCount") or 0)
     creates = bool(plan.create_pods or plan.create_services)
-    deletes = bool(plan.delete_pods or plan.force_delete_pods or plan.delete_services)
+    deletes = bool(
+        plan.delete_pods or plan.force_delete_pods or plan.delete_services or plan.restart_in_place
+    )
     return creates and not deletes and facts.outcome is None and facts.backoff_count == recorded

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from torchjob.api import constants, queries
-from torchjob.lifecycle import gang
+from torchjob.lifecycle import gang, in_place
 from torchjob.lifecycle.backoff import next_in_a_row, pending_restart
 from torchjob.lifecycle.conditions import Event
 from torchjob.lifecycle.decision import (
@@ -141,6 +141,8 @@ def judge(state: Round, replica: Replica, tally: Tally) -> Decision:
         return Decision(delete_pods=((pod.name, pod.uid),), uid_dropped=frozenset({pod.name}))
     if pod.preempted:
         return _preempted(pod)
+    if (ended := in_place.ended(state, pod)) is not None:
+        return _ended_in_place(state, replica, ended, tally)
     if pod.finished and not pod.deleting:
         return _finished(state, replica, pod, tally)
     if pod.finished:  # deleted after it ended: its replacement is the next in its row
@@ -233,6 +235,21 @@ def _finished(state: Round, replica: Replica, pod: PodView, tally: Tally) -> Dec
     else:
         return Decision(failures=failures)
     return Decision(failures=failures, outcome=Outcome(False, reason, failure_message(pod)))
+
+
+def _ended_in_place(state: Round, replica: Replica, pod: PodView, tally: Tally) -> Decision:
+    """A replica whose training container failed and was restarted in place by its rule
+    (`pod` as if it had ended then): counted, or its gang restarted, or the job's outcome."""
+    policy = queries.replica_spec(state.observed.spec, replica.type).restart_policy or "OnFailure"
+    if not queries.restarts_after_failure(policy, pod.exit_code):
+        return _finished(state, replica, pod, tally)  # a policy changed since the pod was made
+    failures = (describe_failure(pod),)
+    if (refused := budget_outcome(state, tally, pod)) is not None:
+        return Decision(outcome=refused, failures=failures)
+    pending = pending_restart(pod, state.rules.backoff)
+    if (cause := gang.restart_cause(state, pending)) is not None:
+        return Decision(gang_causes=(cause,), failures=failures)
+    return in_place.charge(state, pending, tally)
 
 
 def _restart(state: Round, pod: PodView, tally: Tally) -> Decision:

@@ -143,6 +143,9 @@ class Round:
     # Replicas (by pod name) whose recorded pod uid the status drops: their pod is recreated,
     # or deleted by a pause or a change of mode, so it will not count as a restart.
     uid_dropped: frozenset[str] = frozenset()
+    # The training container's restarts in place counted this round, by pod name
+    # (lifecycle/in_place.py); the others' stand as the status recorded them.
+    counted_in_place: Mapping[str, int] = field(default_factory=no_counts)
     # Restarts decided but not due yet.
     waiting: tuple[PendingRestart, ...] = ()
     # Restarts in a row each replica's status shows, where this round decided it (a restart

@@ -18,7 +18,7 @@ from torchjob.api.types import (
 )
 from torchjob.lifecycle import finishing
 from torchjob.lifecycle.conditions import CONDITIONS, Wanted, wanted_conditions
-from torchjob.lifecycle.observe import ContainerView
+from torchjob.lifecycle.observe import ContainerView, PodView
 from torchjob.lifecycle.round import Outcome, Round, recorded
 from torchjob.lifecycle.times import format_time
 from torchjob.render.topology import replica_name
@@ -216,7 +216,33 @@ def _replica_status(state: Round, kind: str, index: int, pod_name: str) -> Repli
     entry: ReplicaStatusDict = {"name": pod_name, "uid": pod.uid, "phase": pod.phase}
     if pod.containers:
         entry["containers"] = [_container_status(c) for c in pod.containers]
-    return _with_in_a_row(entry, state.in_a_row.get(pod_name, pod.consecutive_restarts))
+    if counted := _counted_in_place(state, pod_name, pod.uid):
+        entry["restartsInPlace"] = counted
+    return _with_in_a_row(entry, _in_a_row(state, pod_name, pod))
+
+
+def _in_a_row(state: Round, pod_name: str, pod: PodView) -> int:
+    """The replica's restarts in a row: this round's, else its pod's own; a pod that restarts in
+    place carries its count in the status (its annotation is its creation's)."""
+    if pod_name in state.in_a_row:
+        return state.in_a_row[pod_name]
+    seen = recorded(state.observed.status, pod_name)
+    if pod.in_place and pod_name not in state.uid_dropped and seen.get("uid") == pod.uid:
+        carried = seen.get("consecutiveRestarts")
+        return carried if isinstance(carried, int) else 0
+    return pod.consecutive_restarts
+
+
+def _counted_in_place(state: Round, pod_name: str, uid: str) -> int:
+    """The training container's restarts in place counted for pod `uid` (lifecycle/
+    in_place.py): this round's, else the status's for the same pod."""
+    if pod_name in state.counted_in_place:
+        return state.counted_in_place[pod_name]
+    if pod_name in state.uid_dropped:
+        return 0
+    seen = recorded(state.observed.status, pod_name)
+    counted = seen.get("restartsInPlace")
+    return counted if seen.get("uid") == uid and isinstance(counted, int) else 0
 
 
 def _container_status(container: ContainerView) -> ContainerStatusDict:

@@ -31,6 +31,7 @@ from torchjob.kube.jobs import patch_status
 from torchjob.kube.reconcile import JobKey
 from torchjob.kube.resources import AUTOSCALERS, GROUP_RESOURCES, KUEUE_WORKLOADS, PODS, SERVICES
 from torchjob.kube.rest import Resources
+from torchjob.lifecycle.in_place import restart_patch
 from torchjob.lifecycle.observe import Refusal
 from torchjob.lifecycle.plan import Plan
 from torchjob.lifecycle.status import ours
@@ -97,6 +98,7 @@ class ReconcilerExecutor:
         member = gang if isinstance(gang, Gang) else None
         try:
             await self._delete_pods(key, job, plan)
+            await self._restart_in_place(key, job, plan)
             await self._end_group(key, job, plan)
             await self.release_workload(
                 key, job["metadata"]["namespace"], plan.release_workload, job
@@ -224,6 +226,18 @@ class ReconcilerExecutor:
             else:
                 done = "Deleted" if grace is None else "Force-deleted"
                 self._done(key, job, constants.REASON_SUCCESSFUL_DELETE, f"{done} pod: {name}")
+
+    async def _restart_in_place(self, key: JobKey, job: dict[str, Any], plan: Plan) -> None:
+        """Ask the planned pods to restart in place (lifecycle/in_place.py): a merge patch of two
+        annotations, on the pod of that uid only. A pod gone or replaced since needs nothing: the
+        next round sees what is there."""
+        namespace = job["metadata"]["namespace"]
+        for ask in plan.restart_in_place:
+            try:
+                await self.resources.patch(PODS, namespace, ask.name, restart_patch(ask))
+            except (NotFound, Conflict):
+                continue
+            log.info("asked to restart in place", job=str(key), pod=ask.name, asked=ask.asked)
 
     async def _end_group(self, key: JobKey, job: dict[str, Any], plan: Plan) -> None:
         """Tell Kueue the ended job's pod group is over, on each pod the plan names (a merge

@@ -115,9 +115,11 @@ class JobKind(Protocol):
         own_spec: Mapping[str, Any],
         pod: dict[str, Any],
         progress: ProgressEndpoint | None = None,
+        in_place: bool = False,
     ) -> Rewrite:
         """A replica's pod rewritten at admission; `own_spec` is the stored job's spec,
-        `progress` where its training processes report progress (None: nowhere)."""
+        `progress` where its training processes report progress (None: nowhere), `in_place`
+        whether it is made to restart in place where its job allows (render/in_place.py)."""
         ...
 
     def shown_status(self, job: dict[str, Any], record: dict[str, Any], now: str) -> dict[str, Any]:
@@ -188,8 +190,9 @@ class TrainingJobKind:
         own_spec: Mapping[str, Any],
         pod: dict[str, Any],
         progress: ProgressEndpoint | None = None,
+        in_place: bool = False,
     ) -> Rewrite:
-        return rewrite_pod(job, pod, progress)
+        return rewrite_pod(job, pod, progress, in_place)
 
     def shown_status(self, job: dict[str, Any], record: dict[str, Any], now: str) -> dict[str, Any]:
         return record
@@ -257,8 +260,9 @@ class KubeflowJobKind:
         own_spec: Mapping[str, Any],
         pod: dict[str, Any],
         progress: ProgressEndpoint | None = None,
+        in_place: bool = False,
     ) -> Rewrite:
-        return rewrite_kubeflow_pod(job, own_spec, pod, progress)
+        return rewrite_kubeflow_pod(job, own_spec, pod, progress, in_place)
 
     def shown_status(self, job: dict[str, Any], record: dict[str, Any], now: str) -> dict[str, Any]:
         stored = job.get(KUBEFLOW_STATUS) or {}

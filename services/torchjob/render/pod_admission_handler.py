@@ -52,6 +52,7 @@ def mutate_pod(
     creators: Collection[str],
     decode: JobDecoder = decode_job,
     progress: ProgressEndpoint | None = None,
+    in_place: bool = False,
 ) -> Response:
     """Rewrite a replica's pod; refuse a job-labelled pod from anyone but `creators`.
 
@@ -60,7 +61,8 @@ def mutate_pod(
     webhook passes one that remembers the result, since every replica of a job is admitted
     against the same stored object. `progress` is where the pod's training processes report
     their progress (None: nowhere, the chart turned reporting off); a job's annotation
-    (api/progress.py) may turn it off for its own pods."""
+    (api/progress.py) may turn it off for its own pods. `in_place`: the pod is made to restart
+    in place (render/in_place.py) unless its job says not to."""
     if request.operation != "CREATE" or job_name_of(request.object) is None:
         return Response(request.uid, True)
     if request.username not in creators:
@@ -75,7 +77,7 @@ def mutate_pod(
         name = job_name_of(request.object)
         kind = job_api_of_pod(request.object).kind
         return refuse(request.uid, f"{kind} {request.namespace}/{name} not found", 404, "NotFound")
-    return _rewrite(request, job, decode, progress)
+    return _rewrite(request, job, decode, progress, in_place)
 
 
 def _rewrite(
@@ -83,6 +85,7 @@ def _rewrite(
     job_obj: dict[str, Any],
     decode: JobDecoder,
     progress: ProgressEndpoint | None,
+    in_place: bool,
 ) -> Response:
     pod: dict[str, Any] = request.object
     job_uid = (job_obj.get("metadata") or {}).get("uid")
@@ -91,7 +94,7 @@ def _rewrite(
     try:
         own_spec = job_obj.get("spec") or {}
         kind = kind_of(api_of(job_obj))
-        rewrite = kind.rewrite_pod(decode(job_obj), own_spec, pod, progress)
+        rewrite = kind.rewrite_pod(decode(job_obj), own_spec, pod, progress, in_place)
     except (ModelError, PodRewriteError) as error:
         return refuse(request.uid, f"cannot render the replica: {error}", 422, "Invalid")
     return Response(request.uid, True, patch=rewrite.patch)

@@ -5,7 +5,9 @@ PyTorch replica: the training container gets the environment (the user's own var
 with torchrun, the torchrun command line; the pod's restartPolicy becomes Never (the reconciler
 restarts replicas itself so one backoff budget covers them all); debug mode and resuming after a
 pause replace the command and may drop the init containers. Outside debug mode the pod's first
-init container waits until the master's name resolves (render/wait.py). The training container
+init container waits until the master's name resolves (render/wait.py), and the pod gets what
+restarting its containers in place needs (render/in_place.py) where the webhook and the job allow
+it. The training container
 gets what it needs to report progress, unless the job or the chart turned that off
 (render/progress.py).
 """
@@ -22,6 +24,7 @@ from torchjob.api.kubeflow import DEFAULT_CONTAINER, MASTER
 from torchjob.api.progress import JobRef, ProgressEndpoint, reporting_enabled
 from torchjob.api.types import PyTorchTrainingJob, PyTorchTrainingJobSpec, ReplicaSpec
 from torchjob.render.environment import JobEnvironment, job_environment, torchrun_argv
+from torchjob.render.in_place import add_in_place, wants_in_place
 from torchjob.render.kubeflow import kubeflow_env
 from torchjob.render.progress import ProgressParts, add_progress, annotation_patch, progress_parts
 from torchjob.render.topology import (
@@ -56,6 +59,7 @@ class PreparedJob:
     __slots__ = (
         "debug",
         "environment",
+        "in_place",
         "job",
         "layout",
         "progress_job",
@@ -74,6 +78,7 @@ class PreparedJob:
         self.waits_for_master = wants_wait(spec)
         self.layout: Layout = layout_of(spec)
         meta = job.metadata or {}
+        self.in_place = wants_in_place(meta, self.debug)
         self.environment: JobEnvironment = job_environment(
             spec,
             job_name=str(meta.get("name", "")),
@@ -118,10 +123,12 @@ def rewrite_pod(
     job: PyTorchTrainingJob | PreparedJob,
     pod: dict[str, Any],
     progress: ProgressEndpoint | None = None,
+    in_place: bool = False,
 ) -> Rewrite:
     """The rewritten pod and the JSONPatch (against `pod`) that makes it. `pod` is left as it was;
     the rewritten pod shares with it whatever the rewrite does not change. `progress` is where
-    the training processes report their progress (None: nowhere)."""
+    the training processes report their progress (None: nowhere); `in_place`: pods are made to
+    restart in place where their job allows it (render/in_place.py)."""
     job = prepared(job)
     labels = (pod.get("metadata") or {}).get("labels") or {}
     replica, replica_spec = _locate(job, labels)
@@ -144,6 +151,8 @@ def rewrite_pod(
     if job.waits_for_master:
         add_wait_for_master(pod_spec, container, python)
     pod_spec["restartPolicy"] = "Never"
+    if in_place and job.in_place:
+        add_in_place(pod_spec, [container], replica_spec.restart_policy or "OnFailure", python)
     return _finish(job, progress, pod, out, [container])
 
 
@@ -152,6 +161,7 @@ def rewrite_kubeflow_pod(
     kubeflow_spec: Mapping[str, Any],
     pod: dict[str, Any],
     progress: ProgressEndpoint | None = None,
+    in_place: bool = False,
 ) -> Rewrite:
     """`rewrite_pod` for a Kubeflow PyTorchJob (`job` is the PyTorchTrainingJob that runs it,
     api/kubeflow.py): every container gets Kubeflow's environment (render/kubeflow.py; the
@@ -160,7 +170,7 @@ def rewrite_kubeflow_pod(
     job = prepared(job)
     meta = job.job.metadata or {}
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    replica, _ = _locate(job, labels)
+    replica, replica_spec = _locate(job, labels)
     pod_spec = dict(pod.get("spec") or {})
     out = {**pod, "spec": pod_spec}
     containers = [dict(c) for c in pod_spec.get("containers") or []]
@@ -177,6 +187,9 @@ def rewrite_kubeflow_pod(
     if MASTER in (kubeflow_spec.get("pytorchReplicaSpecs") or {}):
         add_wait_for_master(pod_spec, training, python_of(training))
     pod_spec["restartPolicy"] = "Never"
+    if in_place and job.in_place:
+        policy = replica_spec.restart_policy or "OnFailure"
+        add_in_place(pod_spec, [training], policy, python_of(training))
     return _finish(job, progress, pod, out, containers)
 
 

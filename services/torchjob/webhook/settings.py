@@ -20,6 +20,15 @@ from torchjob.runtime.settings import (
 MiB = 1024 * 1024
 
 
+RESTART_IN_PLACE = Setting(
+    "--restart-in-place",
+    f"{PREFIX}RESTART_IN_PLACE",
+    True,
+    "make replica pods restart in place where the cluster can (render/in_place.py); a job's "
+    "restart-in-place annotation may say not to",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What one admission request may cost the webhook.
@@ -137,6 +146,8 @@ class Settings:
     limits: Limits = field(default_factory=Limits)
     # Kubeflow's PyTorchJobs are admitted too, and their pods read from a cache of them.
     kubeflow: bool = KUBEFLOW.default
+    # Replica pods get what restarting in place needs (render/in_place.py).
+    restart_in_place: bool = RESTART_IN_PLACE.default
     # cert-manager mode: the CA that signs --cert-file (else ca.crt beside it, when there is one).
     ca_file: str | None = None
     # The progress endpoint (progress/endpoint.py): served, and named to the pod rewrite, when on.
@@ -255,6 +266,7 @@ def declared(environ: Mapping[str, str]) -> tuple[Setting, ...]:
             "cert-manager mode: the CA pods verify the progress endpoint with",
             documented_default="ca.crt beside --cert-file",
         ),
+        RESTART_IN_PLACE,
         Setting(
             "--rotate-check-seconds",
             f"{PREFIX}ROTATE_CHECK_SECONDS",

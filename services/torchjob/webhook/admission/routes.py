@@ -202,9 +202,11 @@ def _pure(handler: Callable[[Request], Response]) -> Answer:
 
 def _rewrite_pod(app: web.Application, body: Any, job: dict[str, Any] | None) -> dict[str, Any]:
     """The pod's rewrite for the job it claims (None when it claims none, or that job is gone)."""
-    creators = app[SETTINGS].pod_creators
+    creators, in_place = app[SETTINGS].pod_creators, app[SETTINGS].restart_in_place
     decode, progress = app[DECODED_JOBS].decode, app.get(PROGRESS, NO_PROGRESS).current
-    return handle(body, lambda request: mutate_pod(request, job, creators, decode, progress))
+    return handle(
+        body, lambda request: mutate_pod(request, job, creators, decode, progress, in_place)
+    )
 
 
 def _loads(raw: bytes) -> Any:

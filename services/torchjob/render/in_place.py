@@ -1,0 +1,149 @@
+"""What a replica's pod gets so that its containers can be restarted where it stands. Pure.
+
+Kubernetes 1.35 and later can restart a pod's containers in place: a container's
+`restartPolicyRules` say which exit codes restart it (`Restart`) or every container of the pod,
+init containers again first (`RestartAllContainers`); the pod keeps its uid, node, IP and
+volumes, and nothing is scheduled or pulled again. So a pod made to restart in place gets:
+
+- on each training container, a rule that restarts it on the exit codes its replica's restart
+  policy restarts (api/queries.restarts_after_failure), so the pod does not end on such a failure
+  and the reconciler decides what follows (a gang restart, the job's failure) as it would have
+  for a pod that ended;
+- `restart-agent`, a native sidecar on the training container's image and Python, which reads
+  the pod's ANNOTATION_RESTARTS_ASKED through the downward API and exits with AGENT_EXIT_CODE
+  once it exceeds the agent's own starts before this one (counted in a memory `emptyDir` that
+  the restart keeps), and whose rule restarts every container on that code. The reconciler asks
+  a pod to restart by raising the annotation to the agent's restartCount + 1; the kubelet
+  refreshes the file within seconds, and the agent's restartCount says when the pod has done it.
+
+Not in debug mode (nothing trains), nor when the job says `restart-in-place: "false"`. Where
+the apiserver drops the rules (the features off), the pod is not made to restart in place
+(`restarts_in_place`) and the reconciler recreates it, as before.
+
+The agent's resources are small and equal in requests and limits, so that a pod of Guaranteed
+QoS stays Guaranteed; a sidecar's requests add to the pod's, unlike an init container's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from torchjob.api import constants, queries
+from torchjob.api.jsoncopy import json_copy
+from torchjob.render.wait import DEFAULT_PYTHON
+
+AGENT: Final = "restart-agent"
+AGENT_EXIT_CODE: Final = 86
+ASKED_VOLUME: Final = "torchjob-restarts-asked"
+STARTS_VOLUME: Final = "torchjob-agent-starts"
+MOUNT_PATH: Final = "/var/run/torchjob/restart"
+ASKED_FILE: Final = "asked"
+STARTS_PATH: Final = "/var/run/torchjob/agent"
+AGENT_RESOURCES: Final = {"cpu": "50m", "memory": "64Mi"}
+RESTART_ALL: Final = "RestartAllContainers"
+# What the kubelet writes as the last state of each container it restarted for a
+# RestartAllContainers rule (the one whose exit set it off included).
+RESTARTED_ALL_REASON: Final = "RestartingAllContainers"
+ASKED_FIELD_PATH: Final = f"metadata.annotations['{constants.ANNOTATION_RESTARTS_ASKED}']"
+
+# No `$(`: the kubelet would expand it as a variable reference.
+AGENT_SCRIPT: Final = f"""\
+import os, sys, time
+asked_file, starts_file = sys.argv[1], sys.argv[2]
+def number(path):
+    try:
+        with open(path) as f:
+            return int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+starts = number(starts_file)
+with open(starts_file + ".new", "w") as f:
+    f.write(str(starts + 1))
+os.replace(starts_file + ".new", starts_file)
+while number(asked_file) <= starts:
+    time.sleep(0.25)
+print(f"restart {{number(asked_file)}} asked: restarting every container of the pod", flush=True)
+sys.exit({AGENT_EXIT_CODE})
+"""
+
+
+def wants_in_place(job_meta: dict[str, Any], debug: bool) -> bool:
+    """Whether the job's pods are made to restart in place."""
+    return not debug and queries.restart_in_place(job_meta)
+
+
+def add_in_place(
+    pod_spec: dict[str, Any], training: list[dict[str, Any]], policy: str, python: str | None
+) -> None:
+    """Give the pod (its spec a copy the rewrite owns) the agent and its volumes, and each of the
+    `training` containers (copies too) the rule of its replica's restart `policy`. Idempotent:
+    a pod that has the agent already is left as it is."""
+    init = list(pod_spec.get("initContainers") or [])
+    if any(isinstance(c, dict) and c.get("name") == AGENT for c in init):
+        return
+    pod_spec["initContainers"] = [*init, agent_container(training[0], python)]
+    asked = {"items": [{"path": ASKED_FILE, "fieldRef": {"fieldPath": ASKED_FIELD_PATH}}]}
+    starts = {"medium": "Memory", "sizeLimit": "1Mi"}
+    pod_spec["volumes"] = [
+        *(pod_spec.get("volumes") or []),
+        {"name": ASKED_VOLUME, "downwardAPI": asked},
+        {"name": STARTS_VOLUME, "emptyDir": starts},
+    ]
+    rule = training_rule(policy)
+    if rule is None:
+        return
+    for container in training:
+        container["restartPolicy"] = "Never"
+        container["restartPolicyRules"] = [rule]
+
+
+def training_rule(policy: str) -> dict[str, Any] | None:
+    """The training container's rule: restart it on the exit codes `policy` restarts; None for
+    a policy that restarts on none."""
+    if queries.restarts_after_failure(policy, 1):
+        codes = {"operator": "NotIn", "values": [0]}
+    elif retryable := sorted(c for c in range(1, 256) if queries.restarts_after_failure(policy, c)):
+        codes = {"operator": "In", "values": retryable}
+    else:
+        return None
+    return {"action": "Restart", "exitCodes": codes}
+
+
+def agent_container(training: dict[str, Any], python: str | None) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": AGENT,
+        "image": training.get("image"),
+        "command": [
+            python or DEFAULT_PYTHON,
+            "-c",
+            AGENT_SCRIPT,
+            f"{MOUNT_PATH}/{ASKED_FILE}",
+            f"{STARTS_PATH}/starts",
+        ],
+        "restartPolicy": "Always",
+        "restartPolicyRules": [
+            {
+                "action": RESTART_ALL,
+                "exitCodes": {"operator": "In", "values": [AGENT_EXIT_CODE]},
+            }
+        ],
+        "resources": {"requests": dict(AGENT_RESOURCES), "limits": dict(AGENT_RESOURCES)},
+        "volumeMounts": [
+            {"name": ASKED_VOLUME, "mountPath": MOUNT_PATH, "readOnly": True},
+            {"name": STARTS_VOLUME, "mountPath": STARTS_PATH},
+        ],
+    }
+    for key in ("imagePullPolicy", "securityContext"):
+        if key in training:
+            value = training[key]
+            container[key] = value if type(value) is str else json_copy(value)
+    return container
+
+
+def restarts_in_place(pod_spec: dict[str, Any]) -> bool:
+    """The pod was made to restart in place and the apiserver kept what that needs: its agent
+    with the agent's rule (an apiserver without the features drops the rules)."""
+    for container in pod_spec.get("initContainers") or ():
+        if isinstance(container, dict) and container.get("name") == AGENT:
+            return bool(container.get("restartPolicyRules"))
+    return False
