@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from support.jobs import JobBuilder
 from support.planning import (
     NOW,
     REPLICA_SCOPE,
@@ -24,6 +25,7 @@ from support.planning import (
 from torchjob.api import constants
 from torchjob.api.objects import PodPhase
 from torchjob.api.types import PyTorchTrainingJobSpec
+from torchjob.api.validation import validate
 from torchjob.lifecycle.backoff import RestartBackoff, RestartRules, next_in_a_row
 from torchjob.lifecycle.observe import ContainerView, PodView, view_pod
 from torchjob.lifecycle.plan import Plan, plan
@@ -440,3 +442,32 @@ def test_view_pod_plain_reasons_and_never_started_containers() -> None:
     evicted = view_pod(raw_pod({"waiting": {"reason": "ContainerCreating"}}, {"reason": "Evicted"}))
     assert evicted is not None
     assert (evicted.exit_code, evicted.reason, evicted.finished_at) == (None, "Evicted", None)
+
+
+# --- a job's own delay --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("seconds", "deleted"), [("0", True), ("2", True), ("60", False)])
+def test_a_job_sets_its_own_restart_delay(seconds: str, deleted: bool) -> None:
+    """Ended 3 s ago: a job's delay of 0 or 2 s has passed, its 60 s not (the default 10 s
+    neither)."""
+    job = spec()
+    meta = {**REPLICA_SCOPE, "annotations": {**REPLICA_SCOPE["annotations"]}}
+    meta["annotations"][constants.ANNOTATION_RESTART_BACKOFF] = seconds
+    alone = RestartRules(RULE, replica_restarts_before_gang=1000)
+    pods = three(ended("worker", 0))
+    result = plan(Observed.of_json(meta, job, settled(job), pods, services(job), NOW), alone)
+    assert (result.delete_pods == [("j-worker-0", "uid-worker-0")]) is deleted
+    assert decide(job, pods, settled(job)).delete_pods == [], "the reconciler's 10 s"
+
+
+@pytest.mark.parametrize("written", ["-1", "1.5", "soon", "9999999"])
+def test_a_restart_delay_is_whole_seconds(written: str) -> None:
+    job = (
+        JobBuilder("j")
+        .metadata(annotations={constants.ANNOTATION_RESTART_BACKOFF: written})
+        .replicas("worker", 1)
+        .build()
+    )
+    [error] = validate(job).errors
+    assert constants.ANNOTATION_RESTART_BACKOFF in error.path

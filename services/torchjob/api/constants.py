@@ -65,6 +65,10 @@ ANNOTATION_SERVICE_SCOPE: Final = f"{GROUP}/service-scope"
 SERVICE_SCOPE_REPLICA: Final = "Replica"
 SERVICE_SCOPE_JOB: Final = "Job"
 SERVICE_SCOPES: Final = (SERVICE_SCOPE_REPLICA, SERVICE_SCOPE_JOB)
+# A job's own restart delay: the seconds before a first restart in a row (doubling with each
+# restart in a row, lifecycle/backoff.py), overriding the reconciler's --restart-backoff; 0
+# restarts at once.
+ANNOTATION_RESTART_BACKOFF: Final = f"{GROUP}/restart-backoff-seconds"
 # A job's own progress deadline in seconds (lifecycle/no_progress.py), 0 off; absent: the
 # reconciler's --progress-deadline.
 ANNOTATION_PROGRESS_DEADLINE: Final = f"{GROUP}/progress-deadline-seconds"

@@ -8,6 +8,7 @@ from typing import Any
 
 from torchjob.api.constants import (
     ANNOTATION_PROGRESS_DEADLINE,
+    ANNOTATION_RESTART_BACKOFF,
     ANNOTATION_RESTART_IN_PLACE,
     ANNOTATION_RESTART_SCOPE,
     ANNOTATION_SERVICE_SCOPE,
@@ -85,6 +86,13 @@ def start_deadline(metadata: Mapping[str, Any], default: float) -> float:
     start-deadline annotation, else `default` (the reconciler's --start-deadline)."""
     value = (metadata.get("annotations") or {}).get(ANNOTATION_START_DEADLINE)
     return float(value) if isinstance(value, str) and re.fullmatch("[0-9]+", value) else default
+
+
+def restart_backoff(metadata: Mapping[str, Any], default: float) -> float:
+    """Seconds before a replica's first restart in a row (lifecycle/backoff.py): the job's
+    restart-backoff annotation, else `default` (the reconciler's --restart-backoff)."""
+    value = _annotations(metadata).get(ANNOTATION_RESTART_BACKOFF)
+    return float(value) if isinstance(value, str) and re.fullmatch("[0-9]{1,6}", value) else default
 
 
 def restart_scope(meta: Mapping[str, Any], spec: PyTorchTrainingJobSpec) -> str:

@@ -111,7 +111,7 @@ def _start_deadline_errors(job: PyTorchTrainingJob) -> list[FieldError]:
 
 def _restart_annotation_errors(job: PyTorchTrainingJob) -> list[FieldError]:
     """The restart and service scopes and restarting in place are each one of their two words;
-    the progress deadline whole seconds, 0 off."""
+    the progress deadline and the restart delay whole seconds."""
     annotations = (job.metadata or {}).get("annotations") or {}
     errors = []
     for annotation, choices in (
@@ -130,6 +130,11 @@ def _restart_annotation_errors(job: PyTorchTrainingJob) -> list[FieldError]:
     if deadline is not None and not re.fullmatch(r"[0-9]{1,9}", str(deadline)):
         path = f"metadata.annotations[{constants.ANNOTATION_PROGRESS_DEADLINE}]"
         errors.append(FieldError(path, f"{deadline!r} is not a whole number of seconds (0: off)"))
+    delay = annotations.get(constants.ANNOTATION_RESTART_BACKOFF)
+    if delay is not None and not re.fullmatch(r"[0-9]{1,6}", str(delay)):
+        path = f"metadata.annotations[{constants.ANNOTATION_RESTART_BACKOFF}]"
+        message = f"{delay!r} is not a whole number of seconds (0: restart at once)"
+        errors.append(FieldError(path, message))
     return errors
 
 

@@ -12,7 +12,7 @@ steps for each replica are in lifecycle/replicas.py, for the gang in lifecycle/g
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from types import MappingProxyType
 from typing import Any
@@ -93,6 +93,9 @@ def _start_round(observed: Observed, rules: RestartRules) -> Round:
         for t in observed.status.get("tasks") or []
     }
     gang_scope, gang_restarts, gang_restart_times = gang.so_far(observed)
+    base = queries.restart_backoff(observed.job_meta, rules.backoff.base)
+    if base != rules.backoff.base:  # the job's own restart delay
+        rules = replace(rules, backoff=replace(rules.backoff, base=base))
     return Round(
         observed,
         desired=tuple(replicas_of(observed.spec)),

@@ -126,7 +126,8 @@ RESTART_BACKOFF = Setting(
     f"{PREFIX}RESTART_BACKOFF",
     BASE_DELAY,
     "seconds before a replica's first restart in a row; each further one waits twice as "
-    f"long, at most {MAX_DELAY:.0f}s (0: restart at once)",
+    f"long, at most {MAX_DELAY:.0f}s (0: restart at once), unless the job's "
+    f"{constants.ANNOTATION_RESTART_BACKOFF} annotation says otherwise",
     check=_backoff_problem,
 )
 
