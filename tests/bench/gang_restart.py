@@ -56,11 +56,11 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from kubernetes_asyncio import client
 
-from torchjob.api import constants, types
+from torchjob.api import constants
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.kube.client import REQUESTS, KubeClient, new_kube_client
 from torchjob.kube.informer import KubeObject
@@ -85,9 +85,18 @@ from support.bench import (  # noqa: E402
     reconciler_counts,
     watch,
 )
-from support.eventually import eventually  # noqa: E402
-from support.jobs import JobBuilder  # noqa: E402
-from support.kubelet import TestKubelet  # noqa: E402
+from support.gang_bench import (  # noqa: E402
+    JOB_NAME,
+    SETUP_TIMEOUT,
+    GangWatch,
+    JobWatch,
+    RestartAgents,
+    create_job,
+    in_parallel,
+    play_kubelet_until_running,
+    print_sanity,
+    until_replaced,
+)
 from support.operator import (  # noqa: E402
     install_crds,
     reconciler_kubeconfig,
@@ -97,13 +106,7 @@ from support.operator import (  # noqa: E402
 )
 from support.processes import ServiceProcess  # noqa: E402
 
-JOB_NAME = "gang"
 FAILED_INDEX = 1  # the worker whose pod fails
-TINY = {"requests": {"cpu": "1m", "memory": "1Mi"}}
-KUBELET_CONCURRENCY = 16
-SETUP_TIMEOUT = 900.0
-SANITY_TIMEOUT = 30.0
-T = TypeVar("T")
 
 
 def parse() -> argparse.Namespace:
@@ -128,119 +131,7 @@ def parse() -> argparse.Namespace:
 # -- the job -------------------------------------------------------------------------------------
 
 
-def job_manifest(replicas: int) -> dict[str, Any]:
-    """Workers of a plain (not torchrun) job, restarted as a gang; backoffLimit allows the one."""
-    return (
-        JobBuilder.example("basic", JOB_NAME)
-        .replica_count(replicas)
-        .metadata(annotations={constants.ANNOTATION_RESTART_SCOPE: constants.RESTART_SCOPE_GANG})
-        .container(resources=TINY)
-        .run_policy(backoffLimit=3)
-        .build()
-    )
-
-
-async def create_job(user: client.ApiClient, namespace: str, replicas: int) -> dict[str, Any]:
-    objects = client.CustomObjectsApi(user)
-    job: dict[str, Any] = await objects.create_namespaced_custom_object(
-        types.GROUP, types.VERSION, namespace, types.PLURAL, job_manifest(replicas)
-    )
-    return job
-
-
-def container_names(replicas: int) -> list[str]:
-    (spec,) = job_manifest(replicas)["spec"]["replicaSpecs"]
-    return [container["name"] for container in spec["template"]["spec"]["containers"]]
-
-
-async def in_parallel(
-    senders: int, items: Iterable[T], send: Callable[[T], Awaitable[object]]
-) -> None:
-    """`send` each item, `senders` at a time, each sender taking the next item when done."""
-    pending = iter(items)
-
-    async def sender() -> None:
-        for item in pending:
-            await send(item)
-
-    await asyncio.gather(*(sender() for _ in range(senders)))
-
-
 # -- watching ------------------------------------------------------------------------------------
-
-
-class GangWatch:
-    """The job's pods as the bench's watch shows them: their uids by name, whether R of them
-    exist, and, after `fail`, when R pods with uids not seen before the failure exist and none of
-    the old ones is left."""
-
-    def __init__(self, expected: int) -> None:
-        self.expected = expected
-        self.uids: dict[str, str] = {}
-        self.old: frozenset[str] | None = None
-        self.all_exist = asyncio.Event()
-        self.replaced = asyncio.Event()
-        self.replaced_at = 0.0
-
-    def seen(self, pod: KubeObject) -> None:
-        self.uids[pod["metadata"]["name"]] = pod["metadata"]["uid"]
-        self._check()
-
-    def gone(self, pod: KubeObject) -> None:
-        name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
-        if self.uids.get(name) == uid:
-            del self.uids[name]
-        self._check()
-
-    def fail(self) -> float:
-        """Every pod there now is old; the clock starts."""
-        self.old = frozenset(self.uids.values())
-        return time.perf_counter()
-
-    def counts(self) -> tuple[int, int]:
-        """New pods and old pods there now."""
-        old = self.old or frozenset()
-        left = sum(1 for uid in self.uids.values() if uid in old)
-        return len(self.uids) - left, left
-
-    def _check(self) -> None:
-        if len(self.uids) >= self.expected:
-            self.all_exist.set()
-        if self.old is None or self.replaced.is_set():
-            return
-        new, left = self.counts()
-        if new >= self.expected and not left:
-            self.replaced_at = time.perf_counter()
-            self.replaced.set()
-
-
-class JobWatch:
-    """The job as the bench's watch last showed it."""
-
-    def __init__(self) -> None:
-        self.job: KubeObject = {}
-
-    def seen(self, job: KubeObject) -> None:
-        self.job = job
-
-    def status(self) -> dict[str, Any]:
-        return dict(self.job.get("status") or {})
-
-
-async def until_replaced(pods: GangWatch, started: float, timeout: float) -> float | None:
-    """Seconds from `started` until the gang was replaced; None, and what was seen, if it was
-    not within `timeout`."""
-    try:
-        await asyncio.wait_for(pods.replaced.wait(), timeout)
-    except TimeoutError:
-        new, left = pods.counts()
-        print(
-            f"            not replaced within {timeout:.0f} s: {new} new pods, "
-            f"{left} old ones left",
-            flush=True,
-        )
-        return None
-    return pods.replaced_at - started
 
 
 def requests_by_method() -> dict[str, float]:
@@ -356,33 +247,6 @@ async def floor_in(
 # -- the reconciler ------------------------------------------------------------------------------
 
 
-async def play_kubelet_until_running(
-    user: client.ApiClient,
-    namespace: str,
-    pods: GangWatch,
-    job: JobWatch,
-    args: argparse.Namespace,
-) -> TestKubelet:
-    """Once every pod exists, every one is marked Running; returns once the job's status says
-    Running."""
-    await asyncio.wait_for(pods.all_exist.wait(), SETUP_TIMEOUT)
-    kubelet = TestKubelet(user, namespace)
-    containers = container_names(args.replicas)
-    await in_parallel(
-        KUBELET_CONCURRENCY,
-        sorted(pods.uids),
-        lambda name: kubelet.run_containers(name, containers),
-    )
-    await eventually(
-        lambda: job.status().get("phase") == "Running",
-        "the job's status to say Running",
-        timeout=SETUP_TIMEOUT,
-        interval=0.2,
-        explain=lambda: job.status().get("phase"),
-    )
-    return kubelet
-
-
 async def reconciler_run(
     user: client.ApiClient,
     namespace: str,
@@ -397,7 +261,7 @@ async def reconciler_run(
     ):
         setup_started = time.perf_counter()
         await create_job(user, namespace, args.replicas)
-        kubelet = await play_kubelet_until_running(user, namespace, pods, job, args)
+        kubelet = await play_kubelet_until_running(user, namespace, pods, job, args.replicas)
         setup = time.perf_counter() - setup_started
         print(f"setup:      {setup:7.1f} s until the job of {args.replicas} runs", flush=True)
         before = reconciler_counts(reconciler)
@@ -420,43 +284,81 @@ def print_reconciler(elapsed: float, sent: float, counts: str) -> None:
     print(f"            meanwhile: {counts} (Lease renewals and Events included)", flush=True)
 
 
-async def print_sanity(job: JobWatch) -> None:
-    def shown() -> bool:
-        status = job.status()
-        return bool(status.get("backoffCount")) and bool(status.get("gangRestarts"))
+async def in_place_run(
+    user: client.ApiClient,
+    namespace: str,
+    reconciler: ServiceProcess,
+    args: argparse.Namespace,
+) -> float | None:
+    """Seconds from the failure, restarted in place by its rule, until every pod of the gang has
+    restarted in place (None if not in time)."""
+    pods, job = GangWatch(args.replicas), JobWatch()
+    agents = RestartAgents(client.CoreV1Api(user), namespace, args.replicas)
 
-    with contextlib.suppress(AssertionError, TimeoutError):
-        await eventually(shown, "the restart in the status", timeout=SANITY_TIMEOUT, interval=0.2)
-    status = job.status()
-    print(
-        f"status:     backoffCount {status.get('backoffCount', 'absent')}, gangRestarts "
-        f"{status.get('gangRestarts', 'absent')} after the restart (expected 1 and 1)",
-        flush=True,
-    )
+    def seen(pod: KubeObject) -> None:
+        pods.seen(pod)
+        agents.seen(pod)
+
+    async with (
+        watch(user, PODS, namespace, seen, pods.gone),
+        watch(user, JOBS, namespace, job.seen),
+    ):
+        await create_job(user, namespace, args.replicas)
+        await play_kubelet_until_running(user, namespace, pods, job, args.replicas)
+        before = reconciler_counts(reconciler)
+        started = await agents.fail_in_place(replica_name(JOB_NAME, "worker", FAILED_INDEX))
+        try:
+            await asyncio.wait_for(agents.restarted.wait(), args.timeout)
+        except TimeoutError:
+            print(f"in place:   {len(agents.done)} pods restarted within {args.timeout:.0f} s")
+            return None
+        elapsed = agents.restarted_at - started
+        after = reconciler_counts(reconciler)
+        sent = sent_since(before, after)
+        print(
+            f"in place:   {elapsed:7.1f} s from the failure until every pod restarted in place "
+            f"({sent:.0f} requests, {sent / elapsed:.0f} a second)",
+            flush=True,
+        )
+        print(f"            meanwhile: {difference(after, before)}", flush=True)
+        await print_sanity(job)
+    return elapsed
 
 
 def measure_reconciler(
-    plane: ControlPlane, kubeconfig: Path, args: argparse.Namespace
+    plane: ControlPlane, kubeconfig: Path, args: argparse.Namespace, in_place: bool = False
 ) -> float | None:
-    lease = "bench-gang"
+    """The reconciler's gang restart, by recreation or (`in_place`) in place, in a namespace
+    of its own with a webhook and reconciler of their own."""
+    lease = "bench-gang-in-place" if in_place else "bench-gang"
     settings = [
         *("--lease-name", lease, "--log-level", "INFO", "--workers", str(DEFAULT_WORKERS)),
         *("--qps", str(args.qps), "--burst", str(args.burst), "--restart-backoff", "0"),
     ]
+    name = "gang-in-place" if in_place else "gang-reconciler"
+    run = in_place_run if in_place else reconciler_run
     with contextlib.ExitStack() as stack:
-        webhook = start_webhook(plane)
+        webhook = start_webhook(plane, *(["--restart-in-place"] if in_place else []))
         stack.callback(stop_webhook, plane, webhook)
         reconciler = start_reconciler(plane, kubeconfig, lease, *settings)
         stack.callback(reconciler.close)
-        namespace = new_namespace(plane, "gang-reconciler")
-        return asyncio.run(reconciler_in(plane, namespace, reconciler, args))
+        namespace = new_namespace(plane, name)
+        stack.callback(delete_namespace, plane, name)
+        return asyncio.run(reconciler_in(plane, namespace, reconciler, args, run))
+
+
+Run = Callable[[client.ApiClient, str, ServiceProcess, argparse.Namespace], Awaitable[float | None]]
 
 
 async def reconciler_in(
-    plane: ControlPlane, namespace: str, reconciler: ServiceProcess, args: argparse.Namespace
+    plane: ControlPlane,
+    namespace: str,
+    reconciler: ServiceProcess,
+    args: argparse.Namespace,
+    run: Run,
 ) -> float | None:
     async with await admin_client(plane) as user:
-        return await reconciler_run(user, namespace, reconciler, args)
+        return await run(user, namespace, reconciler, args)
 
 
 # -- main ----------------------------------------------------------------------------------------
@@ -479,8 +381,11 @@ def main() -> None:
         kubeconfig = reconciler_kubeconfig(plane)
         floor = measure_floor(plane, kubeconfig, args)
         measured = measure_reconciler(plane, kubeconfig, args)
+        in_place = measure_reconciler(plane, kubeconfig, args, in_place=True)
     if floor is not None and measured is not None:
         print(f"ratio:      {measured / floor:.2f}x the floor")
+    if in_place is not None and measured is not None:
+        print(f"in place:   {in_place / measured:.2f}x the time of recreation")
     print(f"\nthe bench took {time.monotonic() - started:.0f} s")
     sys.stdout.flush()
 
