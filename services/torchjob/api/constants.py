@@ -65,6 +65,11 @@ ANNOTATION_SERVICE_SCOPE: Final = f"{GROUP}/service-scope"
 SERVICE_SCOPE_REPLICA: Final = "Replica"
 SERVICE_SCOPE_JOB: Final = "Job"
 SERVICE_SCOPES: Final = (SERVICE_SCOPE_REPLICA, SERVICE_SCOPE_JOB)
+# A job's choice of whether its new pods avoid a node its replicas failed on in two charged gang
+# restarts in a row (lifecycle/gang.py): "true" (or absent) or "false".
+ANNOTATION_AVOID_FAILING_NODES: Final = f"{GROUP}/avoid-failing-nodes"
+# At most this many nodes are avoided by one job, the latest kept.
+MAX_AVOIDED_NODES: Final = 16
 # A job's own restart delay: the seconds before a first restart in a row (doubling with each
 # restart in a row, lifecycle/backoff.py), overriding the reconciler's --restart-backoff; 0
 # restarts at once.
@@ -81,7 +86,7 @@ RETRYABLE_EXIT_CODES: Final = frozenset({130, 137, 143, 138})
 # ("false"). Read when a pod is made: a change
 # applies to the pods made after it.
 ANNOTATION_RESTART_IN_PLACE: Final = f"{GROUP}/restart-in-place"
-RESTART_IN_PLACE_CHOICES: Final = ("true", "false")
+TRUE_FALSE: Final = ("true", "false")
 # On a replica pod made to restart in place: the restarts in place asked of it so far. The
 # reconciler raises it; the pod's restart agent restarts every container once it exceeds the
 # agent's own restarts (render/in_place.py).
@@ -139,6 +144,7 @@ REASON_GANG_UNAVAILABLE: Final = "GangSchedulingUnavailable"
 REASON_REPLICA_RESTARTING: Final = "ReplicaRestarting"
 # ReplicaFailure condition and Warning Event: every replica is restarted together.
 REASON_GANG_RESTARTING: Final = "GangRestarting"
+REASON_NODE_AVOIDED: Final = "NodeAvoided"
 # Failed condition: more gang restarts within the window than the reconciler allows.
 REASON_GANG_RESTART_LIMIT_EXCEEDED: Final = "GangRestartLimitExceeded"
 # Warning Event, and Failed condition when no restart is allowed: the job's progress reports

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from torchjob.api.constants import (
+    ANNOTATION_AVOID_FAILING_NODES,
     ANNOTATION_PROGRESS_DEADLINE,
     ANNOTATION_RESTART_BACKOFF,
     ANNOTATION_RESTART_IN_PLACE,
@@ -86,6 +87,12 @@ def start_deadline(metadata: Mapping[str, Any], default: float) -> float:
     start-deadline annotation, else `default` (the reconciler's --start-deadline)."""
     value = (metadata.get("annotations") or {}).get(ANNOTATION_START_DEADLINE)
     return float(value) if isinstance(value, str) and re.fullmatch("[0-9]+", value) else default
+
+
+def avoids_failing_nodes(meta: Mapping[str, Any]) -> bool:
+    """Whether the job's new pods avoid the nodes its replicas kept failing on
+    (constants.ANNOTATION_AVOID_FAILING_NODES): unless its annotation says "false"."""
+    return _annotations(meta).get(ANNOTATION_AVOID_FAILING_NODES) != "false"
 
 
 def restart_backoff(metadata: Mapping[str, Any], default: float) -> float:

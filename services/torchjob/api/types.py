@@ -595,6 +595,8 @@ class PyTorchTrainingJobStatus(Model):
     trainer_status: TrainerStatus | None = None
     gang_restarts: int | None = None
     gang_restart_times: list[str] | None = None
+    gang_restart_nodes: list[str] | None = None
+    avoided_nodes: list[str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
@@ -631,6 +633,16 @@ class PyTorchTrainingJobStatus(Model):
             "string",
             repeated=True,
             limits=Limits(max_items=64),
+        ),
+        FieldInfo(
+            "gang_restart_nodes",
+            "gangRestartNodes",
+            "string",
+            repeated=True,
+            limits=Limits(max_items=64),
+        ),
+        FieldInfo(
+            "avoided_nodes", "avoidedNodes", "string", repeated=True, limits=Limits(max_items=16)
         ),
     )
 
@@ -1352,6 +1364,8 @@ def _decode_py_torch_training_job_status(data: object, path: str) -> PyTorchTrai
     trainer_status: TrainerStatus | None = None
     gang_restarts: int | None = None
     gang_restart_times: list[str] | None = None
+    gang_restart_nodes: list[str] | None = None
+    avoided_nodes: list[str] | None = None
     extra: dict[str, Any] = {}
     for key, raw in obj.items():
         if key == "phase":
@@ -1412,6 +1426,12 @@ def _decode_py_torch_training_job_status(data: object, path: str) -> PyTorchTrai
         elif key == "gangRestartTimes":
             if raw is not None:
                 gang_restart_times = decode_array(raw, path, key, decode_string)
+        elif key == "gangRestartNodes":
+            if raw is not None:
+                gang_restart_nodes = decode_array(raw, path, key, decode_string)
+        elif key == "avoidedNodes":
+            if raw is not None:
+                avoided_nodes = decode_array(raw, path, key, decode_string)
         else:
             extra[key] = raw
     return PyTorchTrainingJobStatus(
@@ -1429,6 +1449,8 @@ def _decode_py_torch_training_job_status(data: object, path: str) -> PyTorchTrai
         trainer_status,
         gang_restarts,
         gang_restart_times,
+        gang_restart_nodes,
+        avoided_nodes,
         extra,
     )
 
@@ -1738,6 +1760,8 @@ class PyTorchTrainingJobStatusDict(TypedDict, total=False):
     trainerStatus: TrainerStatusDict
     gangRestarts: int
     gangRestartTimes: list[str]
+    gangRestartNodes: list[str]
+    avoidedNodes: list[str]
 
 
 class TrainerStatusDict(TypedDict, total=False):

@@ -110,14 +110,16 @@ def _start_deadline_errors(job: PyTorchTrainingJob) -> list[FieldError]:
 
 
 def _restart_annotation_errors(job: PyTorchTrainingJob) -> list[FieldError]:
-    """The restart and service scopes and restarting in place are each one of their two words;
+    """The restart and service scopes, restarting in place and avoiding failing nodes are each
+    one of their two words;
     the progress deadline and the restart delay whole seconds."""
     annotations = (job.metadata or {}).get("annotations") or {}
     errors = []
     for annotation, choices in (
         (constants.ANNOTATION_RESTART_SCOPE, constants.RESTART_SCOPES),
         (constants.ANNOTATION_SERVICE_SCOPE, constants.SERVICE_SCOPES),
-        (constants.ANNOTATION_RESTART_IN_PLACE, constants.RESTART_IN_PLACE_CHOICES),
+        (constants.ANNOTATION_RESTART_IN_PLACE, constants.TRUE_FALSE),
+        (constants.ANNOTATION_AVOID_FAILING_NODES, constants.TRUE_FALSE),
     ):
         scope = annotations.get(annotation)
         if scope is not None and scope not in choices:

@@ -29,6 +29,7 @@ InARow = tuple[str, int]  # (pod name, restarts in a row)
 class PodToCreate:
     replica: Replica
     annotations: dict[str, str]
+    avoid: tuple[str, ...] = ()  # nodes it prefers not to run on (lifecycle/failing_nodes.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,9 @@ class GangRestart:
 
     cause: GangCause
     times: tuple[str, ...] | None
+    # The nodes it names and those the job avoids after it (lifecycle/failing_nodes.py).
+    named: tuple[str, ...] = ()
+    avoided: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from torchjob.api import constants, queries
-from torchjob.lifecycle import in_place
+from torchjob.lifecycle import failing_nodes, in_place
 from torchjob.lifecycle.backoff import PendingRestart
 from torchjob.lifecycle.conditions import Event
 from torchjob.lifecycle.decision import (
@@ -67,7 +67,9 @@ def stop_earlier(state: Round) -> Decision:
     if not earlier:
         return _restarting_in_place(state)
     status = state.observed.status
-    stop = in_place.stop_gang([p for p in earlier if not p.deleting], state.gang_restarts)
+    stop = in_place.stop_gang(
+        [p for p in earlier if not p.deleting], state.gang_restarts, state.avoided_nodes
+    )
     staying = {ask.name for ask in stop.asked}
     return Decision(
         delete_pods=stop.deleted,
@@ -198,13 +200,16 @@ def _restart(state: Round, cause: GangCause, tally: Tally, deleted: frozenset[st
             kept[name] = recorded_in_a_row(status, name)
     pending = cause.pending
     pods = state.pods.values()
+    nodes = failing_nodes.judge(state, cause)
     stop = in_place.stop_gang(
-        [p for p in pods if not p.deleting and p.uid not in deleted], state.gang_restarts + 1
+        [p for p in pods if not p.deleting and p.uid not in deleted],
+        state.gang_restarts + 1,
+        nodes.avoided,
     )
     # A pod restarted in place stays the replica's pod: its uid is kept, so is its count.
     staying = {ask.name for ask in stop.asked}
     return Decision(
-        gang_restart=GangRestart(cause, times),
+        gang_restart=GangRestart(cause, times, nodes.named, nodes.avoided),
         charged=(cause.replica_type,) if cause.charged else (),
         in_a_row=((pending.pod.name, pending.in_a_row),) if pending else (),
         in_a_row_kept=tuple(kept.items()),
@@ -212,7 +217,7 @@ def _restart(state: Round, cause: GangCause, tally: Tally, deleted: frozenset[st
         gang_restarting=f"restarting every replica together: {cause.what}",
         delete_pods=stop.deleted,
         restart_in_place=stop.asked,
-        announced=(_event(state, cause, tally, in_place=bool(staying)),),
+        announced=(_event(state, cause, tally, in_place=bool(staying)), *nodes.events),
     )
 
 
@@ -237,4 +242,8 @@ def status_fields(state: Round) -> dict[str, object]:
     fields: dict[str, object] = {"gangRestarts": state.gang_restarts}
     if state.gang_restart_times:
         fields["gangRestartTimes"] = list(state.gang_restart_times)
+    if state.gang_restart_nodes:
+        fields["gangRestartNodes"] = list(state.gang_restart_nodes)
+    if state.avoided_nodes:
+        fields["avoidedNodes"] = list(state.avoided_nodes)
     return fields

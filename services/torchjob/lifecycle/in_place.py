@@ -88,12 +88,13 @@ class GangStop:
     deleted: tuple[tuple[str, str], ...]
 
 
-def stop_gang(pods: list[PodView], gang_restarts: int) -> GangStop:
+def stop_gang(pods: list[PodView], gang_restarts: int, avoided: tuple[str, ...]) -> GangStop:
     """Each of `pods` (none being deleted) asked to restart in place as gang `gang_restarts`
-    where it can, else deleted."""
+    where it can, else deleted: so is a pod on an `avoided` node, whose replacement goes
+    elsewhere (lifecycle/failing_nodes.py)."""
     asked, deleted = [], []
     for pod in pods:
-        if pod.in_place and not pod.finished:
+        if pod.in_place and not pod.finished and pod.node not in avoided:
             asked.append(ask(pod, gang_restarts))
         else:
             deleted.append((pod.name, pod.uid))

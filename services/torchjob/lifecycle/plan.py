@@ -93,6 +93,7 @@ def _start_round(observed: Observed, rules: RestartRules) -> Round:
         for t in observed.status.get("tasks") or []
     }
     gang_scope, gang_restarts, gang_restart_times = gang.so_far(observed)
+    status = observed.status
     base = queries.restart_backoff(observed.job_meta, rules.backoff.base)
     if base != rules.backoff.base:  # the job's own restart delay
         rules = replace(rules, backoff=replace(rules.backoff, base=base))
@@ -107,7 +108,13 @@ def _start_round(observed: Observed, rules: RestartRules) -> Round:
         gang_restart_times=gang_restart_times,
         backoff_count=max([recorded, *(p.backoff_count for p in observed.pods)]),
         restarts_by_type=restarts,
+        gang_restart_nodes=_nodes(status.get("gangRestartNodes")),
+        avoided_nodes=_nodes(status.get("avoidedNodes")),
     )
+
+
+def _nodes(recorded: object) -> tuple[str, ...]:
+    return tuple(str(n) for n in recorded) if isinstance(recorded, list) else ()
 
 
 def _decide(start: Round, applied: _Applied) -> None:
@@ -191,6 +198,8 @@ class _Applied:
     gang_causes: list[GangCause] = field(default_factory=list)
     gang_restarts: int = 0
     gang_restart_times: tuple[str, ...] = ()
+    gang_restart_nodes: tuple[str, ...] = ()
+    avoided_nodes: tuple[str, ...] = ()
     gang_restarting: str | None = None
     stopping: tuple[str, ...] = ()
     announced: list[Event] = field(default_factory=list)  # restarts decided this round
@@ -201,6 +210,8 @@ class _Applied:
         self.restarts_by_type = dict(self.start.restarts_by_type)
         self.gang_restarts = self.start.gang_restarts
         self.gang_restart_times = self.start.gang_restart_times
+        self.gang_restart_nodes = self.start.gang_restart_nodes
+        self.avoided_nodes = self.start.avoided_nodes
 
     def tally(self) -> Tally:
         """What the decisions so far say that a step reads."""
@@ -260,6 +271,7 @@ class _Applied:
             self.gang_restarts += 1
             if restart.times is not None:
                 self.gang_restart_times = restart.times
+            self.gang_restart_nodes, self.avoided_nodes = restart.named, restart.avoided
         self.uid_dropped |= decision.uid_dropped
         self.counted_in_place.update(decision.counted_in_place)
         self.in_a_row.update(decision.in_a_row)
@@ -305,6 +317,8 @@ class _Applied:
             tuple(self.preempted),
             self.gang_restarting,
             self.stopping,
+            self.gang_restart_nodes,
+            self.avoided_nodes,
         )
 
 

@@ -202,7 +202,7 @@ def _pod_to_create(
     }
     if state.observed.status.get("phase") in PAUSED_PHASES:
         annotations[constants.ANNOTATION_RESUMING] = "true"
-    return PodToCreate(replica, annotations)
+    return PodToCreate(replica, annotations, state.avoided_nodes)
 
 
 def _preempted(pod: PodView) -> Decision:

@@ -161,6 +161,10 @@ class Round:
     # The job has ended but these pods (by name) have not finished: they are stopped, and the
     # job says it ended once they are gone (lifecycle/finishing.py).
     stopping: tuple[str, ...] = ()
+    # The nodes the latest charged gang restart named, and those the job's new pods avoid
+    # (lifecycle/failing_nodes.py).
+    gang_restart_nodes: tuple[str, ...] = ()
+    avoided_nodes: tuple[str, ...] = ()
 
     def service_of(self, replica: Replica) -> str:
         """The name of the headless Service that publishes the replica's address."""

@@ -322,7 +322,9 @@ class ReconcilerExecutor:
         create = self._creator(PODS, meta["namespace"])
         pods = []
         for p in plan.create_pods:
-            pod = render_pod(meta, spec, p.replica, p.annotations, self.t9k_scheduler, api_of(job))
+            pod = render_pod(
+                meta, spec, p.replica, p.annotations, self.t9k_scheduler, api_of(job), p.avoid
+            )
             if gang is not None:
                 decorate_pod(pod, gang, self.scheduling)
             pods.append((replica_name(meta["name"], p.replica.type, p.replica.index), pod))

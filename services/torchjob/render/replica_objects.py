@@ -49,6 +49,21 @@ def replica_labels(job_name: str, replica: Replica, api: JobApi = TRAINING_JOB) 
     return labels
 
 
+def prefer_other_nodes(pod_spec: dict[str, Any], nodes: tuple[str, ...]) -> None:
+    """A preferred node affinity, of the highest weight, for any node but `nodes` (by name),
+    beside the template's own affinity."""
+    term = {
+        "weight": 100,
+        "preference": {
+            "matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": list(nodes)}]
+        },
+    }
+    affinity = pod_spec.setdefault("affinity", {})
+    node_affinity = affinity.setdefault("nodeAffinity", {})
+    preferred = node_affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", [])
+    preferred.append(term)
+
+
 def render_pod(
     job_meta: dict[str, Any],
     spec: PyTorchTrainingJobSpec,
@@ -56,10 +71,12 @@ def render_pod(
     annotations: dict[str, str],
     scheduler_name: str | None = constants.T9K_SCHEDULER_NAME,
     api: JobApi = TRAINING_JOB,
+    avoid: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The replica's pod as the reconciler creates it; `scheduler_name` places the pods of jobs
     that ask for the T9k scheduler (None: the T9k queue means something else, such as a Kueue
-    queue, and the pods keep the template's scheduler)."""
+    queue, and the pods keep the template's scheduler); `avoid`: nodes it prefers not to run
+    on (lifecycle/failing_nodes.py)."""
     replica_spec = queries.replica_spec(spec, replica.type)
     template = replica_spec.template
     metadata = json_copy(template.metadata or {}) if template else {}
@@ -74,6 +91,8 @@ def render_pod(
         if t9k.priority is not None:
             labels[constants.LABEL_T9K_PRIORITY] = str(t9k.priority)
     pod_spec["restartPolicy"] = "Never"
+    if avoid:
+        prefer_other_nodes(pod_spec, avoid)
     if queries.service_scope(job_meta) == constants.SERVICE_SCOPE_JOB:
         # `<hostname>.<subdomain>` resolves once the job's headless Service selects the pod.
         pod_spec["hostname"], pod_spec["subdomain"] = name, job_meta["name"]
