@@ -54,4 +54,3 @@ def judge(state: Round, cause: GangCause) -> NodesJudged:
             )
             events.append(Event("Warning", constants.REASON_NODE_AVOIDED, said))
     return NodesJudged(named, tuple(avoided[-constants.MAX_AVOIDED_NODES :]), tuple(events))
-
