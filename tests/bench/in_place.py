@@ -78,9 +78,9 @@ def main() -> None:
                 print(f"round {round_ + 1} {how}: {seconds:.1f} s", flush=True)
     finally:
         node.kubectl("delete", "namespace", namespace, "--wait=false")
-    in_place, recreation = (statistics.median(times[k]) for k in (True, False))
-    print(f"median: in place {in_place:.1f} s, recreation {recreation:.1f} s")
-    print(f"ratio:  {in_place / recreation:.2f}x (in place over recreation)")
+    kept, recreated = (statistics.median(times[k]) for k in (True, False))
+    print(f"median: in place {kept:.1f} s, recreation {recreated:.1f} s")
+    print(f"ratio:  {kept / recreated:.2f}x (in place over recreation)")
 
 
 if __name__ == "__main__":
