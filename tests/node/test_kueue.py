@@ -58,9 +58,10 @@ EXAMPLE = "mnist-ddp"
 PREEMPTOR = "preemptor"
 EPOCHS = 30
 CLAIM = "runs"
-# Each job is two replicas of half a CPU (the example's requests): the quota fits one job. Its
-# memory is covered too (the pods ask for some), never the bound.
-QUOTA_CPU, JOB_CPU, QUOTA_MEMORY = "1", 1.0, "16Gi"
+# Each job is two replicas of half a CPU (the example's requests) and 50m more each for the pod's
+# restart agent (render/in_place.py: a sidecar's requests add to the pod's): the quota fits one
+# job. Its memory is covered too (the pods ask for some), never the bound.
+QUOTA_CPU, JOB_CPU, QUOTA_MEMORY = "1100m", 1.1, "16Gi"
 # The preemptor runs until the test writes this file on its claim.
 STOP_FILE = "/stop/now"
 Manifest = dict[str, Any]
