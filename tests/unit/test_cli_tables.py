@@ -282,6 +282,17 @@ def test_a_job_is_described_with_conditions_replicas_events_and_its_tensorboard(
     assert "ReplicasCreated" in lines[2] and "master failed" in lines[3]
 
 
+def test_gang_restarts_and_avoided_nodes_are_described() -> None:
+    job = {
+        "metadata": {"name": "train", "namespace": "ns"},
+        "spec": {"runPolicy": {"backoffLimit": 5}},
+        "status": {"backoffCount": 2, "gangRestarts": 2, "avoidedNodes": ["n1"]},
+    }
+    text = description.describe(job, [], [], NOW, tensorboard_pods=[])
+    assert "Restarts:    2 (backoffLimit 5), 2 of every replica" in text
+    assert "Avoiding:    n1 (its replicas kept failing there)" in text
+
+
 def test_a_replica_waiting_to_start_says_why() -> None:
     waiting = pod(
         "p",

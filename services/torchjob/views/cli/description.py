@@ -67,10 +67,15 @@ def _summary(job: dict[str, Any], now: datetime) -> list[str]:
     if status.get("completionTime"):
         lines.append(f"Completed:   {status['completionTime']}")
     limit = (spec.get("runPolicy") or {}).get("backoffLimit")
+    gang = f", {status['gangRestarts']} of every replica" if status.get("gangRestarts") else ""
     lines.append(
         f"Restarts:    {status.get('backoffCount') or 0}"
         + (f" (backoffLimit {limit})" if limit is not None else "")
+        + gang
     )
+    if status.get("avoidedNodes"):
+        avoided = ", ".join(status["avoidedNodes"])
+        lines.append(f"Avoiding:    {avoided} (its replicas kept failing there)")
     pause = (spec.get("runMode") or {}).get("pause") or {}
     if pause.get("enabled"):
         lines.append("Paused:      yes (torchjob resume to start it again)")
