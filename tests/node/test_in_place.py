@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.node import Node, wait_until
+from support.node import Node, restarts, wait_until
 from support.restarts import (
     gloo_job,
     kill_training,
@@ -24,11 +24,6 @@ from torchjob.api.kubeflow import STATUS_RECORD
 
 STEPS = 30
 REPLICAS = 3
-
-
-def restarts(pod: dict[str, Any], container: str) -> int:
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    return sum(s["restartCount"] for s in statuses if s["name"] == container)
 
 
 @pytest.mark.parametrize("kubeflow", [False, True], ids=["PyTorchTrainingJob", "PyTorchJob"])
@@ -49,7 +44,7 @@ def test_a_lost_worker_restarts_every_replica_in_place(
     }, "the same pods"
     assert {p["spec"]["nodeName"] for p in after.values()} == {node.node_name}
     for pod_name, pod in after.items():
-        assert restarts(pod, container) > restarts(before[pod_name], container), pod_name
+        assert restarts(pod) > restarts(before[pod_name]), pod_name
         assert pod["metadata"]["annotations"][constants.ANNOTATION_GANG_RESTARTS] == "1"
 
     status = finished(node, node_namespace, name, kubeflow)

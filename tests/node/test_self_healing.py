@@ -34,6 +34,7 @@ from support.node import (
     all_logs,
     container_id,
     pod_log,
+    restarts,
     running,
     small_resources,
     wait_until,
@@ -194,7 +195,17 @@ def test_the_example_survives_a_lost_replica(node: Node, node_namespace: str, ho
         lambda: max(epochs_logged(all_logs(node, node_namespace, "mnist-ddp")), default=0) > 2,
     )
 
+    before = node.get("pod", "mnist-ddp-worker-1", node_namespace)
+    assert before is not None
     lose(node, node_namespace, how, "mnist-ddp-worker-1")
+    if how == "container-killed":
+        # Restarted in place by its rule (render/in_place.py): the same pod, its container again.
+        node.pod_when(
+            node_namespace,
+            "mnist-ddp-worker-1",
+            "its training container restarted in place",
+            lambda pod: pod["metadata"]["uid"] == before["metadata"]["uid"] and restarts(pod) > 0,
+        )
 
     job = finished(node, node_namespace, "mnist-ddp")
     logs = all_logs(node, node_namespace, "mnist-ddp")
