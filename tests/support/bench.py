@@ -11,9 +11,9 @@ import os
 import platform
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from kubernetes_asyncio import client, config
@@ -27,6 +27,8 @@ from support.stats import percentile
 from torchjob.kube.client import KubeClient
 from torchjob.kube.informer import Informer, KubeObject, ResourceKind
 from torchjob.kube.resources import JOBS
+
+T = TypeVar("T")
 
 
 def print_machine() -> None:
@@ -202,3 +204,16 @@ async def sampled(sample: Callable[[], Awaitable[object]], interval: float) -> A
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def in_parallel(
+    senders: int, items: Iterable[T], send: Callable[[T], Awaitable[object]]
+) -> None:
+    """`send` each item, `senders` at a time, each sender taking the next item when done."""
+    pending = iter(items)
+
+    async def sender() -> None:
+        for item in pending:
+            await send(item)
+
+    await asyncio.gather(*(sender() for _ in range(senders)))

@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from kubernetes_asyncio import client
 
+from support.bench import in_parallel
 from support.eventually import eventually
 from support.jobs import JobBuilder
 from support.kubelet import TestKubelet
@@ -50,19 +50,6 @@ async def create_job(user: client.ApiClient, namespace: str, replicas: int) -> d
 def container_names(replicas: int) -> list[str]:
     (spec,) = job_manifest(replicas)["spec"]["replicaSpecs"]
     return [container["name"] for container in spec["template"]["spec"]["containers"]]
-
-
-async def in_parallel(
-    senders: int, items: Iterable[T], send: Callable[[T], Awaitable[object]]
-) -> None:
-    """`send` each item, `senders` at a time, each sender taking the next item when done."""
-    pending = iter(items)
-
-    async def sender() -> None:
-        for item in pending:
-            await send(item)
-
-    await asyncio.gather(*(sender() for _ in range(senders)))
 
 
 class GangWatch:

@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
 
 from kubernetes_asyncio import client
 
+from support.bench import in_parallel
 from support.jobs import JobBuilder
 from support.processes import ServiceProcess
 from support.scheduling import GPU
@@ -249,19 +250,6 @@ async def while_alive(process: ServiceProcess, work: Awaitable[T]) -> T:
             raise ServiceExited(f"{process.module} exited")
         await asyncio.wait({task}, timeout=1.0)
     return task.result()
-
-
-async def in_parallel(
-    senders: int, items: Iterable[T], send: Callable[[T], Awaitable[object]]
-) -> None:
-    """`send` each item, `senders` at a time, each sender taking the next item when done."""
-    pending = iter(items)
-
-    async def sender() -> None:
-        for item in pending:
-            await send(item)
-
-    await asyncio.gather(*(sender() for _ in range(senders)))
 
 
 async def create_as_reconciler(plain: KubeClient, job: KubeObject, senders: int) -> None:

@@ -26,11 +26,11 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from support import ControlPlane
-from support.bench import admin_client, delete_namespace, new_namespace, sampled, watch
+from support.bench import admin_client, delete_namespace, in_parallel, new_namespace, sampled, watch
 from support.eventually import eventually, eventually_sync
 from support.kueue import API_VERSION, MANAGED_LABEL, KueueManager, quota_objects, quota_sample
 from support.scale import EXIT_CODE_ANNOTATION, RACK_LABEL
-from support.scale_bench import big_job, create_custom_object, in_parallel
+from support.scale_bench import big_job, create_custom_object
 from support.scale_many import torchjob_services
 from support.scheduling import GPU
 from torchjob.api import constants

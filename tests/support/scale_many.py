@@ -26,6 +26,7 @@ from support.bench import (
     Row,
     admin_client,
     delete_namespace,
+    in_parallel,
     latency_rows,
     new_namespace,
     process_cpu_seconds,
@@ -43,7 +44,6 @@ from support.scale_bench import (
     big_job,
     close_reporting_exit,
     create_custom_object,
-    in_parallel,
     until_running,
 )
 from support.stats import percentile
