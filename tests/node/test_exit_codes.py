@@ -1,12 +1,13 @@
-"""Real exit codes from real containers: a container killed with SIGKILL is restarted under the
-ExitCode policy and counted; one that exits 1 is not restarted; one over its memory limit is
-killed by the kernel, and the job's condition and Events say OOMKilled, not only "exit code 137"."""
+"""Real exit codes from real containers: a container killed with SIGKILL is restarted (in place)
+under the ExitCode policy and counted; one that exits 1 is not restarted; one over its memory
+limit is killed by the kernel, and the job's condition and Events say OOMKilled, not only "exit
+code 137"."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from support.node import Node, container_id, running, training_job, wait_until
+from support.node import Node, container_id, restarts, running, training_job, wait_until
 
 SLEEP_FOREVER = ["-c", "import time; time.sleep(86400)"]
 
@@ -33,11 +34,12 @@ def test_a_container_killed_with_sigkill_is_restarted_and_counted(
     # Killed from outside the container, as the OOM killer or an operator would: exit code 137.
     node.ctr("tasks", "kill", "--signal", "SIGKILL", container_id(first, "python"))
 
+    # Restarted where it stands (render/in_place.py): the same pod, its container again.
     node.pod_when(
         node_namespace,
         pod_name,
-        "recreated",
-        lambda pod: pod["metadata"]["uid"] != first["metadata"]["uid"],
+        "restarted in place",
+        lambda pod: pod["metadata"]["uid"] == first["metadata"]["uid"] and restarts(pod) > 0,
     )
     job = node.job_when(
         node_namespace,

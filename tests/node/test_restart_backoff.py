@@ -1,6 +1,7 @@
 """Restarts wait: a replica that fails at once is recreated after a delay that grows with each
 restart, instead of burning the backoff limit in seconds; the delay shows in the job's status and
-in an Event."""
+in an Event. The job is recreated (`restart-in-place: "false"`): in place, the kubelet restarts
+a failed container at once and its own back-off paces it (docs/failures.md)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import itertools
 from datetime import datetime
 
 from support.node import Node, training_job, wait_until
+
+from torchjob.api import constants
 
 # Exit code 137 without a signal: retryable under ExitCode, and as fast as a failure can be.
 FAIL_AT_ONCE = ["-c", "import os; os._exit(137)"]
@@ -18,10 +21,9 @@ def parse(timestamp: str) -> datetime:
 
 
 def test_recreations_back_off_and_say_so(node: Node, node_namespace: str) -> None:
-    node.apply(
-        node_namespace,
-        training_job("flaky", node.base_image, FAIL_AT_ONCE, backoff_limit=2),
-    )
+    job = training_job("flaky", node.base_image, FAIL_AT_ONCE, backoff_limit=2)
+    job["metadata"]["annotations"] = {constants.ANNOTATION_RESTART_IN_PLACE: "false"}
+    node.apply(node_namespace, job)
     seen: dict[str, dict[str, str]] = {}  # pod uid -> its creation and finish times
     backoff_conditions: list[str] = []
 
