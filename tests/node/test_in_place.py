@@ -59,7 +59,7 @@ def test_a_lost_worker_restarts_every_replica_in_place(
         for m in said
     ), said
     # Each pod was created once: a repeated Event is counted, not written again.
-    created = sum(e.get("count") or 1 for e in events if e["message"].startswith("Created pod"))
+    created = sum(e.get("count") or 1 for e in events if e["message"].startswith("Created pod: "))
     assert created == REPLICAS, said
 
 

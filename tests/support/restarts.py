@@ -90,11 +90,15 @@ def wait_stepping(
     def stepping() -> bool:
         pods = pods_by_name(node, namespace, job)
         return len(pods) == replicas and all(
-            f"step {step}\n" in node.kubectl("logs", "-n", namespace, n, "-c", container).stdout
-            for n in pods
+            f"step {step}\n" in logs(node, namespace, name, container) for name in pods
         )
 
     wait_until(f"every replica of {job} at step {step}", stepping)
+
+
+def logs(node: Node, namespace: str, pod: str, container: str) -> str:
+    """The container's log; "" while it has not started."""
+    return node.kubectl("logs", "-n", namespace, pod, "-c", container, check=False).stdout
 
 
 def kill_training(node: Node, namespace: str, pod_name: str, container: str) -> float:
