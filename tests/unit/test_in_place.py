@@ -4,8 +4,13 @@ asked to restart where it stands, the pods that cannot be asked recreated."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from support.jobs import JobBuilder
@@ -329,3 +334,35 @@ def conditions_messages(status: dict[str, Any]) -> dict[str, str]:
 
 def replace_fields(pod_: PodView, **fields: Any) -> PodView:
     return replace(pod_, **fields)
+
+
+# -- the agent itself -------------------------------------------------------------------------
+
+
+def agent(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    asked = tmp_path / "asked"
+    asked.write_text("")  # the annotation not written yet
+    argv = [sys.executable, "-c", in_place.AGENT_SCRIPT, str(asked), str(tmp_path / "starts")]
+    return subprocess.Popen(argv), asked
+
+
+def test_the_agent_exits_with_its_code_once_a_restart_is_asked(tmp_path: Path) -> None:
+    process, asked = agent(tmp_path)
+    time.sleep(0.5)
+    assert process.poll() is None, "nothing asked yet"
+    asked.write_text("1")
+    assert process.wait(timeout=10) == in_place.AGENT_EXIT_CODE
+    assert (tmp_path / "starts").read_text() == "1"
+    again, _ = agent(tmp_path)  # restarted: one start counted, the one ask made
+    time.sleep(0.5)
+    assert again.poll() is None
+    again.terminate()
+    again.wait(timeout=10)
+
+
+def test_the_agent_stops_at_once_when_its_pod_is_deleted(tmp_path: Path) -> None:
+    """As PID 1 it would ignore SIGTERM without a handler, and hold the pod its grace period."""
+    process, _ = agent(tmp_path)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=5) == 0

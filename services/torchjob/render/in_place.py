@@ -47,8 +47,11 @@ RESTARTED_ALL_REASON: Final = "RestartingAllContainers"
 ASKED_FIELD_PATH: Final = f"metadata.annotations['{constants.ANNOTATION_RESTARTS_ASKED}']"
 
 # No `$(`: the kubelet would expand it as a variable reference.
+# As its container's first process, the agent would ignore SIGTERM (the kernel drops a signal
+# PID 1 has no handler for) and hold every deleted pod for its whole grace period: it exits.
 AGENT_SCRIPT: Final = f"""\
-import os, sys, time
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 asked_file, starts_file = sys.argv[1], sys.argv[2]
 def number(path):
     try:
