@@ -267,7 +267,7 @@ def test_while_the_gang_restarts_in_place_the_others_crashes_are_not_counted() -
     assert during.status["backoffCount"] == 1 and during.restart_in_place == []
     message = conditions_messages(during.status)["ReplicaFailure"]
     assert "waiting for 3 pod(s) to restart" in message
-    done = [replace_fields(p, agent_restarts=1, ended_in_place=None) for p in pods]
+    done = [replace(p, agent_restarts=1, ended_in_place=None) for p in pods]
     after = observe(job, done, during.status)
     assert after.status["backoffCount"] == 1
     assert (
@@ -330,10 +330,6 @@ def test_the_patch_names_the_pods_uid() -> None:
 
 def conditions_messages(status: dict[str, Any]) -> dict[str, str]:
     return {c["type"]: c["message"] for c in status["conditions"]}
-
-
-def replace_fields(pod_: PodView, **fields: Any) -> PodView:
-    return replace(pod_, **fields)
 
 
 # -- the agent itself -------------------------------------------------------------------------

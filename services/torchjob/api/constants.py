@@ -83,8 +83,7 @@ ANNOTATION_GANG_RESTARTS: Final = f"{GROUP}/gang-restarts"
 RETRYABLE_EXIT_CODES: Final = frozenset({130, 137, 143, 138})
 # A job's choice of how its replicas restart where the cluster can restart a pod's containers
 # where it stands (render/in_place.py): in place ("true", or absent) or by recreating the pod
-# ("false"). Read when a pod is made: a change
-# applies to the pods made after it.
+# ("false"). Read when a pod is made: a change applies to the pods made after it.
 ANNOTATION_RESTART_IN_PLACE: Final = f"{GROUP}/restart-in-place"
 TRUE_FALSE: Final = ("true", "false")
 # On a replica pod made to restart in place: the restarts in place asked of it so far. The

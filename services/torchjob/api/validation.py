@@ -111,8 +111,7 @@ def _start_deadline_errors(job: PyTorchTrainingJob) -> list[FieldError]:
 
 def _restart_annotation_errors(job: PyTorchTrainingJob) -> list[FieldError]:
     """The restart and service scopes, restarting in place and avoiding failing nodes are each
-    one of their two words;
-    the progress deadline and the restart delay whole seconds."""
+    one of their two words; the progress deadline and the restart delay whole seconds."""
     annotations = (job.metadata or {}).get("annotations") or {}
     errors = []
     for annotation, choices in (

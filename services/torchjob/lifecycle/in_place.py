@@ -32,7 +32,7 @@ from torchjob.lifecycle.backoff import PendingRestart
 from torchjob.lifecycle.conditions import Event
 from torchjob.lifecycle.decision import Decision, InPlaceRestart, Tally
 from torchjob.lifecycle.observe import PodView, describe_failure
-from torchjob.lifecycle.round import Round, recorded, recorded_in_a_row
+from torchjob.lifecycle.round import Round, recorded_for, recorded_in_a_row
 
 
 def ended(state: Round, pod: PodView) -> PodView | None:
@@ -59,9 +59,8 @@ def ended(state: Round, pod: PodView) -> PodView | None:
 
 def counted(state: Round, pod: PodView) -> int:
     """The training container's restarts the status has counted for this pod."""
-    seen = recorded(state.observed.status, pod.name)
-    restarts = seen.get("restartsInPlace")
-    return restarts if seen.get("uid") == pod.uid and isinstance(restarts, int) else 0
+    restarts = recorded_for(state.observed.status, pod.name, pod.uid).get("restartsInPlace")
+    return restarts if isinstance(restarts, int) else 0
 
 
 def charge(state: Round, pending: PendingRestart, tally: Tally) -> Decision:

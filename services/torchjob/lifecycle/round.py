@@ -188,6 +188,12 @@ def recorded(status: Mapping[str, Any], pod_name: str) -> dict[str, Any]:
     return {}
 
 
+def recorded_for(status: Mapping[str, Any], pod_name: str, uid: str) -> dict[str, Any]:
+    """The replica's status entry when it records the pod of `uid`; {} otherwise."""
+    seen = recorded(status, pod_name)
+    return seen if seen.get("uid") == uid else {}
+
+
 def recorded_in_a_row(status: Mapping[str, Any], pod_name: str) -> int:
     """The restarts in a row the replica's status entry carries (0 when none)."""
     carried = recorded(status, pod_name).get("consecutiveRestarts")

@@ -19,7 +19,7 @@ from torchjob.api.types import (
 from torchjob.lifecycle import finishing
 from torchjob.lifecycle.conditions import CONDITIONS, Wanted, wanted_conditions
 from torchjob.lifecycle.observe import ContainerView, PodView
-from torchjob.lifecycle.round import Outcome, Round, recorded
+from torchjob.lifecycle.round import Outcome, Round, recorded, recorded_for
 from torchjob.lifecycle.times import format_time
 from torchjob.render.topology import replica_name
 
@@ -226,8 +226,8 @@ def _in_a_row(state: Round, pod_name: str, pod: PodView) -> int:
     place carries its count in the status (its annotation is its creation's)."""
     if pod_name in state.in_a_row:
         return state.in_a_row[pod_name]
-    seen = recorded(state.observed.status, pod_name)
-    if pod.in_place and pod_name not in state.uid_dropped and seen.get("uid") == pod.uid:
+    seen = recorded_for(state.observed.status, pod_name, pod.uid)
+    if pod.in_place and pod_name not in state.uid_dropped and seen:
         carried = seen.get("consecutiveRestarts")
         return carried if isinstance(carried, int) else 0
     return pod.consecutive_restarts
@@ -240,9 +240,8 @@ def _counted_in_place(state: Round, pod_name: str, uid: str) -> int:
         return state.counted_in_place[pod_name]
     if pod_name in state.uid_dropped:
         return 0
-    seen = recorded(state.observed.status, pod_name)
-    counted = seen.get("restartsInPlace")
-    return counted if seen.get("uid") == uid and isinstance(counted, int) else 0
+    counted = recorded_for(state.observed.status, pod_name, uid).get("restartsInPlace")
+    return counted if isinstance(counted, int) else 0
 
 
 def _container_status(container: ContainerView) -> ContainerStatusDict:

@@ -29,8 +29,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from torchjob.api import constants, queries
-from torchjob.api.jsoncopy import json_copy
-from torchjob.render.wait import DEFAULT_PYTHON
+from torchjob.render.wait import DEFAULT_PYTHON, pulled_and_run_as
 
 AGENT: Final = "restart-agent"
 AGENT_EXIT_CODE: Final = 86
@@ -46,9 +45,9 @@ RESTART_ALL: Final = "RestartAllContainers"
 RESTARTED_ALL_REASON: Final = "RestartingAllContainers"
 ASKED_FIELD_PATH: Final = f"metadata.annotations['{constants.ANNOTATION_RESTARTS_ASKED}']"
 
-# No `$(`: the kubelet would expand it as a variable reference.
 # As its container's first process, the agent would ignore SIGTERM (the kernel drops a signal
 # PID 1 has no handler for) and hold every deleted pod for its whole grace period: it exits.
+# No `$(`: the kubelet would expand it as a variable reference.
 AGENT_SCRIPT: Final = f"""\
 import os, signal, sys, time
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -135,11 +134,8 @@ def agent_container(training: dict[str, Any], python: str | None) -> dict[str, A
             {"name": ASKED_VOLUME, "mountPath": MOUNT_PATH, "readOnly": True},
             {"name": STARTS_VOLUME, "mountPath": STARTS_PATH},
         ],
+        **pulled_and_run_as(training),
     }
-    for key in ("imagePullPolicy", "securityContext"):
-        if key in training:
-            value = training[key]
-            container[key] = value if type(value) is str else json_copy(value)
     return container
 
 

@@ -91,12 +91,19 @@ def wait_container(training: dict[str, Any], python: str | None) -> dict[str, An
             if isinstance(e, dict) and e.get("name") == "MASTER_ADDR"
         ],
         "resources": copied_resources(training),
+        **pulled_and_run_as(training),
     }
-    for key in ("imagePullPolicy", "securityContext"):
-        if key in training:
-            value = training[key]
-            container[key] = value if type(value) is str else json_copy(value)
     return container
+
+
+def pulled_and_run_as(training: dict[str, Any]) -> dict[str, Any]:
+    """The training container's imagePullPolicy and securityContext, copied, for a container
+    of ours on its image: pulled as it is, and admitted where it is (Pod Security included)."""
+    return {
+        key: value if type(value) is str else json_copy(value)
+        for key in ("imagePullPolicy", "securityContext")
+        if (value := training.get(key)) is not None
+    }
 
 
 def _copied_variable(variable: dict[str, Any]) -> dict[str, Any]:
