@@ -13,7 +13,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from support.jobs import JobBuilder
 from support.planning import (
     NOW,
     REPLICA_SCOPE,
@@ -23,16 +22,15 @@ from support.planning import (
     settle,
     spec,
 )
+from support.rewritten import rendered
 
 from torchjob.api import constants
-from torchjob.api.types import PyTorchTrainingJob
 from torchjob.kube.slim import slim_pod
 from torchjob.lifecycle.decision import InPlaceRestart
 from torchjob.lifecycle.in_place import ask, restart_patch
 from torchjob.lifecycle.observe import EndedInPlace, PodView, view_pod
 from torchjob.lifecycle.times import format_time
 from torchjob.render import in_place
-from torchjob.render.pod_rewrite import rewrite_pod
 
 KEYS = (("master", 0), ("worker", 0), ("worker", 1))
 # Ended long enough ago that no restart delay is left to wait.
@@ -54,21 +52,6 @@ def gang(**worker_0: Any) -> list[PodView]:
 # -- what a pod gets ------------------------------------------------------------------------
 
 
-def rendered(policy: str = "OnFailure", **annotations: str) -> dict[str, Any]:
-    job = JobBuilder("j").replicas("worker", 2, restartPolicy=policy)
-    if annotations:
-        job.metadata(annotations=annotations)
-    typed = PyTorchTrainingJob.from_dict(job.build())
-    pod = {
-        "metadata": {
-            "labels": {constants.LABEL_REPLICA_TYPE: "worker", constants.LABEL_REPLICA_INDEX: "1"}
-        },
-        "spec": {"containers": [{"name": "python", "image": "img", "command": ["python", "t.py"]}]},
-    }
-    spec_: dict[str, Any] = rewrite_pod(typed, pod, in_place=True).pod["spec"]
-    return spec_
-
-
 def test_a_pod_gets_the_agent_its_volumes_and_the_training_containers_rule() -> None:
     spec_ = rendered()
     agent = spec_["initContainers"][-1]
@@ -88,8 +71,9 @@ def test_a_pod_gets_the_agent_its_volumes_and_the_training_containers_rule() -> 
         {"action": "Restart", "exitCodes": {"operator": "NotIn", "values": [0]}}
     ]
     volumes = {v["name"]: v for v in spec_["volumes"]}
-    [item] = volumes[in_place.ASKED_VOLUME]["downwardAPI"]["items"]
-    assert constants.ANNOTATION_RESTARTS_ASKED in item["fieldRef"]["fieldPath"]
+    restarts, diagnoses = volumes[in_place.ASKED_VOLUME]["downwardAPI"]["items"]
+    assert constants.ANNOTATION_RESTARTS_ASKED in restarts["fieldRef"]["fieldPath"]
+    assert constants.ANNOTATION_DIAGNOSES_ASKED in diagnoses["fieldRef"]["fieldPath"]
     assert volumes[in_place.STARTS_VOLUME]["emptyDir"]["medium"] == "Memory"
     assert in_place.restarts_in_place(spec_)
     assert spec_["restartPolicy"] == "Never", "the pod still never restarts on its own"
@@ -336,9 +320,13 @@ def conditions_messages(status: dict[str, Any]) -> dict[str, str]:
 
 
 def agent(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
-    asked = tmp_path / "asked"
+    """The agent as the pod runs it, on this Python, with its paths under `tmp_path`."""
+    (tmp_path / "asked").mkdir(exist_ok=True)
+    asked = tmp_path / "asked" / in_place.RESTARTS_FILE
     asked.write_text("")  # the annotation not written yet
-    argv = [sys.executable, "-c", in_place.AGENT_SCRIPT, str(asked), str(tmp_path / "starts")]
+    command = rendered()["initContainers"][-1]["command"]
+    paths = [str(tmp_path / "asked"), str(tmp_path / "starts"), str(tmp_path / "diagnosis")]
+    argv = [sys.executable, *command[1:3], *paths, *command[6:]]
     return subprocess.Popen(argv), asked
 
 

@@ -90,6 +90,13 @@ TRUE_FALSE: Final = ("true", "false")
 # reconciler raises it; the pod's restart agent restarts every container once it exceeds the
 # agent's own restarts (render/in_place.py).
 ANNOTATION_RESTARTS_ASKED: Final = f"{GROUP}/restarts-asked"
+# On a job: a request for a diagnosis of where its training processes are (lifecycle/
+# diagnosis.py): each new value (`torchjob diagnose` and the console write the time) asks one.
+ANNOTATION_DIAGNOSE: Final = f"{GROUP}/diagnose"
+# On a replica pod with the restart agent: the diagnoses asked of it so far. The reconciler
+# raises it; the agent collects the stacks of the pod's training processes once it exceeds those
+# it answered (render/diagnosis.py).
+ANNOTATION_DIAGNOSES_ASKED: Final = f"{GROUP}/diagnoses-asked"
 # The scheduler of pods whose job asks for the T9k scheduler, unless the reconciler is told another.
 T9K_SCHEDULER_NAME: Final = "t9k-scheduler"
 # A TensorBoard log source: t9k://pvc/<claim>/<subpath>.
@@ -149,6 +156,10 @@ REASON_GANG_RESTART_LIMIT_EXCEEDED: Final = "GangRestartLimitExceeded"
 # Warning Event, and Failed condition when no restart is allowed: the job's progress reports
 # stopped for longer than its progress deadline.
 REASON_NO_PROGRESS: Final = "NoProgress"
+# Event: a diagnosis of where the job's training processes are was collected (a Warning when the
+# job's silence asked for it, before its restart).
+REASON_DIAGNOSED: Final = "Diagnosed"
+DIAGNOSIS_REQUESTED: Final = "Requested"  # status.diagnosis.reason of one a user asked for
 # The reporting controller of our services' Events (events.k8s.io reportingController). The
 # chart's event policy (charts/torchjob/templates/rbac/event-policy.yaml) lets only our
 # ServiceAccounts write Events that name one of them, and the console marks those as ours.

@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from torchjob.api import constants
 from torchjob.api.constants import (
     ANNOTATION_AVOID_FAILING_NODES,
     ANNOTATION_PROGRESS_DEADLINE,
@@ -125,6 +126,16 @@ def restart_in_place(meta: Mapping[str, Any]) -> bool:
     """Whether the job's pods are made to restart in place where the cluster can
     (constants.ANNOTATION_RESTART_IN_PLACE): unless the job's annotation says "false"."""
     return _annotations(meta).get(ANNOTATION_RESTART_IN_PLACE) != "false"
+
+
+def diagnosis_request(meta: Mapping[str, Any]) -> str | None:
+    """The job's latest request for a diagnosis (constants.ANNOTATION_DIAGNOSE), at most
+    MAX_DIAGNOSIS_REQUEST characters; None when it has made none."""
+    value = _annotations(meta).get(constants.ANNOTATION_DIAGNOSE)
+    return value[:MAX_DIAGNOSIS_REQUEST] if isinstance(value, str) and value else None
+
+
+MAX_DIAGNOSIS_REQUEST = 64
 
 
 def progress_deadline(meta: Mapping[str, Any], default: int) -> int:

@@ -597,6 +597,7 @@ class PyTorchTrainingJobStatus(Model):
     gang_restart_times: list[str] | None = None
     gang_restart_nodes: list[str] | None = None
     avoided_nodes: list[str] | None = None
+    diagnosis: Diagnosis | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
@@ -644,12 +645,44 @@ class PyTorchTrainingJobStatus(Model):
         FieldInfo(
             "avoided_nodes", "avoidedNodes", "string", repeated=True, limits=Limits(max_items=16)
         ),
+        FieldInfo("diagnosis", "diagnosis", "message", ref="Diagnosis"),
     )
 
     @classmethod
     def from_dict(cls, data: object, path: str = "") -> PyTorchTrainingJobStatus:
         """Decode `data`; raise ModelError naming the first field that does not fit."""
         return _decode_py_torch_training_job_status(data, path)
+
+
+@dataclass(slots=True)
+class Diagnosis(Model):
+    """Diagnosis is what the latest diagnosis of a job found: the restart agent of each running
+    replica pod collected the Python stacks of every thread of the pod's training processes. The
+    stacks themselves are in the `restart-agent` container's log of each pod."""
+
+    number: int | None = None
+    reason: str | None = None
+    request: str | None = None
+    asked_time: str | None = None
+    pods: int | None = None
+    collected_time: str | None = None
+    message: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
+        FieldInfo("number", "number", "int32", limits=Limits(minimum=1)),
+        FieldInfo("reason", "reason", "string", limits=Limits(max_length=64)),
+        FieldInfo("request", "request", "string", limits=Limits(max_length=64)),
+        FieldInfo("asked_time", "askedTime", "string"),
+        FieldInfo("pods", "pods", "int32", limits=Limits(minimum=0)),
+        FieldInfo("collected_time", "collectedTime", "string"),
+        FieldInfo("message", "message", "string", limits=Limits(max_length=1024)),
+    )
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "") -> Diagnosis:
+        """Decode `data`; raise ModelError naming the first field that does not fit."""
+        return _decode_diagnosis(data, path)
 
 
 @dataclass(slots=True)
@@ -1366,6 +1399,7 @@ def _decode_py_torch_training_job_status(data: object, path: str) -> PyTorchTrai
     gang_restart_times: list[str] | None = None
     gang_restart_nodes: list[str] | None = None
     avoided_nodes: list[str] | None = None
+    diagnosis: Diagnosis | None = None
     extra: dict[str, Any] = {}
     for key, raw in obj.items():
         if key == "phase":
@@ -1432,6 +1466,9 @@ def _decode_py_torch_training_job_status(data: object, path: str) -> PyTorchTrai
         elif key == "avoidedNodes":
             if raw is not None:
                 avoided_nodes = decode_array(raw, path, key, decode_string)
+        elif key == "diagnosis":
+            if raw is not None:
+                diagnosis = _decode_diagnosis(raw, f"{path}.{key}" if path else key)
         else:
             extra[key] = raw
     return PyTorchTrainingJobStatus(
@@ -1451,8 +1488,60 @@ def _decode_py_torch_training_job_status(data: object, path: str) -> PyTorchTrai
         gang_restart_times,
         gang_restart_nodes,
         avoided_nodes,
+        diagnosis,
         extra,
     )
+
+
+def _decode_diagnosis(data: object, path: str) -> Diagnosis:
+    obj = data if isinstance(data, dict) else expect_object(data, path)
+    number: int | None = None
+    reason: str | None = None
+    request: str | None = None
+    asked_time: str | None = None
+    pods: int | None = None
+    collected_time: str | None = None
+    message: str | None = None
+    extra: dict[str, Any] = {}
+    for key, raw in obj.items():
+        if key == "number":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                number = raw
+            elif raw is not None:
+                number = decode_int32(raw, path, key)
+        elif key == "reason":
+            if isinstance(raw, str):
+                reason = raw
+            elif raw is not None:
+                reason = decode_string(raw, path, key)
+        elif key == "request":
+            if isinstance(raw, str):
+                request = raw
+            elif raw is not None:
+                request = decode_string(raw, path, key)
+        elif key == "askedTime":
+            if isinstance(raw, str):
+                asked_time = raw
+            elif raw is not None:
+                asked_time = decode_string(raw, path, key)
+        elif key == "pods":
+            if type(raw) is int and -(2**31) <= raw < 2**31:
+                pods = raw
+            elif raw is not None:
+                pods = decode_int32(raw, path, key)
+        elif key == "collectedTime":
+            if isinstance(raw, str):
+                collected_time = raw
+            elif raw is not None:
+                collected_time = decode_string(raw, path, key)
+        elif key == "message":
+            if isinstance(raw, str):
+                message = raw
+            elif raw is not None:
+                message = decode_string(raw, path, key)
+        else:
+            extra[key] = raw
+    return Diagnosis(number, reason, request, asked_time, pods, collected_time, message, extra)
 
 
 def _decode_trainer_status(data: object, path: str) -> TrainerStatus:
@@ -1762,6 +1851,19 @@ class PyTorchTrainingJobStatusDict(TypedDict, total=False):
     gangRestartTimes: list[str]
     gangRestartNodes: list[str]
     avoidedNodes: list[str]
+    diagnosis: DiagnosisDict
+
+
+class DiagnosisDict(TypedDict, total=False):
+    """Diagnosis as stored: JSON field names, every field optional."""
+
+    number: int
+    reason: str
+    request: str
+    askedTime: str
+    pods: int
+    collectedTime: str
+    message: str
 
 
 class TrainerStatusDict(TypedDict, total=False):

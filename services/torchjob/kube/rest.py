@@ -80,6 +80,15 @@ class Resources:
         obj: dict[str, Any] = await self._api.request_json("GET", kind.object_path(namespace, name))
         return obj
 
+    async def log_tail(
+        self, namespace: str, pod: str, container: str, lines: int, limit_bytes: int
+    ) -> str:
+        """The last `lines` of a container's log, at most `limit_bytes` of them."""
+        query = {"container": container, "tailLines": str(lines), "limitBytes": str(limit_bytes)}
+        path = ResourceKind("", "v1", "pods").object_path(namespace, pod, "log")
+        data = await self._api.request("GET", path, query=query)
+        return data.decode("utf-8", errors="replace")
+
     async def _call(
         self,
         method: str,

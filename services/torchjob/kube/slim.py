@@ -54,6 +54,7 @@ KEPT_ANNOTATIONS = (
     constants.ANNOTATION_GANG_RESTARTS,
     constants.ANNOTATION_DEBUG,
     constants.ANNOTATION_RESTARTS_ASKED,
+    constants.ANNOTATION_DIAGNOSES_ASKED,
     KUEUE_RETRIABLE_ANNOTATION,
 )
 KEPT_POD_STATUS = ("phase", "reason", "message", "startTime")

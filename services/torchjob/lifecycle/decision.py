@@ -10,12 +10,13 @@ decide.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from torchjob.api import constants, queries
 from torchjob.api.objects import FINISHED_POD_PHASES
 from torchjob.lifecycle.backoff import PendingRestart
 from torchjob.lifecycle.conditions import Event
+from torchjob.lifecycle.diagnosis import Ask, Collect
 from torchjob.lifecycle.observe import PodView, Refusal, describe_failure, ending
 from torchjob.lifecycle.round import GangCause, Outcome, Round, recorded
 from torchjob.lifecycle.times import seconds_text
@@ -108,6 +109,10 @@ class Decision:
     events: tuple[Event, ...] = ()
     announced: tuple[Event, ...] = ()
     requeue_after: float | None = None  # look again after, unless another step asks sooner
+    # A diagnosis (lifecycle/diagnosis.py): its status.diagnosis, its ask or its collection.
+    diagnosis: dict[str, Any] | None = None
+    ask_diagnosis: Ask | None = None
+    collect_diagnosis: Collect | None = None
 
 
 NOTHING = Decision()

@@ -14,7 +14,7 @@ annotation (ANNOTATION_PROGRESS_DEADLINE), else the reconciler's setting; 0 turn
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from torchjob.api import constants, queries
@@ -32,6 +32,7 @@ class Silence:
     wait: float | None = None
     cause: GangCause | None = None
     outcome: Outcome | None = None
+    since: datetime | None = None  # when the silence past the deadline began
 
 
 def check(state: Round) -> Silence:
@@ -51,11 +52,12 @@ def check(state: Round) -> Silence:
         f"no progress reported for {seconds_text(silent)}, past the progress deadline "
         f"({deadline}s); the last report, at {_last_report(status)}"
     )
+    since = observed.now - timedelta(seconds=silent)
     never = _never_restarted(state)
     if never is not None:
         message = f"{what}; replica type {never} has restartPolicy Never: no restart is allowed"
-        return Silence(outcome=Outcome(False, constants.REASON_NO_PROGRESS, message))
-    return Silence(cause=GangCause(what, constants.REASON_NO_PROGRESS, True))
+        return Silence(outcome=Outcome(False, constants.REASON_NO_PROGRESS, message), since=since)
+    return Silence(cause=GangCause(what, constants.REASON_NO_PROGRESS, True), since=since)
 
 
 def _all_running_since(state: Round) -> datetime | None:

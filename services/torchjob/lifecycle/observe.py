@@ -123,6 +123,9 @@ class PodView:
     agent_restarts: int = 0
     training_restarts: int = 0
     ended_in_place: EndedInPlace | None = None
+    # It has the restart agent, which diagnoses (render/diagnosis.py), and the diagnoses asked.
+    diagnosable: bool = False
+    diagnoses_asked: int = 0
 
     @property
     def finished(self) -> bool:
@@ -187,6 +190,10 @@ def view_pod(pod: dict[str, Any]) -> PodView | None:
         held_by_kueue=bool(meta.get("deletionTimestamp"))
         and KUEUE_FINALIZER in (meta.get("finalizers") or ()),
         deletion_due=parse_time(meta.get("deletionTimestamp")),
+        diagnosable=any(
+            isinstance(c, dict) and c.get("name") == AGENT for c in spec.get("initContainers") or ()
+        ),
+        diagnoses_asked=_int(annotations.get(constants.ANNOTATION_DIAGNOSES_ASKED)),
         **_in_place(spec, status, statuses, training_name, annotations),
     )
 

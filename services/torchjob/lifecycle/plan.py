@@ -19,7 +19,15 @@ from typing import Any
 
 from torchjob.api import constants, queries
 from torchjob.api.types import PyTorchTrainingJobSpec
-from torchjob.lifecycle import finishing, gang, kueue, no_progress, replicas, start_failure
+from torchjob.lifecycle import (
+    diagnosis,
+    finishing,
+    gang,
+    kueue,
+    no_progress,
+    replicas,
+    start_failure,
+)
 from torchjob.lifecycle.backoff import DEFAULT_RULES, PendingRestart, RestartRules
 from torchjob.lifecycle.conditions import Event
 from torchjob.lifecycle.decision import (
@@ -68,6 +76,11 @@ class Plan:
     create_group: bool = False
     resize_group: bool = False
     delete_group: bool = False
+    # A diagnosis to ask the pods for, or to collect from their agents' logs
+    # (lifecycle/diagnosis.py); the status.diagnosis the round decided, if it changed it.
+    ask_diagnosis: diagnosis.Ask | None = None
+    collect_diagnosis: diagnosis.Collect | None = None
+    diagnosis: dict[str, Any] | None = None
 
 
 def plan(observed: Observed, rules: RestartRules = DEFAULT_RULES) -> Plan:
@@ -77,7 +90,9 @@ def plan(observed: Observed, rules: RestartRules = DEFAULT_RULES) -> Plan:
     start = _start_round(observed, rules)
     if is_terminal(observed.status):
         return Plan(
-            status=build_status(start, starting=False) | gang.status_fields(start),
+            status=build_status(start, starting=False)
+            | gang.status_fields(start)
+            | diagnosis.status_field(dict(observed.status)),
             end_group=list(kueue.group_to_end(start)),
         )
     applied = _Applied(start)
@@ -154,7 +169,18 @@ def _run(start: Round, applied: _Applied) -> None:
         applied.apply(replicas.judge(start, replica, applied.tally()))
     if applied.outcome is not None:
         return
-    applied.apply(_progress_deadline(start))
+    silence = no_progress.check(start)
+    diagnosing = diagnosis.step(start, silence.since)
+    applied.apply(
+        Decision(
+            diagnosis=diagnosing.record,
+            ask_diagnosis=diagnosing.ask,
+            collect_diagnosis=diagnosing.collect,
+            requeue_after=diagnosing.requeue_after,
+        )
+    )
+    if not diagnosing.holds_restart:
+        applied.apply(_progress_deadline(start, silence))
     if applied.outcome is None:
         applied.apply(
             gang.settle(
@@ -167,12 +193,16 @@ def _run(start: Round, applied: _Applied) -> None:
         )
 
 
-def _progress_deadline(start: Round) -> Decision:
-    """A job silent past its progress deadline restarts its gang, or fails when it may not
-    (lifecycle/no_progress.py); else it looks again at the deadline."""
-    silence = no_progress.check(start)
-    if silence.cause is not None:
-        return Decision(gang_causes=(silence.cause,))
+def _progress_deadline(start: Round, silence: no_progress.Silence) -> Decision:
+    """A job silent past its progress deadline restarts its gang, its Event naming what the
+    diagnosis of the silence found, or fails when it may not (lifecycle/no_progress.py); else it
+    looks again at the deadline."""
+    if silence.cause is not None and silence.since is not None:
+        said = diagnosis.said_for_stall(dict(start.observed.status), silence.since)
+        cause = silence.cause
+        if said is not None:
+            cause = replace(cause, what=f"{cause.what}; {said}")
+        return Decision(gang_causes=(cause,))
     if silence.outcome is not None:
         return Decision(outcome=silence.outcome)
     return NOTHING if silence.wait is None else Decision(requeue_after=silence.wait)
@@ -260,6 +290,9 @@ class _Applied:
         plan.create_group |= decision.create_group
         plan.resize_group |= decision.resize_group
         plan.delete_group |= decision.delete_group
+        plan.ask_diagnosis = decision.ask_diagnosis or plan.ask_diagnosis
+        plan.collect_diagnosis = decision.collect_diagnosis or plan.collect_diagnosis
+        plan.diagnosis = decision.diagnosis or plan.diagnosis
         self.hold_creations |= decision.hold_creations
 
     def _restarts(self, decision: Decision) -> None:
@@ -403,6 +436,7 @@ def _finish(start: Round, applied: _Applied) -> Plan:
         recheck = applied.apply(stop).requeue_after
     facts = applied.facts()
     plan.status = build_status(facts, starting=bool(plan.create_pods)) | gang.status_fields(facts)
+    plan.status |= diagnosis.status_field(dict(start.observed.status), plan.diagnosis)
     if facts.outcome is not None:
         plan.create_pods.clear()
         plan.create_group = plan.resize_group = False
@@ -424,6 +458,10 @@ def _status_can_wait(facts: Round, plan: Plan) -> bool:
     recorded = int(facts.observed.status.get("backoffCount") or 0)
     creates = bool(plan.create_pods or plan.create_services)
     deletes = bool(
-        plan.delete_pods or plan.force_delete_pods or plan.delete_services or plan.restart_in_place
+        plan.delete_pods
+        or plan.force_delete_pods
+        or plan.delete_services
+        or plan.restart_in_place
+        or plan.ask_diagnosis
     )
     return creates and not deletes and facts.outcome is None and facts.backoff_count == recorded

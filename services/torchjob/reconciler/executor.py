@@ -31,11 +31,13 @@ from torchjob.kube.jobs import patch_status
 from torchjob.kube.reconcile import JobKey
 from torchjob.kube.resources import AUTOSCALERS, GROUP_RESOURCES, KUEUE_WORKLOADS, PODS, SERVICES
 from torchjob.kube.rest import Resources
+from torchjob.lifecycle.diagnosis import FIELD
 from torchjob.lifecycle.in_place import restart_patch
 from torchjob.lifecycle.observe import Refusal
 from torchjob.lifecycle.plan import Plan
 from torchjob.lifecycle.status import ours
 from torchjob.lifecycle.times import format_time
+from torchjob.reconciler.diagnoses import Diagnoses
 from torchjob.reconciler.metrics import JobMetrics
 from torchjob.render.job_kinds import kind_of
 from torchjob.render.replica_objects import owner_reference, render_pod, render_service
@@ -67,6 +69,7 @@ class ReconcilerExecutor:
         in_flight: int = 1,
     ) -> None:
         self.resources = Resources(api)
+        self.diagnoses = Diagnoses(self.resources, events)
         # How many of one job's creations are sent at once (the reconciler's workers): one at a
         # time, one round trip (admission included) would set the pace rather than the limit.
         self.in_flight = max(1, in_flight)
@@ -88,6 +91,10 @@ class ReconcilerExecutor:
         """Carry out `plan`; the apiserver's refusal of a creation, if one was refused (the
         creations after it are not sent). A refused round's status is left to the caller, which
         plans it again knowing the refusal."""
+        if plan.collect_diagnosis is not None:
+            record = await self.diagnoses.collect(key, job, plan.collect_diagnosis, plan.status)
+            plan.status = {**plan.status, FIELD: record}
+            plan.status_can_wait = False
         unwritten = plan.status != ours(job.get("status") or {})
         if unwritten and not plan.status_can_wait:
             await self.write_planned_status(key, job, plan)
@@ -99,6 +106,8 @@ class ReconcilerExecutor:
         try:
             await self._delete_pods(key, job, plan)
             await self._restart_in_place(key, job, plan)
+            if plan.ask_diagnosis is not None:
+                await self.diagnoses.ask(key, job, plan.ask_diagnosis)
             await self._end_group(key, job, plan)
             await self.release_workload(
                 key, job["metadata"]["namespace"], plan.release_workload, job

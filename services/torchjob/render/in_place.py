@@ -26,47 +26,32 @@ QoS stays Guaranteed; a sidecar's requests add to the pod's, unlike an init cont
 
 from __future__ import annotations
 
+from importlib import resources
 from typing import Any, Final
 
 from torchjob.api import constants, queries
+from torchjob.render import diagnosis
+from torchjob.render.agent import restart_agent
 from torchjob.render.wait import DEFAULT_PYTHON, pulled_and_run_as
 
 AGENT: Final = "restart-agent"
-AGENT_EXIT_CODE: Final = 86
+AGENT_EXIT_CODE: Final = restart_agent.RESTART_EXIT_CODE
 ASKED_VOLUME: Final = "torchjob-restarts-asked"
 STARTS_VOLUME: Final = "torchjob-agent-starts"
 MOUNT_PATH: Final = "/var/run/torchjob/restart"
-ASKED_FILE: Final = "asked"
+RESTARTS_FILE: Final = "restarts"
 STARTS_PATH: Final = "/var/run/torchjob/agent"
 AGENT_RESOURCES: Final = {"cpu": "50m", "memory": "64Mi"}
 RESTART_ALL: Final = "RestartAllContainers"
 # What the kubelet writes as the last state of each container it restarted for a
 # RestartAllContainers rule (the one whose exit set it off included).
 RESTARTED_ALL_REASON: Final = "RestartingAllContainers"
-ASKED_FIELD_PATH: Final = f"metadata.annotations['{constants.ANNOTATION_RESTARTS_ASKED}']"
-
-# As its container's first process, the agent would ignore SIGTERM (the kernel drops a signal
-# PID 1 has no handler for) and hold every deleted pod for its whole grace period: it exits.
-# No `$(`: the kubelet would expand it as a variable reference.
-AGENT_SCRIPT: Final = f"""\
-import os, signal, sys, time
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-asked_file, starts_file = sys.argv[1], sys.argv[2]
-def number(path):
-    try:
-        with open(path) as f:
-            return int(f.read().strip() or 0)
-    except (OSError, ValueError):
-        return 0
-starts = number(starts_file)
-with open(starts_file + ".new", "w") as f:
-    f.write(str(starts + 1))
-os.replace(starts_file + ".new", starts_file)
-while number(asked_file) <= starts:
-    time.sleep(0.25)
-print(f"restart {{number(asked_file)}} asked: restarting every container of the pod", flush=True)
-sys.exit({AGENT_EXIT_CODE})
-"""
+# The programs the agent runs, as their source: the pod carries them (torchjob is not installed
+# on the training image).
+_AGENTS = resources.files("torchjob.render.agent")
+AGENT_SOURCE: Final = _AGENTS.joinpath("restart_agent.py").read_text()
+HOOK_SOURCE: Final = _AGENTS.joinpath("diagnosis_hook.py").read_text()
+RESTARTS_FIELD_PATH: Final = f"metadata.annotations['{constants.ANNOTATION_RESTARTS_ASKED}']"
 
 
 def wants_in_place(job_meta: dict[str, Any], debug: bool) -> bool:
@@ -83,14 +68,17 @@ def add_in_place(
     init = list(pod_spec.get("initContainers") or [])
     if any(isinstance(c, dict) and c.get("name") == AGENT for c in init):
         return
-    pod_spec["initContainers"] = [*init, agent_container(training[0], python)]
-    asked = {"items": [{"path": ASKED_FILE, "fieldRef": {"fieldPath": ASKED_FIELD_PATH}}]}
+    agent = agent_container(training[0], python)
+    pod_spec["initContainers"] = [*init, agent]
+    restarts = {"path": RESTARTS_FILE, "fieldRef": {"fieldPath": RESTARTS_FIELD_PATH}}
+    asked = {"items": [restarts, diagnosis.asked_item()]}
     starts = {"medium": "Memory", "sizeLimit": "1Mi"}
     pod_spec["volumes"] = [
         *(pod_spec.get("volumes") or []),
         {"name": ASKED_VOLUME, "downwardAPI": asked},
         {"name": STARTS_VOLUME, "emptyDir": starts},
     ]
+    diagnosis.add_diagnosis(pod_spec, training, agent, restart_agent.READY_FILE)
     rule = training_rule(policy)
     if rule is None:
         return
@@ -118,9 +106,11 @@ def agent_container(training: dict[str, Any], python: str | None) -> dict[str, A
         "command": [
             python or DEFAULT_PYTHON,
             "-c",
-            AGENT_SCRIPT,
-            f"{MOUNT_PATH}/{ASKED_FILE}",
+            AGENT_SOURCE,
+            MOUNT_PATH,
             f"{STARTS_PATH}/starts",
+            diagnosis.PATH,
+            HOOK_SOURCE,
         ],
         "restartPolicy": "Always",
         "restartPolicyRules": [
