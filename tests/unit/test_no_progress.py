@@ -112,3 +112,15 @@ def test_a_job_that_may_not_restart_fails_with_no_progress() -> None:
     assert result.status["backoffCount"] == 3, "no restart is charged"
     done = stopped(job, result, running())
     assert conditions(done.status)["Failed"] == ("True", constants.REASON_NO_PROGRESS)
+
+
+def test_pods_asked_to_restart_in_place_are_not_silent_until_they_have() -> None:
+    """The gang restart in place asked every pod; until each has restarted, its training
+    container's start is the one before: not a second silence."""
+    job = spec()
+    status = reported(settle(job, running()), timedelta(minutes=31))
+    asked = [replace(p, in_place=True, restarts_asked=1, gang_restarts=1) for p in running()]
+    after = {**status, "gangRestarts": 1, "backoffCount": 1}
+    result = observe(job, asked, after)
+    assert not result.restart_in_place and not result.delete_pods
+    assert (result.status["gangRestarts"], result.status["backoffCount"]) == (1, 1)

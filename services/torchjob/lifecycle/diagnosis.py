@@ -7,7 +7,8 @@ diagnoses-asked annotation (render/diagnosis.py: the restart agent collects the 
 pod's training processes, prints them to its log and ends with a summary line), waits
 COLLECT_SECONDS, reads each pod's summary line from its agent's log (reconciler/diagnoses.py) and
 writes what they say, summarized (lifecycle/hang.py), into status.diagnosis and an Event
-`Diagnosed`. Meanwhile the silence's restart waits; then its Event names the diagnosis.
+`Diagnosed`. Meanwhile the silence's restart waits; then its Event names the diagnosis by its
+number (the summary is the tenant's processes' word: only those two carry it).
 
 status.diagnosis holds the latest one: its number, reason (NoProgress, Requested), the request
 it answered last, when it was asked and collected, how many pods were asked, and the summary.
@@ -123,13 +124,14 @@ def collected(record: dict[str, Any], message: str, now: datetime) -> dict[str, 
 
 
 def said_for_stall(status: dict[str, Any], stalled_since: datetime) -> str | None:
-    """`diagnosis 3: <summary>` of a diagnosis collected since the silence began, for the
-    restart's Event; None when there is none."""
+    """What the restart's Event says of a diagnosis collected since the silence began; None
+    when there is none. Not its summary: that is the tenant's processes' word, which only the
+    Diagnosed Event and status.diagnosis carry, as theirs."""
     record = recorded(status)
     asked = parse_time(record.get("askedTime"))
     if asked is None or asked < stalled_since or not record.get("collectedTime"):
         return None
-    return f"diagnosis {record.get('number')}: {record.get('message')}"
+    return f"where each rank was: diagnosis {record.get('number')}"
 
 
 def _asked_pods(state: Round) -> list[PodView]:

@@ -6,11 +6,13 @@ A report is what the pod's restart agent printed last for the diagnosis
 answered, its torch.distributed backend and its main thread's innermost frames. It comes from
 the tenant's own image: every field is read as untrusted text, bounded, on one line.
 
-A process waits in a collective when a frame of its main thread is one of torch.distributed's
-collectives (`all_reduce`, `barrier`, ...), or in backward under a process group (where
+A process waits in a collective when a frame of its main thread, in torch.distributed or in
+DistributedDataParallel, is named for one (`all_reduce`, `barrier`,
+`_distributed_broadcast_coalesced`, ...), or in backward under a process group (where
 DistributedDataParallel all-reduces the gradients). One that did not answer is stopped or holds
 Python's lock. Any other is elsewhere, at its innermost frame of the job's own code. The ranks
-that are elsewhere or silent come first: they are the ones the others wait for.
+that are elsewhere or silent come first: they are the ones the others wait for. Of a pod's
+processes, the ranks torchrun started (LOCAL_RANK set) are summarized, else those with a RANK.
 """
 
 from __future__ import annotations
@@ -25,7 +27,22 @@ from torchjob.render.agent.restart_agent import REPORT_PREFIX
 
 MAX_MESSAGE: Final = 1024
 MAX_NAMED: Final = 4  # ranks named in one group; the rest are counted
-COLLECTIVES_FILE: Final = "torch/distributed/distributed_c10d.py"
+COLLECTIVE_PLACES: Final = ("/torch/distributed/", "/torch/nn/parallel/")
+COLLECTIVE_WORDS: Final = (
+    "all_reduce",
+    "allreduce",
+    "all_gather",
+    "allgather",
+    "reduce_scatter",
+    "all_to_all",
+    "broadcast",
+    "barrier",
+    "gather",
+    "scatter",
+    "reduce",
+    "send",
+    "recv",
+)
 BACKWARD: Final = frozenset({"_engine_run_backward", "run_backward", "backward"})
 LIBRARY_PARTS: Final = ("/site-packages/", "/dist-packages/", "/lib/python3")
 SILENT: Final = "did not answer (stopped, or holding Python's lock)"
@@ -64,8 +81,12 @@ def _states(pod: PodSeen, report: dict[str, Any] | None) -> list[tuple[str, str]
     processes = [p for p in report.get("processes") or [] if isinstance(p, dict)]
     if not processes:
         return [(pod.name, "has no Python process that loaded the diagnosis hook")]
-    parents = [p for p in processes if not p.get("child")]
-    ranked = [p for p in parents if p.get("rank") is not None] or parents or processes
+    parents = [p for p in processes if not p.get("child")] or processes
+    ranked = (
+        [p for p in parents if p.get("localRank") is not None]
+        or [p for p in parents if p.get("rank") is not None]
+        or parents
+    )
     return [(_rank(p), _state(p)) for p in ranked]
 
 
@@ -83,12 +104,18 @@ def _state(process: dict[str, Any]) -> str:
     at = _own_frame(frames)
     where = f" at {at}" if at else ""
     for path, _line, function in frames:
-        if str(path).endswith(COLLECTIVES_FILE) and not str(function).startswith("_"):
+        if _collective(str(path), str(function)):
             return f"waits in {_text(function)}{over}{where}"
     if backend and any(f[2] in BACKWARD and "/torch/" in str(f[0]) for f in frames):
         return f"waits in backward's gradient all_reduce{over}{where}"
     innermost = _frame_text(frames[0]) if frames else "no frame"
     return f"is elsewhere: {at or innermost}"
+
+
+def _collective(path: str, function: str) -> bool:
+    return any(place in path for place in COLLECTIVE_PLACES) and any(
+        word in function for word in COLLECTIVE_WORDS
+    )
 
 
 def _own_frame(frames: list[list[Any]]) -> str | None:

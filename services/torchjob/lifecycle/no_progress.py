@@ -61,11 +61,13 @@ def check(state: Round) -> Silence:
 
 
 def _all_running_since(state: Round) -> datetime | None:
-    """When the last of the job's current pods started running; None unless all of them run."""
+    """When the last of the job's current pods started running; None unless all of them run. A
+    pod asked to restart in place and not restarted yet does not run: its start is the one
+    before the restart."""
     starts = []
     for replica in state.desired:
         pod = state.pods.get((replica.type, replica.index))
-        if pod is None or not state.current(pod) or pod.phase != "Running":
+        if pod is None or not state.current(pod) or pod.phase != "Running" or pod.restart_pending:
             return None
         if pod.running_since is None:
             return None

@@ -15,6 +15,8 @@ volumes, and nothing is scheduled or pulled again. So a pod made to restart in p
   the restart keeps), and whose rule restarts every container on that code. The reconciler asks
   a pod to restart by raising the annotation to the agent's restartCount + 1; the kubelet
   refreshes the file within seconds, and the agent's restartCount says when the pod has done it.
+  The agent also collects a diagnosis when asked (render/diagnosis.py); its program is
+  render/agent/restart_agent.py.
 
 Not in debug mode (nothing trains), nor when the job says `restart-in-place: "false"`. Where
 the apiserver drops the rules (the features off), the pod is not made to restart in place
