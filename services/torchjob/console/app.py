@@ -93,6 +93,7 @@ def add_routes(app: web.Application) -> None:
     router.add_get(JOB, jobs.job_page)
     router.add_get(f"{JOB}/stream", jobs.job_stream)
     router.add_post(f"{JOB}/{{action:pause|resume|delete}}", jobs.job_action)
+    router.add_post(f"{JOB}/diagnose", jobs.diagnose)
     router.add_get(f"{JOB}/replicas", replicas.replicas_page)
     router.add_get(f"{JOB}/replicas/stream", replicas.replicas_stream)
     router.add_get("/ns/{namespace}/pods/{pod}/log", logs.log_page)

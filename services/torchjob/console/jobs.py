@@ -1,18 +1,19 @@
 """The job list and a job's page: read as the user, kept live over server-sent events from watches
-made as the user, and the lifecycle buttons (pause, resume, delete) shown only to a user the
-apiserver would let use them."""
+made as the user, and the lifecycle buttons (pause, resume, delete) and the request for a
+diagnosis shown only to a user the apiserver would let use them."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
+import datetime
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
 from aiohttp import web
 
-from torchjob.api.constants import LABEL_JOB_NAME
+from torchjob.api.constants import ANNOTATION_DIAGNOSE, LABEL_JOB_NAME
 from torchjob.api.job_api import JOB_APIS, TRAINING_JOB
 from torchjob.console.keys import PAGES, SETTINGS, session_of
 from torchjob.console.sse import EventStream, event_stream
@@ -22,9 +23,11 @@ from torchjob.kube.follow import Change, Snapshot
 from torchjob.kube.informer import ResourceKind
 from torchjob.kube.kueue import pending_workloads
 from torchjob.kube.resources import EVENTS, JOBS, PODS, job_resource
+from torchjob.lifecycle.times import format_micro_time
 from torchjob.render.job_kinds import kind_of, served_apis
 from torchjob.views import queue, summary
 from torchjob.views.console import rows
+from torchjob.views.console.diagnosis import agent_logs, diagnosis_shown
 from torchjob.views.console.kind_forms import kind_form
 
 PAGE_SIZE = 50
@@ -163,15 +166,19 @@ async def job_page(request: web.Request) -> web.Response:
 class PodsSay:
     kubelet: list[tuple[str, str]]  # pod, what its kubelet said
     queue: str | None  # where the job waits in its Kueue queue (views/queue.py)
+    # replica, pod, its restart agent's log page: where a diagnosis's stacks are
+    agent_logs: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 async def pods_say(api: UserApi, job: dict[str, Any]) -> PodsSay:
     """What the job's pods tell its page, read as the user: while its replicas cannot start (its
     StartFailure condition), what the kubelet said of each, whole (the condition's message is
     cut short); while it waits for Kueue's admission, its place in its queue (Kueue's
-    visibility API). Nothing otherwise, or when the user may not list pods."""
+    visibility API); once it has a diagnosis, the log pages of its pods' restart agents.
+    Nothing otherwise, or when the user may not list pods."""
     cannot_start = summary.start_failure(rows.training_view(job)) is not None
-    if not cannot_start and not queue.waiting_for_admission(job):
+    diagnosed = diagnosis_shown(job).latest is not None
+    if not cannot_start and not diagnosed and not queue.waiting_for_admission(job):
         return PodsSay([], None)
     meta = job["metadata"]
     selector = f"{LABEL_JOB_NAME}={meta['name']}"
@@ -181,11 +188,12 @@ async def pods_say(api: UserApi, job: dict[str, Any]) -> PodsSay:
         return PodsSay([], None)
     pods = answer.get("items") or []
     said = rows.kubelet_messages(pods) if cannot_start else []
+    logs = agent_logs(meta["namespace"], pods) if diagnosed else []
     where = queue.queued(job, pods)
     if where is None:
-        return PodsSay(said, None)
+        return PodsSay(said, None, logs)
     pending, problem = await pending_workloads(api.client, meta["namespace"], where.queue)
-    return PodsSay(said, queue.position_text(where, pending, problem))
+    return PodsSay(said, queue.position_text(where, pending, problem), logs)
 
 
 def _job_context(
@@ -206,6 +214,8 @@ def _job_context(
         "pending": rows.pending_reason(job),
         "kubelet_said": said.kubelet,
         "queue": said.queue,
+        "diagnosis": diagnosis_shown(job),
+        "agent_logs": said.agent_logs,
         "events": events,
         "may": may,
         "job_label": LABEL_JOB_NAME,
@@ -288,6 +298,22 @@ async def job_action(request: web.Request) -> web.StreamResponse:
         action == "pause"
     )
     await api.patch(kind, namespace, name, patch)
+    if request.headers.get("HX-Request"):
+        return web.Response(status=204)
+    raise web.HTTPSeeOther(f"/ns/{namespace}/{request.match_info.get('kind', 'jobs')}/{name}")
+
+
+async def diagnose(request: web.Request) -> web.StreamResponse:
+    """Ask for a diagnosis of where the job's training processes are, as the user: its
+    ANNOTATION_DIAGNOSE set to the time now (each new value asks one, lifecycle/diagnosis.py);
+    the apiserver's refusal is shown as such. The page's status says it was asked, and then
+    what the reconciler found, as the job changes."""
+    api, namespace, kind = target(request)
+    name = request.match_info["name"]
+    asked = format_micro_time(datetime.datetime.now(datetime.UTC))
+    await api.patch(
+        kind, namespace, name, {"metadata": {"annotations": {ANNOTATION_DIAGNOSE: asked}}}
+    )
     if request.headers.get("HX-Request"):
         return web.Response(status=204)
     raise web.HTTPSeeOther(f"/ns/{namespace}/{request.match_info.get('kind', 'jobs')}/{name}")

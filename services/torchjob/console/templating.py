@@ -9,6 +9,7 @@ from typing import Any
 import jinja2
 from aiohttp import web
 
+from torchjob.api.constants import REASON_DIAGNOSED
 from torchjob.console.reporters import reporter_of
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -43,6 +44,8 @@ class Pages:
         )
         self.environment.filters["age"] = age
         self.environment.filters["reporter"] = reporter_of
+        # An Event whose message carries a diagnosis: the job's own words (job_events.html).
+        self.environment.globals["DIAGNOSED"] = REASON_DIAGNOSED
 
     def text(self, template: str, **context: Any) -> str:
         return self.environment.get_template(template).render(**context)
