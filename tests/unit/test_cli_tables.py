@@ -434,7 +434,20 @@ def test_completion_completes_job_names_from_the_cluster(tmp_path: Any) -> None:
 @pytest.mark.parametrize(
     ("words", "expected"),
     [
-        ([""], ["completion", "console", "convert", "delete", "get", "list", "logs", "pause"]),
+        (
+            [""],
+            [
+                "completion",
+                "console",
+                "convert",
+                "delete",
+                "diagnose",
+                "get",
+                "list",
+                "logs",
+                "pause",
+            ],
+        ),
         (["convert", "job.yaml", "--to", ""], ["kubeflow", "torchjob"]),
         (["top", ""], ["job", "node"]),
         (["submit", "--cleanup-policy", ""], ["None", "All", "Unfinished"]),

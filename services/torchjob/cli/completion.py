@@ -16,7 +16,17 @@ from torchjob.cli.connection import CliError, connect
 
 COMPLETION_TIMEOUT = 5.0
 # The commands whose first positional argument is a job's name.
-TAKES_JOB = ("get", "logs", "delete", "pause", "resume", "wait", "tensorboard", "top job")
+TAKES_JOB = (
+    "get",
+    "logs",
+    "diagnose",
+    "delete",
+    "pause",
+    "resume",
+    "wait",
+    "tensorboard",
+    "top job",
+)
 # The commands whose arguments are files (a manifest; `convert -o` the file it writes).
 TAKES_FILE = ("run", "convert")
 

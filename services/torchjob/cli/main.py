@@ -6,7 +6,8 @@ rendering and restart decisions of the cluster; `torchjob run --dry-run JOB.yaml
 cluster would create. `torchjob convert JOB.yaml` turns a manifest of one API into the other's
 (cli/convert.py).
 `submit`, `list`, `get`, `logs`, `top`, `delete`, `pause`, `resume`, `wait`, `tensorboard` and
-`console` work on the cluster of the current kubeconfig context (cli/parsers.py).
+`console` work on the cluster of the current kubeconfig context (cli/parsers.py), and so does
+`diagnose` (cli/diagnose.py).
 
 Exit codes: 0 the job succeeded (or the dry run rendered it), 1 the job failed, 2 the manifest was
 refused or cannot run here (or a cluster command failed), 124 a wait timed out, 130 interrupted.
@@ -32,6 +33,7 @@ from torchjob.cli.cluster import admitted_pod, dry_run_documents, first_plan
 from torchjob.cli.command_parser import CommandParser
 from torchjob.cli.completion import candidates, job_names
 from torchjob.cli.convert import add_convert_command, run_convert
+from torchjob.cli.diagnose import add_diagnose_command
 from torchjob.cli.manifest import AdmittedJob, InvalidManifest, admit, read_manifest
 from torchjob.cli.parsers import (
     add_cluster_commands,
@@ -106,6 +108,7 @@ def parser(prog: str = "torchjob") -> CommandParser:
     )
     add_convert_command(commands)
     add_cluster_commands(commands)
+    add_diagnose_command(commands)
     return top
 
 

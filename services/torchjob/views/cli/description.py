@@ -5,10 +5,14 @@ out."""
 
 from __future__ import annotations
 
+import textwrap
 from datetime import UTC, datetime
 from typing import Any
 
+from torchjob.api.job_api import api_of
+from torchjob.lifecycle.diagnosis import recorded
 from torchjob.lifecycle.progress import seconds_since_report
+from torchjob.render.job_kinds import kind_of
 from torchjob.render.tensorboard import PORT as TENSORBOARD_PORT
 from torchjob.render.tensorboard import tensorboard_name, tensorboard_url
 from torchjob.views.cli.tables import NONE, age, parse_time, table
@@ -26,6 +30,9 @@ from torchjob.views.summary import (
     reported_progress,
 )
 
+DIAGNOSIS_LABEL = "Diagnosis:   "
+DIAGNOSIS_WIDTH = 100  # the message is up to 1 KiB: wrapped, aligned under its start
+
 
 def describe(
     job: dict[str, Any],
@@ -42,6 +49,7 @@ def describe(
     lines = _summary(job, now)
     if queue is not None:
         lines.append(f"Queue:       {queue}")
+    lines += diagnosis_lines(job)
     lines += ["", "Progress:", *_progress(job, now)]
     lines += ["", "Conditions:", *_conditions((job.get("status") or {}), now)]
     lines += ["", "Replicas:", _replicas(job, pods)]
@@ -85,6 +93,34 @@ def _summary(job: dict[str, Any], now: datetime) -> list[str]:
         f"{format_memory(requests.memory)} memory in all"
     )
     return lines
+
+
+def diagnosis_record(job: dict[str, Any]) -> dict[str, Any]:
+    """The job's status.diagnosis (lifecycle/diagnosis.py), read where its kind keeps the
+    lifecycle's record (a PyTorchJob's in its status.torchjob); {} before the first."""
+    view = kind_of(api_of(job)).training_job(job)
+    return recorded(dict(view.get("status") or {}))
+
+
+def diagnosis_lines(job: dict[str, Any]) -> list[str]:
+    """`Diagnosis:   N (reason, <collectedTime or under way>): <message>`, wrapped at
+    DIAGNOSIS_WIDTH under its start; none before the job's first diagnosis."""
+    record = diagnosis_record(job)
+    if not record:
+        return []
+    when = record.get("collectedTime") or "under way"
+    message = str(record.get("message") or "")
+    if not record.get("collectedTime"):
+        message = f"{record.get('pods') or 0} pod(s) asked at {record.get('askedTime')}"
+    text = f"{record.get('number')} ({record.get('reason')}, {when}): {' '.join(message.split())}"
+    return textwrap.wrap(
+        text,
+        width=DIAGNOSIS_WIDTH,
+        initial_indent=DIAGNOSIS_LABEL,
+        subsequent_indent=" " * len(DIAGNOSIS_LABEL),
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
 
 
 def _progress(job: dict[str, Any], now: datetime) -> list[str]:
