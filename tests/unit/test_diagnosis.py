@@ -228,3 +228,22 @@ def test_the_agent_names_the_frozen_rank_and_the_collective_the_other_waits_in(
     assert said.startswith("rank 1 (worker-0 on n1) did not answer"), said
     assert "rank 0 (worker-0 on n1) waits in all_reduce at train.py:3 in step" in said
     assert b"=== torchjob diagnosis 1: pid" in log and b"[MainThread]" in log
+
+
+def test_a_diagnosis_a_user_asked_during_the_silence_does_not_stand_for_the_silences() -> None:
+    job = spec()
+    status = silent(settle(job, running()))
+    requested = {
+        "number": 1,
+        "reason": "Requested",
+        "request": "r",
+        "askedTime": format_time(NOW - timedelta(minutes=1)),
+        "collectedTime": format_time(NOW - timedelta(seconds=50)),
+        "message": "m",
+    }
+    result = observe(job, running(), {**status, "diagnosis": requested})
+    assert result.ask_diagnosis is not None and not result.delete_pods
+    assert result.status["diagnosis"]["reason"] == constants.REASON_NO_PROGRESS
+    assert result.status["diagnosis"]["request"] == "r", "the request answered stays answered"
+    written = result.status["diagnosis"]
+    assert (written["collectedTime"], written["message"]) == (None, None), "removed: a merge patch"

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from support.planning import (
+    META,
     NOW,
     REPLICA_SCOPE,
     conditions,
@@ -350,3 +351,27 @@ def test_the_agent_stops_at_once_when_its_pod_is_deleted(tmp_path: Path) -> None
     time.sleep(0.5)
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=5) == 0
+
+
+def test_pods_their_rule_restarted_since_the_failure_are_not_restarted_again() -> None:
+    """With no restart delay, the worker that failed and the master that crashed on the broken
+    group run anew already: only the worker still on its run from before is asked, and the
+    master's crash is the gang before's."""
+    meta = {**META, "annotations": {constants.ANNOTATION_RESTART_BACKOFF: "0"}}
+    job = spec()
+    killed = EndedInPlace(137, None, None, NOW - timedelta(seconds=2), 30.0)
+    broken = EndedInPlace(1, None, None, NOW - timedelta(seconds=1.5), 30.0)
+    anew = NOW - timedelta(seconds=1)
+    pods = [
+        pod("master", 0, ended_in_place=broken, training_restarts=1, running_since=anew),
+        pod("worker", 0, ended_in_place=killed, training_restarts=1, running_since=anew),
+        pod("worker", 1, running_since=NOW - timedelta(hours=1)),
+    ]
+    result = observe(job, pods, settle(job, gang(), meta=meta), meta=meta)
+    asked = {a.name: (a.gang_restarts, a.asked) for a in result.restart_in_place}
+    assert asked == {"j-master-0": (1, 0), "j-worker-0": (1, 0), "j-worker-1": (1, 1)}
+    assert (result.status["backoffCount"], result.status["gangRestarts"]) == (1, 1)
+    patched = [replace(p, gang_restarts=1, restarts_asked=asked[p.name][1]) for p in pods]
+    after = observe(job, patched, result.status, meta=meta)
+    assert after.status["backoffCount"] == 1, "the master's crash is not counted again"
+    assert not after.restart_in_place and not after.delete_pods

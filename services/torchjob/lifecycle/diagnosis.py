@@ -98,7 +98,7 @@ def step(state: Round, stalled_since: datetime | None) -> Step:
         return Step(collect=collect, holds_restart=stalled)
     request = queries.diagnosis_request(observed.job_meta)
     requested = request is not None and request != record.get("request")
-    new_stall = stalled_since is not None and (asked is None or asked < stalled_since)
+    new_stall = stalled_since is not None and not _of_stall(record, stalled_since)
     if not (requested or new_stall):
         return NONE
     pods = _asked_pods(state)
@@ -110,6 +110,9 @@ def step(state: Round, stalled_since: datetime | None) -> Step:
         "askedTime": format_time(observed.now),
         "pods": len(pods),
         **({"request": request} if requested else _kept_request(record)),
+        # The status is written as a merge patch: the latest diagnosis's findings are removed.
+        "collectedTime": None,
+        "message": None,
     }
     if not pods:
         # Nothing to ask (no running pod with the agent): said at once, and nothing waits.
@@ -128,10 +131,17 @@ def said_for_stall(status: dict[str, Any], stalled_since: datetime) -> str | Non
     when there is none. Not its summary: that is the tenant's processes' word, which only the
     Diagnosed Event and status.diagnosis carry, as theirs."""
     record = recorded(status)
-    asked = parse_time(record.get("askedTime"))
-    if asked is None or asked < stalled_since or not record.get("collectedTime"):
+    if not _of_stall(record, stalled_since) or not record.get("collectedTime"):
         return None
     return f"where each rank was: diagnosis {record.get('number')}"
+
+
+def _of_stall(record: dict[str, Any], stalled_since: datetime) -> bool:
+    """The diagnosis is the one the silence since `stalled_since` asked for (one a user asked
+    for meanwhile, maybe before the deadline passed, is not)."""
+    asked = parse_time(record.get("askedTime"))
+    reason = record.get("reason")
+    return reason == constants.REASON_NO_PROGRESS and asked is not None and asked >= stalled_since
 
 
 def _asked_pods(state: Round) -> list[PodView]:

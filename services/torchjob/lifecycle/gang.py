@@ -201,10 +201,13 @@ def _restart(state: Round, cause: GangCause, tally: Tally, deleted: frozenset[st
     pending = cause.pending
     pods = state.pods.values()
     nodes = failing_nodes.judge(state, cause)
+    # A failure restarted at once: the pods their rule restarted since need no restart more.
+    failed_at = in_place.first_failure(state) if pending is not None and not pending.delay else None
     stop = in_place.stop_gang(
         [p for p in pods if not p.deleting and p.uid not in deleted],
         state.gang_restarts + 1,
         nodes.avoided,
+        failed_at,
     )
     # A pod restarted in place stays the replica's pod: its uid is kept, so is its count.
     staying = {ask.name for ask in stop.asked}
@@ -217,6 +220,7 @@ def _restart(state: Round, cause: GangCause, tally: Tally, deleted: frozenset[st
         gang_restarting=f"restarting every replica together: {cause.what}",
         delete_pods=stop.deleted,
         restart_in_place=stop.asked,
+        counted_in_place=stop.fresh,
         announced=(_event(state, cause, tally, in_place=bool(staying)), *nodes.events),
     )
 

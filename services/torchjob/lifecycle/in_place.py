@@ -25,6 +25,7 @@ rounds see it.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from torchjob.api import constants, queries
@@ -57,6 +58,16 @@ def ended(state: Round, pod: PodView) -> PodView | None:
     )
 
 
+def first_failure(state: Round) -> datetime | None:
+    """When the first of the failures in place not counted yet ended: where the gang broke."""
+    ends = [
+        failed.finished_at
+        for pod in state.pods.values()
+        if (failed := ended(state, pod)) is not None and failed.finished_at is not None
+    ]
+    return min(ends, default=None)
+
+
 def counted(state: Round, pod: PodView) -> int:
     """The training container's restarts the status has counted for this pod."""
     restarts = recorded_for(state.observed.status, pod.name, pod.uid).get("restartsInPlace")
@@ -81,23 +92,52 @@ def charge(state: Round, pending: PendingRestart, tally: Tally) -> Decision:
 
 @dataclass(frozen=True, slots=True)
 class GangStop:
-    """How the pods of a gang restart stop: those asked to restart in place, those deleted."""
+    """How the pods of a gang restart stop: those asked to restart in place, those deleted, and
+    those whose training container runs anew since the failure already (`fresh`: moved to the
+    new gang without a restart, their restarts so far counted as the gang's, by pod name)."""
 
     asked: tuple[InPlaceRestart, ...]
     deleted: tuple[tuple[str, str], ...]
+    fresh: tuple[tuple[str, int], ...] = ()
 
 
-def stop_gang(pods: list[PodView], gang_restarts: int, avoided: tuple[str, ...]) -> GangStop:
+def stop_gang(
+    pods: list[PodView],
+    gang_restarts: int,
+    avoided: tuple[str, ...],
+    failed_at: datetime | None = None,
+) -> GangStop:
     """Each of `pods` (none being deleted) asked to restart in place as gang `gang_restarts`
     where it can, else deleted: so is a pod on an `avoided` node, whose replacement goes
-    elsewhere (lifecycle/failing_nodes.py)."""
-    asked, deleted = [], []
+    elsewhere (lifecycle/failing_nodes.py). A pod whose training container its rule restarted
+    after the failure at `failed_at` (a restart due at once) runs anew already: restarting it
+    again would only cost its start once more."""
+    asked, deleted, fresh = [], [], []
     for pod in pods:
-        if pod.in_place and not pod.finished and pod.node not in avoided:
-            asked.append(ask(pod, gang_restarts))
-        else:
+        if not pod.in_place or pod.finished or pod.node in avoided:
             deleted.append((pod.name, pod.uid))
-    return GangStop(tuple(asked), tuple(deleted))
+        elif _anew_since(pod, failed_at):
+            kept = InPlaceRestart(pod.name, pod.uid, gang_restarts, pod.restarts_asked)
+            asked.append(kept)  # its gang count only: the patch asks no restart
+            fresh.append((pod.name, pod.training_restarts))
+        else:
+            asked.append(ask(pod, gang_restarts))
+    return GangStop(tuple(asked), tuple(deleted), tuple(fresh))
+
+
+def _anew_since(pod: PodView, failed_at: datetime | None) -> bool:
+    """The pod's training container ended with the failure at `failed_at`, or after it (on the
+    broken group), and runs again: its run now began after the failure. (The kubelet writes
+    whole seconds: the end of the run before is compared, not this run's start.)"""
+    last = pod.ended_in_place
+    return (
+        failed_at is not None
+        and last is not None
+        and last.finished_at is not None
+        and last.finished_at >= failed_at
+        and pod.running_since is not None
+        and not pod.restart_pending
+    )
 
 
 def ask(pod: PodView, gang_restarts: int) -> InPlaceRestart:
