@@ -71,6 +71,7 @@ def test_a_silent_job_is_diagnosed_before_its_restart_which_names_what_was_found
         "worker-1",
     ]
     assert not collecting.delete_pods, "nor while the reports are read"
+    assert collecting.requeue_after == 0, "and the job is looked at again once they are"
 
     found = diagnosis.collected(record, "rank 2 (worker-1 on n1) did not answer", due)
     restarting = observe(job, running(diagnoses_asked=1), {**asked, "diagnosis": found})

@@ -95,7 +95,9 @@ def step(state: Round, stalled_since: datetime | None) -> Step:
         if due > 0:
             return Step(requeue_after=due, holds_restart=stalled)
         collect = Collect(int(record.get("number") or 0), _seen(_asked_pods(state)))
-        return Step(collect=collect, holds_restart=stalled)
+        # Looked at again at once: what the silence's restart waited for is in (the status
+        # write that records it is the reconciler's own, which no watch event brings back).
+        return Step(collect=collect, requeue_after=0.0, holds_restart=stalled)
     request = queries.diagnosis_request(observed.job_meta)
     requested = request is not None and request != record.get("request")
     new_stall = stalled_since is not None and not _of_stall(record, stalled_since)
