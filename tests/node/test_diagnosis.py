@@ -88,9 +88,10 @@ def test_a_frozen_rank_is_named_before_the_restart_in_place(
         now = pod_of(node, node_namespace, replica)
         same = (now["metadata"]["uid"], now["spec"]["nodeName"])
         assert same == (pod["metadata"]["uid"], pod["spec"]["nodeName"]), "restarted in place"
-    # The stacks stay in the agents' logs (the one before the restart): pods/log readers read them.
+    # The stacks stay in the agent's log (printed again after its restart): pods/log readers
+    # read them.
     stacks = node.kubectl(
-        "logs", "-n", node_namespace, f"{NAME}-worker-0", "-c", "restart-agent", "--previous"
+        "logs", "-n", node_namespace, f"{NAME}-worker-0", "-c", "restart-agent"
     ).stdout
     assert "=== torchjob diagnosis 2: pid" in stacks and "[MainThread]" in stacks, stacks[-2000:]
     described = ok(torchjob(node, node_namespace, "get", NAME))

@@ -230,6 +230,18 @@ def test_the_agent_names_the_frozen_rank_and_the_collective_the_other_waits_in(
     assert "rank 0 (worker-0 on n1) waits in all_reduce at train.py:3 in step" in said
     assert b"=== torchjob diagnosis 1: pid" in log and b"[MainThread]" in log
 
+    # Restarted in place, the agent prints its latest diagnosis again: the current log has it.
+    again = subprocess.Popen(
+        [sys.executable, *command[1:3], *paths, *command[6:]], env=env, stdout=subprocess.PIPE
+    )
+    try:
+        assert again.stdout is not None
+        first = again.stdout.readline()
+    finally:
+        again.kill()
+        again.wait()
+    assert first.startswith(b"=== torchjob diagnosis 1: pid"), first
+
 
 def test_a_diagnosis_a_user_asked_during_the_silence_does_not_stand_for_the_silences() -> None:
     job = spec()

@@ -128,3 +128,32 @@ def test_a_version_that_is_not_a_number_is_ours_only_when_equal() -> None:
     expectations.expect_status(key, "abc")
     assert not expectations.observed_job(key, "abd")
     assert expectations.observed_job(key, "abc")
+
+
+def test_a_patch_is_awaited_until_the_cache_shows_its_version_or_a_later_one() -> None:
+    expectations = Expectations()
+    expectations.expect_update(KEY, A)
+    expectations.observed_update(KEY, A, "10")  # an update of before the patch's answer
+    assert not expectations.satisfied(KEY)
+    expectations.patched(KEY, A, "12")
+    assert not expectations.satisfied(KEY), "10 is older than the patch"
+    expectations.observed_update(KEY, A, "13")
+    assert expectations.satisfied(KEY)
+
+
+def test_a_patch_seen_before_its_answer_came_is_not_awaited() -> None:
+    expectations = Expectations()
+    expectations.expect_update(KEY, A)
+    expectations.observed_update(KEY, A, "12")
+    expectations.patched(KEY, A, "12")
+    assert expectations.satisfied(KEY)
+
+
+def test_a_failed_patch_or_a_deleted_pod_is_not_awaited() -> None:
+    expectations = Expectations()
+    expectations.expect_update(KEY, A)
+    expectations.patched(KEY, A, None)
+    expectations.expect_update(KEY, B)
+    expectations.patched(KEY, B, "5")
+    expectations.observed_deletion(KEY, B)
+    assert expectations.satisfied(KEY)

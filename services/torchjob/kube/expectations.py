@@ -1,5 +1,5 @@
-"""What a reconcile has asked the apiserver to create or delete, and the job status it wrote,
-that the informers have not yet reported. While anything is outstanding for a job, its cache
+"""What a reconcile has asked the apiserver to create, patch or delete, and the job status it
+wrote, that the informers have not yet reported. While anything is outstanding for a job, its cache
 view is known to lag behind its own writes, so the reconciler must not act on it (or it would
 create the same pod twice, or count a restart twice from a status that does not show the restart
 it recorded: the status is the restart ledger).
@@ -40,10 +40,19 @@ class _Pending:
     creations: set[ObjectRef] = field(default_factory=set)
     deletions: set[ObjectRef] = field(default_factory=set)
     status_version: str = ""  # the job's resourceVersion after our status write
+    # Objects patched: the version the patch left (None while it is sent), and the latest
+    # version the informer showed meanwhile.
+    updates: dict[ObjectRef, str | None] = field(default_factory=dict)
+    seen: dict[ObjectRef, str] = field(default_factory=dict)
     deadline: float = 0.0
 
     def empty(self) -> bool:
-        return not self.creations and not self.deletions and not self.status_version
+        return (
+            not self.creations
+            and not self.deletions
+            and not self.status_version
+            and not self.updates
+        )
 
 
 class Expectations:
@@ -67,10 +76,42 @@ class Expectations:
             pending.creations.discard(ref)
 
     def observed_deletion(self, key: JobKey, ref: ObjectRef) -> None:
-        """The informer saw `ref` vanish (or the delete failed, so it never will)."""
+        """The informer saw `ref` vanish (or the delete failed, so it never will); a patch of it
+        awaited is not any more."""
         pending = self._pending.get(key)
         if pending is not None:
             pending.deletions.discard(ref)
+            pending.updates.pop(ref, None)
+
+    def expect_update(self, key: JobKey, ref: ObjectRef) -> None:
+        """A patch of `ref` is about to be sent (`patched` says what version it left)."""
+        pending = self._expect(key)
+        pending.updates[ref] = None
+        pending.seen.pop(ref, None)
+
+    def patched(self, key: JobKey, ref: ObjectRef, resource_version: str | None) -> None:
+        """The patch of `ref` left it at `resource_version` (None: it failed, nothing to wait
+        for); done at once when the informer showed that version already."""
+        pending = self._pending.get(key)
+        if pending is None or ref not in pending.updates:
+            return
+        seen = pending.seen.get(ref, "")
+        if not resource_version or (seen and _not_older(seen, resource_version)):
+            pending.updates.pop(ref)
+            pending.seen.pop(ref, None)
+        else:
+            pending.updates[ref] = resource_version
+
+    def observed_update(self, key: JobKey, ref: ObjectRef, resource_version: str) -> None:
+        """The informer shows `ref` at `resource_version`."""
+        pending = self._pending.get(key)
+        if pending is None or ref not in pending.updates:
+            return
+        written = pending.updates[ref]
+        if written is None:
+            pending.seen[ref] = resource_version
+        elif _not_older(resource_version, written):
+            pending.updates.pop(ref)
 
     def expect_status(self, key: JobKey, resource_version: str) -> None:
         """A status write that left the job at `resource_version`."""
@@ -102,6 +143,7 @@ class Expectations:
                 key=str(key),
                 creations=sorted(map(str, pending.creations)),
                 deletions=sorted(map(str, pending.deletions)),
+                updates=sorted(map(str, pending.updates)),
                 status_version=pending.status_version,
             )
             del self._pending[key]

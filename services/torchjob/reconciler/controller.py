@@ -237,6 +237,11 @@ class Reconciler:
 
     def _pod_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         key = owner_job_key(new)
+        if key:
+            version = str(new["metadata"].get("resourceVersion") or "")
+            self.expectations.observed_update(
+                key, ObjectRef("pod", new["metadata"]["name"]), version
+            )
         if key and new["metadata"].get("deletionTimestamp"):
             # A pod being deleted is no current pod to the planner, so the cache has caught up
             # with its deletion: waiting for it to vanish would wait forever on a pod whose node

@@ -239,13 +239,19 @@ class ReconcilerExecutor:
     async def _restart_in_place(self, key: JobKey, job: dict[str, Any], plan: Plan) -> None:
         """Ask the planned pods to restart in place (lifecycle/in_place.py): a merge patch of two
         annotations, on the pod of that uid only. A pod gone or replaced since needs nothing: the
-        next round sees what is there."""
+        next round sees what is there. The next round waits until the cache shows each patch:
+        a pod of the gang before, seen without its new count, would be asked again."""
         namespace = job["metadata"]["namespace"]
         for ask in plan.restart_in_place:
+            ref = ObjectRef("pod", ask.name)
+            self.expectations.expect_update(key, ref)
+            version = None
             try:
-                await self.resources.patch(PODS, namespace, ask.name, restart_patch(ask))
+                version = await self.resources.patch(PODS, namespace, ask.name, restart_patch(ask))
             except (NotFound, Conflict):
                 continue
+            finally:
+                self.expectations.patched(key, ref, version)
             log.info("asked to restart in place", job=str(key), pod=ask.name, asked=ask.asked)
 
     async def _end_group(self, key: JobKey, job: dict[str, Any], plan: Plan) -> None:

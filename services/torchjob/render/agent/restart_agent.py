@@ -13,7 +13,8 @@ which its postStart hook waits for so that the training container starts after t
 diagnoses asked exceed those it answered, it asks every registered training process for its
 stacks (DIAGNOSIS_DIR/asked), waits up to ANSWER_SECONDS for their answers, prints every
 answer whole (the pod's log keeps them, for whoever may read it) and last one line,
-REPORT_PREFIX and a JSON summary, which the reconciler reads from the log's tail.
+REPORT_PREFIX and a JSON summary, which the reconciler reads from the log's tail. It keeps that
+report and prints it again when it starts anew, so the pod's current log holds the latest one.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ MAX_PROCESSES = 32
 MAX_STACKS_BYTES = 64 * 1024  # of one process's stacks printed
 MAX_FRAMES = 12  # of the main thread's, innermost first, in the summary
 MAX_TEXT = 200
+LATEST_REPORT = "latest-report.txt"
 
 
 def number(path: str) -> int:
@@ -148,21 +150,38 @@ def summary_of(answer: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
-def report(asked: int, answers: list[dict[str, Any]]) -> None:
-    """Every answer whole, then the one line the reconciler reads."""
+def report(diagnosis_dir: str, asked: int, answers: list[dict[str, Any]]) -> None:
+    """Every answer whole, then the one line the reconciler reads; kept as LATEST_REPORT too,
+    which the agent prints again when it starts anew (a restart in place), so that the pod's
+    current log holds its latest diagnosis."""
+    lines = []
     for answer in answers:
         argv = " ".join(str(a) for a in answer.get("argv") or [])[:MAX_TEXT]
         heading = f"pid {answer.get('pid')} rank {answer.get('rank')} ({argv})"
-        print(f"=== torchjob diagnosis {asked}: {heading} ===")
+        lines.append(f"=== torchjob diagnosis {asked}: {heading} ===")
         if answer.get("answered", True):
             names = answer.get("threads") or {}
             for line in (answer.get("stacks") or "").splitlines():
                 ident = thread_of(line)
-                print(line if ident is None else f"{line} [{names.get(ident, '?')}]")
+                lines.append(line if ident is None else f"{line} [{names.get(ident, '?')}]")
         else:
-            print(f"did not answer within {ANSWER_SECONDS:g}s: stopped, or holding Python's lock")
-    line = {"number": asked, "processes": [summary_of(a) for a in answers]}
-    print(REPORT_PREFIX + json.dumps(line, separators=(",", ":")), flush=True)
+            lines.append(
+                f"did not answer within {ANSWER_SECONDS:g}s: stopped, or holding Python's lock"
+            )
+    summary = {"number": asked, "processes": [summary_of(a) for a in answers]}
+    lines.append(REPORT_PREFIX + json.dumps(summary, separators=(",", ":")))
+    text = "\n".join(lines) + "\n"
+    write(os.path.join(diagnosis_dir, LATEST_REPORT), text)
+    print(text, end="", flush=True)
+
+
+def repeat_latest(diagnosis_dir: str) -> None:
+    try:
+        with open(os.path.join(diagnosis_dir, LATEST_REPORT), errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return
+    print(text, end="", flush=True)
 
 
 def forget_old(diagnosis_dir: str, asked: int) -> None:
@@ -179,6 +198,7 @@ def main(asked_dir: str, starts_file: str, diagnosis_dir: str, hook_source: str)
     # signal PID 1 has no handler for) and hold every deleted pod for its whole grace period.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     install(diagnosis_dir, hook_source)
+    repeat_latest(diagnosis_dir)
     starts = number(starts_file)
     write(starts_file, str(starts + 1))
     answered_file = os.path.join(diagnosis_dir, "answered")
@@ -189,7 +209,7 @@ def main(asked_dir: str, starts_file: str, diagnosis_dir: str, hook_source: str)
             return RESTART_EXIT_CODE
         asked = number(os.path.join(asked_dir, "diagnoses"))
         if asked > number(answered_file):
-            report(asked, collect(diagnosis_dir, asked))
+            report(diagnosis_dir, asked, collect(diagnosis_dir, asked))
             write(answered_file, str(asked))
             forget_old(diagnosis_dir, asked)
         time.sleep(POLL_SECONDS)
