@@ -37,6 +37,9 @@ MAX_STACKS_BYTES = 64 * 1024  # of one process's stacks printed
 MAX_FRAMES = 12  # of the main thread's, innermost first, in the summary
 MAX_TEXT = 200
 LATEST_REPORT = "latest-report.txt"
+# How often the files of processes gone are removed (a job that starts many short Python
+# processes would fill the volume with them).
+PRUNE_SECONDS = 60.0
 
 
 def number(path: str) -> int:
@@ -202,6 +205,7 @@ def main(asked_dir: str, starts_file: str, diagnosis_dir: str, hook_source: str)
     starts = number(starts_file)
     write(starts_file, str(starts + 1))
     answered_file = os.path.join(diagnosis_dir, "answered")
+    pruned = time.monotonic()
     while True:
         restarts = number(os.path.join(asked_dir, "restarts"))
         if restarts > starts:
@@ -212,6 +216,9 @@ def main(asked_dir: str, starts_file: str, diagnosis_dir: str, hook_source: str)
             report(diagnosis_dir, asked, collect(diagnosis_dir, asked))
             write(answered_file, str(asked))
             forget_old(diagnosis_dir, asked)
+        if time.monotonic() - pruned > PRUNE_SECONDS:
+            live_processes(diagnosis_dir)  # the files of processes gone are removed
+            pruned = time.monotonic()
         time.sleep(POLL_SECONDS)
 
 
