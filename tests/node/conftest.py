@@ -3,11 +3,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.frozen_rank import FrozenRankRun
 
 NODE_TESTS = Path(__file__).parent
 # Real pods take what the machine gives them: torch starting in four processes on two busy cores,
@@ -24,16 +22,3 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if item.path.is_relative_to(NODE_TESTS):
             item.add_marker(pytest.mark.node)
             item.add_marker(pytest.mark.timeout(NODE_TEST_TIMEOUT))
-
-
-@pytest.fixture(scope="session", autouse=True)
-def frozen_rank(request: pytest.FixtureRequest) -> Iterator[FrozenRankRun | None]:
-    """The run tests/node/test_diagnosis.py reads, started with the session when that test is
-    collected, so that its minutes of waiting pass beside the tests before it."""
-    if not any(item.path.name == "test_diagnosis.py" for item in request.session.items):
-        yield None
-        return
-    run = FrozenRankRun(request.getfixturevalue("node"))
-    run.start()
-    yield run
-    run.stop()

@@ -1,48 +1,98 @@
-"""A hang says where, on real pods (tests/support/frozen_rank.py runs the job): the diagnosis a
-user asks for names every rank; once one rank's processes are frozen, the job's silence passes
-its progress deadline, and before its restart the diagnosis names the frozen rank and the
-collective the other waits in, readable in the status, through `torchjob` and in the agents'
-logs; then the gang restarts in place and the job succeeds."""
+"""A hang says where, on real pods: a Hugging Face Trainer job of two replicas, one asked for a
+diagnosis while it trains, then one rank's processes frozen (SIGSTOP). The job's silence passes
+its progress deadline; before its restart the diagnosis names the frozen rank and the collective
+the other waits in, readable in the status, through `torchjob` and in the agents' logs; then the
+gang restarts in place and the job succeeds."""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from support.frozen_rank import FrozenRankRun
+from support.jobs import JobBuilder
+from support.node import Node, container_id, ok, small_resources, torchjob, wait_until
 
 from torchjob.api import constants
 
+NAME = "hf-hang"
 
-def test_a_frozen_rank_is_named_before_the_restart_in_place(frozen_rank: FrozenRankRun) -> None:
-    seen = frozen_rank.result()
-    asked = seen["asked"]
+
+def hf_job(image: str) -> dict[str, Any]:
+    container = {
+        "name": "python",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": ["hf_trainer.py", "--max_steps", "400"],
+        "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}],
+        "resources": small_resources({"cpu": "1", "memory": "1Gi"}),
+    }
+    annotations = {
+        constants.ANNOTATION_PROGRESS_DEADLINE: "20",
+        constants.ANNOTATION_RESTART_BACKOFF: "0",
+    }
+    return (
+        JobBuilder(NAME)
+        .metadata(annotations=annotations)
+        .torchrun(procPerNode="1", maxRestarts=0)
+        .replicas("worker", 2, container=container, restartPolicy="OnFailure")
+        .run_policy(backoffLimit=3, activeDeadlineSeconds=1200)
+        .build()
+    )
+
+
+def pod_of(node: Node, namespace: str, replica: str) -> dict[str, Any]:
+    pod = node.get("pod", f"{NAME}-{replica}", namespace)
+    assert pod is not None, replica
+    return pod
+
+
+def diagnosis(node: Node, namespace: str, number: int) -> dict[str, Any] | None:
+    found = (node.job(namespace, NAME).get("status") or {}).get("diagnosis") or {}
+    return found if found.get("number") == number and found.get("collectedTime") else None
+
+
+def test_a_frozen_rank_is_named_before_the_restart_in_place(
+    node: Node, node_namespace: str
+) -> None:
+    node.apply(node_namespace, hf_job(node.example_image))
+    wait_until(
+        f"{NAME}'s first progress report",
+        lambda: (node.job(node_namespace, NAME).get("status") or {}).get("trainerStatus"),
+        timeout=300,
+    )
+
+    asked = ok(torchjob(node, node_namespace, "diagnose", NAME, "--summary", timeout=120))
     assert asked.startswith("Diagnosis 1 (Requested)"), asked
     assert "rank 0 (worker-0 on " in asked and "rank 1 (worker-1 on " in asked, asked
 
-    found = seen["found"]
+    before = {p: pod_of(node, node_namespace, p) for p in ("worker-0", "worker-1")}
+    frozen = container_id(before["worker-1"], "python")
+    node.ctr("tasks", "kill", "--all", "--signal", "SIGSTOP", frozen)
+
+    found = wait_until("the silence's diagnosis", lambda: diagnosis(node, node_namespace, 2), 180)
     assert found["reason"] == "NoProgress", found
     message = found["message"]
     assert re.search(r"rank 1 \(worker-1 on \S+\) did not answer", message), message
     assert re.search(r"rank 0 \(worker-0 on \S+\) waits in \w+", message), message
     assert message.index("rank 1") < message.index("rank 0"), "the one the other waits for first"
-    said = [
-        e["message"]
-        for e in seen["diagnosed_events"]
-        if e.get("reason") == constants.REASON_DIAGNOSED
-    ]
+    events = node.events(node_namespace, NAME)
+    said = [e["message"] for e in events if e.get("reason") == constants.REASON_DIAGNOSED]
     assert any(m.startswith("diagnosis 2 (NoProgress): rank 1") for m in said), said
 
-    job = seen["job"]
+    job = node.wait_for_phase(node_namespace, NAME, ["Succeeded", "Failed"], 600)
     assert job["status"]["phase"] == "Succeeded", job["status"]
     assert job["status"]["gangRestarts"] == 1, job["status"]
-    restarted = [e["message"] for e in seen["events"]]
+    restarted = [e["message"] for e in events + node.events(node_namespace, NAME)]
     assert any("where each rank was: diagnosis 2" in m for m in restarted), restarted
-    for replica, pod in seen["before"].items():
-        now = seen["after"][replica]
+    for replica, pod in before.items():
+        now = pod_of(node, node_namespace, replica)
         same = (now["metadata"]["uid"], now["spec"]["nodeName"])
         assert same == (pod["metadata"]["uid"], pod["spec"]["nodeName"]), "restarted in place"
     # The stacks stay in the agent's log (printed again after its restart): pods/log readers
     # read them.
-    stacks = seen["stacks"]
+    stacks = node.kubectl(
+        "logs", "-n", node_namespace, f"{NAME}-worker-0", "-c", "restart-agent"
+    ).stdout
     assert "=== torchjob diagnosis 2: pid" in stacks and "[MainThread]" in stacks, stacks[-2000:]
-    assert "Diagnosis:   2 (NoProgress" in seen["described"], seen["described"]
+    described = ok(torchjob(node, node_namespace, "get", NAME))
+    assert "Diagnosis:   2 (NoProgress" in described, described
