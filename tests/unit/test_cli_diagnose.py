@@ -25,7 +25,8 @@ from torchjob.cli.diagnose import (
 )
 from torchjob.cli.main import main, parser
 from torchjob.render.agent.restart_agent import REPORT_PREFIX
-from torchjob.views.cli.description import describe, diagnosis_record
+from torchjob.views.cli.description import describe
+from torchjob.views.summary import diagnosis_record
 
 NOW = datetime(2026, 12, 6, 20, 42, tzinfo=UTC)
 COLLECTED: dict[str, Any] = {

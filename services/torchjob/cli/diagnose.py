@@ -29,8 +29,7 @@ from torchjob.lifecycle.times import format_micro_time
 from torchjob.render.agent.restart_agent import REPORT_PREFIX
 from torchjob.render.in_place import AGENT
 from torchjob.render.job_kinds import kind_of
-from torchjob.views.cli.description import diagnosis_record
-from torchjob.views.summary import replica_pods
+from torchjob.views.summary import diagnosis_record, replica_pods
 
 DEFAULT_TIMEOUT: Final = 60.0
 POLL_SECONDS: Final = 1.0

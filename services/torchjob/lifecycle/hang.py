@@ -23,6 +23,7 @@ from typing import Any, Final
 import orjson
 
 from torchjob.lifecycle.diagnosis import PodSeen
+from torchjob.lifecycle.terminated import one_line
 from torchjob.render.agent.restart_agent import REPORT_PREFIX
 
 MAX_MESSAGE: Final = 1024
@@ -72,7 +73,7 @@ def summarize(pods: Iterable[PodSeen], reports: Mapping[str, dict[str, Any] | No
         return "no pod was asked"
     ordered = sorted(groups.items(), key=lambda item: item[0].startswith("waits in"))
     parts = [f"{_named(ranks)} {state}" for state, ranks in ordered]
-    return _bounded("; ".join(parts), MAX_MESSAGE)
+    return one_line("; ".join(parts), MAX_MESSAGE)
 
 
 def _states(pod: PodSeen, report: dict[str, Any] | None) -> list[tuple[str, str]]:
@@ -138,9 +139,4 @@ def _named(ranks: list[str]) -> str:
 
 
 def _text(value: Any) -> str:
-    return _bounded(str(value), 120)
-
-
-def _bounded(text: str, limit: int) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+    return one_line(str(value), 120)

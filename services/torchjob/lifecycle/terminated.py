@@ -37,9 +37,9 @@ def message_of(ended: ContainerStateTerminated, status: PodStatus) -> str | None
     return one_line(said)
 
 
-def one_line(said: str) -> str:
+def one_line(said: str, limit: int = MESSAGE_LIMIT) -> str:
     line = " ".join(said.split())
-    return line if len(line) <= MESSAGE_LIMIT else line[: MESSAGE_LIMIT - 3] + "..."
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def last_finish(statuses: list[ContainerStatus]) -> datetime | None:

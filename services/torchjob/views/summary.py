@@ -7,8 +7,11 @@ from __future__ import annotations
 from typing import Any, TypeGuard
 
 from torchjob.api import constants
+from torchjob.api.job_api import api_of
 from torchjob.api.queries import training_container_in
+from torchjob.lifecycle.diagnosis import recorded
 from torchjob.lifecycle.progress import FIELD as PROGRESS_FIELD
+from torchjob.render.job_kinds import kind_of
 from torchjob.render.topology import replica_name
 
 NO_VALUE = "-"  # a progress cell without a report
@@ -147,3 +150,10 @@ def job_of_pod(pod: dict[str, Any]) -> tuple[Any, Any]:
     """The namespace and name of the job a replica pod belongs to (its job-name label)."""
     meta = pod.get("metadata") or {}
     return meta.get("namespace"), (meta.get("labels") or {}).get(constants.LABEL_JOB_NAME)
+
+
+def diagnosis_record(job: dict[str, Any]) -> dict[str, Any]:
+    """The job's status.diagnosis (lifecycle/diagnosis.py), read where its kind keeps the
+    lifecycle's record (a PyTorchJob's in its status.torchjob); {} before the first."""
+    view = kind_of(api_of(job)).training_job(job)
+    return recorded(dict(view.get("status") or {}))

@@ -9,16 +9,14 @@ import textwrap
 from datetime import UTC, datetime
 from typing import Any
 
-from torchjob.api.job_api import api_of
-from torchjob.lifecycle.diagnosis import recorded
 from torchjob.lifecycle.progress import seconds_since_report
-from torchjob.render.job_kinds import kind_of
 from torchjob.render.tensorboard import PORT as TENSORBOARD_PORT
 from torchjob.render.tensorboard import tensorboard_name, tensorboard_url
 from torchjob.views.cli.tables import NONE, age, parse_time, table
 from torchjob.views.quantities import format_cpu, format_gpus, format_memory, job_requests
 from torchjob.views.summary import (
     NO_VALUE,
+    diagnosis_record,
     duration,
     eta_text,
     phase,
@@ -93,13 +91,6 @@ def _summary(job: dict[str, Any], now: datetime) -> list[str]:
         f"{format_memory(requests.memory)} memory in all"
     )
     return lines
-
-
-def diagnosis_record(job: dict[str, Any]) -> dict[str, Any]:
-    """The job's status.diagnosis (lifecycle/diagnosis.py), read where its kind keeps the
-    lifecycle's record (a PyTorchJob's in its status.torchjob); {} before the first."""
-    view = kind_of(api_of(job)).training_job(job)
-    return recorded(dict(view.get("status") or {}))
 
 
 def diagnosis_lines(job: dict[str, Any]) -> list[str]:

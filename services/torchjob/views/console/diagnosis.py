@@ -2,10 +2,10 @@
 reconciler recorded, a request it has not taken up yet, and where the stacks are (each replica
 pod's restart agent's log). Pure.
 
-The record is read where the job's kind keeps the lifecycle's record (`rows.training_view`), so a
-PyTorchJob's is read from its `status.torchjob`. Its message summarizes what the job's own
-processes reported: the page shows it as the job's report, escaped, never as the console's
-words."""
+The record is read where the job's kind keeps the lifecycle's record
+(`views.summary.diagnosis_record`), so a PyTorchJob's is read from its `status.torchjob`. Its
+message summarizes what the job's own processes reported: the page shows it as the job's
+report, escaped, never as the console's words."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from torchjob.api import constants, queries
-from torchjob.lifecycle.diagnosis import recorded
 from torchjob.render.in_place import AGENT
-from torchjob.views.console.rows import replica_choices, training_view
+from torchjob.views.console.rows import replica_choices
+from torchjob.views.summary import diagnosis_record
 
 Object = dict[str, Any]
 # Why a diagnosis was made, in words, by its reason.
@@ -48,7 +48,7 @@ class DiagnosisShown:
 
 def diagnosis_shown(job: Object) -> DiagnosisShown:
     """The job's latest diagnosis and a request of it still to be taken up."""
-    record = recorded(dict(training_view(job).get("status") or {}))
+    record = diagnosis_record(job)
     latest = _diagnosis(record) if record else None
     request = queries.diagnosis_request(job.get("metadata") or {}) or ""
     answered = record.get("request") or ""
