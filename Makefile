@@ -99,7 +99,7 @@ generate: $(STAMP) ## regenerate the CRDs, the Python API models and their API r
 	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=tools/codegen proto/schema_options.proto
 	$(BIN)/python -m grpc_tools.protoc -Iproto --plugin=protoc-gen-torchjob=tools/protoc-gen-torchjob \
 		--torchjob_out=. $(filter-out proto/schema_options.proto,$(PROTO_FILES))
-	$(BIN)/ruff format --quiet services/torchjob/api/types.py services/torchjob/api/kubeflow_types.py
+	$(BIN)/ruff format --quiet services/torchjob/api/*types.py
 	$(BIN)/python tools/settings_doc.py > docs/settings.md
 
 .PHONY: pod-schema

@@ -18,7 +18,13 @@ ROOT = Path(__file__).parents[2]
 BIN = Path(sys.executable).parent
 CRD = ROOT / "crds" / "batch.tensorstack.dev_pytorchtrainingjobs.yaml"
 KUBEFLOW_CRD = ROOT / "crds" / "kubeflow.org_pytorchjobs.yaml"
-PYTHON_MODELS = ["services/torchjob/api/types.py", "services/torchjob/api/kubeflow_types.py"]
+PYTHON_MODELS = [
+    "services/torchjob/api/types.py",
+    "services/torchjob/api/kubeflow_types.py",
+    "services/torchjob/api/trainer_types.py",
+    "services/torchjob/api/trainingruntime_types.py",
+    "services/torchjob/api/clustertrainingruntime_types.py",
+]
 GENERATED = [
     "crds/batch.tensorstack.dev_pytorchtrainingjobs.yaml",
     "services/torchjob/api/types.py",
@@ -26,6 +32,15 @@ GENERATED = [
     "crds/kubeflow.org_pytorchjobs.yaml",
     "services/torchjob/api/kubeflow_types.py",
     "docs/api-kubeflow.md",
+    "crds/trainer.kubeflow.org_trainjobs.yaml",
+    "crds/trainer.kubeflow.org_trainingruntimes.yaml",
+    "crds/trainer.kubeflow.org_clustertrainingruntimes.yaml",
+    "services/torchjob/api/trainer_types.py",
+    "services/torchjob/api/trainingruntime_types.py",
+    "services/torchjob/api/clustertrainingruntime_types.py",
+    "docs/api-trainer.md",
+    "docs/api-trainingruntime.md",
+    "docs/api-clustertrainingruntime.md",
 ]
 
 

@@ -21,7 +21,11 @@ def render(schema: Schema) -> str:
         "served": True,
         "storage": True,
         "schema": {"openAPIV3Schema": _root_schema(schema, root)},
-        "subresources": _subresources(res),
+        **(
+            {"subresources": _subresources(res)}
+            if res.status_field or res.HasField("scale")
+            else {}
+        ),
         "additionalPrinterColumns": [_printer_column(c) for c in res.printer_columns],
     }
     names: dict[str, Any] = {
@@ -41,7 +45,7 @@ def render(schema: Schema) -> str:
         "spec": {
             "group": res.group,
             "names": names,
-            "scope": "Namespaced",
+            "scope": "Cluster" if res.cluster_scoped else "Namespaced",
             "versions": [version],
         },
     }
@@ -50,7 +54,7 @@ def render(schema: Schema) -> str:
 
 
 def _subresources(res: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"status": {}}
+    out: dict[str, Any] = {"status": {}} if res.status_field else {}
     if res.HasField("scale"):
         scale = {
             "specReplicasPath": res.scale.spec_replicas_path,

@@ -21,7 +21,10 @@ def generate(request: plugin_pb2.CodeGeneratorRequest) -> plugin_pb2.CodeGenerat
     )
     files = {fd.name: fd for fd in request.proto_file}
     for name in request.file_to_generate:
-        api = schema.read(files[name])
+        if not schema.declares_resource(files[name]):
+            continue  # messages shared by the resources of files that import it
+        imported = [files[dep] for dep in files[name].dependency if dep in request.file_to_generate]
+        api = schema.read(files[name], imported)
         res = api.resource
         module = res.python_module or PYTHON_MODULE
         appendix_dir = res.docs_appendix_dir if res.docs_path else DOCS_APPENDIX_DIR

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 from google.protobuf import descriptor_pb2
@@ -101,7 +102,26 @@ def _short(type_name: str) -> str:
     return type_name.rsplit(".", 1)[-1]
 
 
-def read(fd: descriptor_pb2.FileDescriptorProto) -> Schema:
+def declares_resource(fd: descriptor_pb2.FileDescriptorProto) -> bool:
+    """A file with a message carrying the resource option, from which a resource is generated."""
+    return any(msg.options.HasExtension(opts.resource) for msg in fd.message_type)
+
+
+def read(
+    fd: descriptor_pb2.FileDescriptorProto,
+    imported: Sequence[descriptor_pb2.FileDescriptorProto] = (),
+) -> Schema:
+    """The schema of a resource's file, with the messages and enums of the `imported` files
+    (shared messages, which declare no resource) as if written in it."""
+    schema = _read_one(fd)
+    for other in imported:
+        shared = _read_one(other)
+        schema.messages = {**shared.messages, **schema.messages}
+        schema.enums = {**shared.enums, **schema.enums}
+    return schema
+
+
+def _read_one(fd: descriptor_pb2.FileDescriptorProto) -> Schema:
     comments = _comments(fd)
     file_doc = next(
         (
