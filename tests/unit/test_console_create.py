@@ -154,8 +154,8 @@ def test_a_pytorchjobs_refusal_goes_beside_the_field_its_path_names() -> None:
 
 def test_the_yaml_views_kind_is_its_api_version_where_kubeflow_is_served() -> None:
     text = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\n"
-    assert draft_of_yaml(text, kubeflow=True).kind == KUBEFLOW_KIND
-    assert draft_of_yaml(text, kubeflow=False).kind == TRAINING_KIND
+    assert draft_of_yaml(text, {"kubeflow"}).kind == KUBEFLOW_KIND
+    assert draft_of_yaml(text, ()).kind == TRAINING_KIND
 
 
 def test_the_kind_choice_is_shown_only_where_there_is_one_to_make() -> None:
@@ -219,8 +219,8 @@ def test_a_job_the_form_cannot_show_is_cloned_into_the_yaml_view_saying_why() ->
 
 
 def test_from_names_a_served_kind_and_a_dns_label() -> None:
-    assert clone_source("jobs/train-1", kubeflow=False) == (TRAINING_KIND, "train-1")
-    assert clone_source("pytorchjobs/train", kubeflow=True) == (KUBEFLOW_KIND, "train")
+    assert clone_source("jobs/train-1", ()) == (TRAINING_KIND, "train-1")
+    assert clone_source("pytorchjobs/train", {"kubeflow"}) == (KUBEFLOW_KIND, "train")
     for refused in (
         "pytorchjobs/train",
         "jobs/../secrets/x",
@@ -231,7 +231,7 @@ def test_from_names_a_served_kind_and_a_dns_label() -> None:
         "configmaps/train",
         "jobs/train/extra",
     ):
-        assert clone_source(refused, kubeflow=False) is None, refused
+        assert clone_source(refused, ()) is None, refused
 
 
 def test_the_claim_field_offers_the_namespaces_claims_with_their_phase() -> None:
@@ -246,8 +246,8 @@ def test_the_claim_field_offers_the_namespaces_claims_with_their_phase() -> None
 
 
 def test_the_jobs_page_offers_each_served_kind_from_the_kinds_table() -> None:
-    assert kind_tabs(kubeflow=False) == {"jobs": "PyTorchTrainingJobs"}
-    assert kind_tabs(kubeflow=True) == {
+    assert kind_tabs(()) == {"jobs": "PyTorchTrainingJobs"}
+    assert kind_tabs({"kubeflow"}) == {
         "jobs": "PyTorchTrainingJobs",
         "pytorchjobs": "Kubeflow PyTorchJobs",
     }
@@ -255,6 +255,7 @@ def test_the_jobs_page_offers_each_served_kind_from_the_kinds_table() -> None:
     assert KIND_LABELS == {
         "PyTorchTrainingJob": "PyTorchTrainingJob",
         "PyTorchJob": "Kubeflow PyTorchJob",
+        "TrainJob": "Kubeflow TrainJob",
     }
 
 

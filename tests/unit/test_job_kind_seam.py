@@ -12,12 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.trainer import TRAIN_JOB as TRAIN_JOB_MANIFEST
+from support.trainer import started
 from support.webhook import KUBEFLOW_JOB as kubeflow_job_manifest
 
-from torchjob.api.job_api import JOB_APIS, KUBEFLOW_JOB, TRAINING_JOB, JobApi
+from torchjob.api.job_api import JOB_APIS, KUBEFLOW_JOB, TRAIN_JOB, TRAINING_JOB, JobApi
 from torchjob.api.jsoncopy import merge_patched
 from torchjob.api.kubeflow_admission import default_pytorchjob
-from torchjob.render.job_kinds import KINDS, kind_of, served_apis, written_api
+from torchjob.api.trainer_admission import default_trainjob
+from torchjob.render.job_kinds import EVERY_OPT_IN, KINDS, kind_of, served_apis, written_api
 from torchjob.render.replica_objects import owner_reference
 
 TRAINING_KIND = kind_of(TRAINING_JOB)
@@ -34,6 +37,10 @@ KIND_HOMES = {
     "api/kubeflow_admission.py",
     "render/kubeflow.py",
     "views/console/kubeflow_form.py",
+    "api/trainer.py",
+    "api/trainer_types.py",
+    "api/trainer_admission.py",
+    "render/trainer.py",
 }
 # Modules that still compare with a kind, and why that is no test of a job's kind.
 ALLOWED = {
@@ -43,9 +50,9 @@ ALLOWED = {
     "kube/reconcile.py": "a job key's text",
 }
 # The names that stand for a job API or its kind in the code.
-KIND_NAMES = {"TRAINING_JOB", "KUBEFLOW_JOB", "TRAINING_KIND", "KUBEFLOW_KIND"}
+KIND_NAMES = {"TRAINING_JOB", "KUBEFLOW_JOB", "TRAIN_JOB", "TRAINING_KIND", "KUBEFLOW_KIND"}
 # A generated model's constants (`types.KIND`, `kubeflow_types.API_VERSION`).
-MODEL_MODULES = {"types", "kubeflow_types"}
+MODEL_MODULES = {"types", "kubeflow_types", "trainer_types"}
 MODEL_CONSTANTS = {"KIND", "API_VERSION", "PLURAL"}
 # How a job's kind is spelled in the objects: its kind, plural and apiVersion.
 KIND_WORDS = {word for api in JOB_APIS for word in (api.kind, api.plural, api.api_version)}
@@ -114,8 +121,10 @@ def test_each_allowance_is_still_needed() -> None:
 def test_every_api_has_a_kind_and_torchjobs_own_needs_no_opt_in() -> None:
     assert set(KINDS) == set(JOB_APIS)
     assert all(kind.api is api for api, kind in KINDS.items())
-    assert served_apis(False) == (TRAINING_JOB,)
-    assert served_apis(True) == (TRAINING_JOB, KUBEFLOW_JOB)
+    assert served_apis(()) == (TRAINING_JOB,)
+    assert served_apis({"kubeflow"}) == (TRAINING_JOB, KUBEFLOW_JOB)
+    assert served_apis({"trainer"}) == (TRAINING_JOB, TRAIN_JOB)
+    assert served_apis(EVERY_OPT_IN) == (TRAINING_JOB, KUBEFLOW_JOB, TRAIN_JOB)
 
 
 def stored_job(api: JobApi) -> dict[str, Any]:
@@ -123,6 +132,9 @@ def stored_job(api: JobApi) -> dict[str, Any]:
     if api is KUBEFLOW_JOB:
         job, _ = default_pytorchjob(copy.deepcopy(kubeflow_job_manifest))
         job["metadata"]["uid"] = "u"
+        return job
+    if api is TRAIN_JOB:
+        job, _ = default_trainjob(started(TRAIN_JOB_MANIFEST))
         return job
     meta = {"name": "j", "uid": "u"}
     return {"apiVersion": api.api_version, "kind": api.kind, "metadata": meta, "spec": {}}
@@ -136,7 +148,7 @@ def test_a_kind_reads_the_pause_its_patch_writes(api: JobApi) -> None:
     for paused in (True, False):
         job = merge_patched(job, kind.pause_patch(paused))
         assert kind.paused(job) is paused
-        assert kind.paused(kind.run(job) or {}) is paused or api is KUBEFLOW_JOB
+        assert TRAINING_KIND.paused(kind.run(job) or {}) is paused
         assert TRAINING_KIND.paused(kind.training_job(job)) is paused
 
 
@@ -165,6 +177,8 @@ def test_only_a_kind_that_is_autoscaled_renders_an_autoscaler() -> None:
 def test_a_kind_admits_a_manifest_of_its_api_as_its_webhooks_do(api: JobApi) -> None:
     kind = kind_of(api)
     manifest = copy.deepcopy(kubeflow_job_manifest) if api is KUBEFLOW_JOB else None
+    if api is TRAIN_JOB:
+        manifest = started(TRAIN_JOB_MANIFEST)
     if manifest is None:
         replica = {"type": "worker", "replicas": 1}
         pod = {"containers": [{"name": "python", "image": "i", "command": ["python", "t.py"]}]}

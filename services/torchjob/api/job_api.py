@@ -1,7 +1,7 @@
-"""The two APIs a job may be written in: torchjob's own PyTorchTrainingJob and, opt-in, Kubeflow's
-PyTorchJob (docs/kubeflow.md). Both run through the same lifecycle; what differs is named here,
-so the rest of the code asks a job's `JobApi`, and its kind (render/job_kinds.py), instead of
-testing which API it is."""
+"""The APIs a job may be written in: torchjob's own PyTorchTrainingJob and, opt-in, Kubeflow's
+PyTorchJob (docs/kubeflow.md) and Kubeflow Trainer's TrainJob (docs/trainjob.md). All run
+through the same lifecycle; what differs is named here, so the rest of the code asks a job's
+`JobApi`, and its kind (render/job_kinds.py), instead of testing which API it is."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from torchjob.api import kubeflow_types, types
+from torchjob.api import kubeflow_types, trainer_types, types
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +30,10 @@ TRAINING_JOB: Final = JobApi(types.GROUP, types.VERSION, types.KIND, types.PLURA
 KUBEFLOW_JOB: Final = JobApi(
     kubeflow_types.GROUP, kubeflow_types.VERSION, kubeflow_types.KIND, kubeflow_types.PLURAL
 )
-JOB_APIS: Final = (TRAINING_JOB, KUBEFLOW_JOB)
+TRAIN_JOB: Final = JobApi(
+    trainer_types.GROUP, trainer_types.VERSION, trainer_types.KIND, trainer_types.PLURAL
+)
+JOB_APIS: Final = (TRAINING_JOB, KUBEFLOW_JOB, TRAIN_JOB)
 
 
 def api_named(kind: str) -> JobApi:

@@ -8,10 +8,11 @@ manifest (views/console/job_form.py), or the YAML, which is the manifest. Switch
 shown and answers the other; a manifest the form cannot show stays in the YAML view, which says
 why.
 
-With `--kubeflow` the form also writes Kubeflow's PyTorchJob (`kind`): the form's recipe is
-rendered by the kind picked (render/job_kinds.py), whose row in views/console/kind_forms.py says
-what the page shows of it; the check, the YAML and Create then use that kind, and the job opens at
-its kind's page. No kind is tested here: each is asked of its table.
+With `--kubeflow` or `--trainer` the form also writes Kubeflow's PyTorchJob or Trainer's TrainJob
+(`kind`): the form's recipe is rendered by the kind picked (render/job_kinds.py), whose row in
+views/console/kind_forms.py says what the page shows of it; the check, the YAML and Create then
+use that kind, and the job opens at its kind's page. No kind is tested here: each is asked of its
+table.
 
 `?from=<jobs|pytorchjobs>/<name>` fills the page with an existing job, read as the user, under a
 new name (views/console/job_clone.py): Clone opens it in the form, `&as=yaml` (Edit as YAML) in
@@ -20,6 +21,7 @@ list them."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -34,7 +36,7 @@ from torchjob.console.keys import PAGES, SETTINGS, session_of
 from torchjob.console.user_api import UserApi
 from torchjob.kube.errors import KubeError
 from torchjob.kube.resources import CLAIMS, job_resource
-from torchjob.render.job_kinds import kind_of, served_apis
+from torchjob.render.job_kinds import EVERY_OPT_IN, kind_of, opted_in_settings, served_apis
 from torchjob.views.console.job_clone import cloned
 from torchjob.views.console.job_form import (
     CLEAN_UP_POLICIES,
@@ -59,9 +61,9 @@ KIND_HELP = {api.kind: kind_form(api).help for api in JOB_APIS}
 ROUTE_OF = {api: route for route, api in ROUTE_APIS.items()}
 
 
-def served_kinds(kubeflow: bool) -> tuple[str, ...]:
+def served_kinds(opted_in: Collection[str]) -> tuple[str, ...]:
     """The kinds the console writes: every kind the operator serves (render/job_kinds.py)."""
-    return tuple(api.kind for api in served_apis(kubeflow))
+    return tuple(api.kind for api in served_apis(opted_in))
 
 
 @dataclass(frozen=True, order=True)
@@ -127,31 +129,31 @@ def draft_of_form(form: JobForm, kind: str = TRAINING_KIND) -> Draft:
     return Draft(FORM, form, yaml_of(manifest), manifest, problems, kind=kind)
 
 
-def draft_of_yaml(text: str, kubeflow: bool = False) -> Draft:
-    """The YAML view's draft, of the kind its apiVersion names (a PyTorchJob only where
-    `kubeflow` is on); a text that is no YAML mapping is said to be so beside it."""
+def draft_of_yaml(text: str, opted_in: Collection[str] = ()) -> Draft:
+    """The YAML view's draft, of the kind its apiVersion names (an opt-in kind only where its
+    setting is among `opted_in`); a text that is no YAML mapping is said to be so beside it."""
     try:
         manifest = yaml_input.load(text)
     except yaml.YAMLError as error:
         return Draft(YAML, JobForm(), text, None, Problems(), yaml_problem=str(error))
     if not isinstance(manifest, dict):
         problem = "the YAML must be one mapping: " + " or ".join(
-            f"a {kind}" for kind in served_kinds(kubeflow)
+            f"a {kind}" for kind in served_kinds(opted_in)
         )
         return Draft(YAML, JobForm(), text, None, Problems(), yaml_problem=problem)
     written = api_of(manifest)
-    kind = written.kind if written in served_apis(kubeflow) else TRAINING_KIND
+    kind = written.kind if written in served_apis(opted_in) else TRAINING_KIND
     return Draft(YAML, JobForm(), text, manifest, Problems(kind=kind), kind=kind)
 
 
 async def posted_draft(request: web.Request) -> Draft:
     posted = await request.post()
     fields = {key: value for key, value in posted.items() if isinstance(value, str)}
-    kubeflow = request.app[SETTINGS].kubeflow
+    opted_in = opted_in_settings(request.app[SETTINGS])
     if fields.get("view") == YAML:
-        return draft_of_yaml(fields.get("yaml", ""), kubeflow)
+        return draft_of_yaml(fields.get("yaml", ""), opted_in)
     asked = fields.get("kind", "")
-    kind = asked if asked in served_kinds(kubeflow) else TRAINING_KIND
+    kind = asked if asked in served_kinds(opted_in) else TRAINING_KIND
     return draft_of_form(form_from_fields(fields), kind)
 
 
@@ -195,7 +197,7 @@ def page_context(
     (None: the user may not list them)."""
     namespace = request.match_info["namespace"]
     if kinds is None:
-        kinds = served_kinds(request.app[SETTINGS].kubeflow)
+        kinds = served_kinds(opted_in_settings(request.app[SETTINGS]))
     return {
         "session": session_of(request),
         "namespace": namespace,
@@ -232,7 +234,7 @@ def render(
 
 async def creatable_kinds(request: web.Request, namespace: str) -> tuple[str, ...]:
     """The kinds the console serves that the user may create in `namespace`."""
-    served = served_kinds(request.app[SETTINGS].kubeflow)
+    served = served_kinds(opted_in_settings(request.app[SETTINGS]))
     checks = {kind: ("create", job_resource(api_named(kind)), "") for kind in served}
     allowed = await UserApi(session_of(request).client).allowed(namespace, checks)
     return tuple(kind for kind in served if allowed[kind])
@@ -253,12 +255,12 @@ async def claims_in(request: web.Request, namespace: str) -> list[Claim] | None:
     )
 
 
-def clone_source(source: str, kubeflow: bool) -> tuple[str, str] | None:
+def clone_source(source: str, opted_in: Collection[str]) -> tuple[str, str] | None:
     """The kind and name of the job `?from=<route>/<name>` names, of a kind the console serves
-    (PyTorchJobs only with `kubeflow`); None where it names none."""
+    (an opt-in kind's only where its setting is among `opted_in`); None where it names none."""
     route, _, name = source.partition("/")
     api = ROUTE_APIS.get(route)
-    if api is None or api not in served_apis(kubeflow) or not is_dns_1123_subdomain(name):
+    if api is None or api not in served_apis(opted_in) or not is_dns_1123_subdomain(name):
         return None
     return api.kind, name
 
@@ -275,7 +277,7 @@ def draft_of_job(job: dict[str, Any], kind: str, view: str) -> Draft:
     if view == FORM and not isinstance(shown, NotShown):
         return draft_of_form(shown, kind)
     # The job's kind is one the console serves (`clone_source`), so its YAML is read as it.
-    draft = draft_of_yaml(yaml_of(manifest), kubeflow=True)
+    draft = draft_of_yaml(yaml_of(manifest), EVERY_OPT_IN)
     if view == FORM:
         draft.not_shown = str(shown)
     return draft
@@ -287,7 +289,7 @@ async def starting_draft(request: web.Request, namespace: str, kinds: tuple[str,
     if "from" not in request.query and "as" not in request.query:
         asked = request.query.get("kind", "")
         return draft_of_form(JobForm(), asked if asked in kinds else kinds[0])
-    source = clone_source(request.query.get("from", ""), request.app[SETTINGS].kubeflow)
+    source = clone_source(request.query.get("from", ""), opted_in_settings(request.app[SETTINGS]))
     view = request.query.get("as", FORM)
     if source is None or view not in (FORM, YAML):
         raise web.HTTPBadRequest(
@@ -330,7 +332,7 @@ async def to_yaml(request: web.Request) -> web.Response:
     """The YAML view of the posted form (the form again, with its problem, if it makes none)."""
     draft = await posted_draft(request)
     if draft.view == FORM and draft.manifest is not None:
-        draft = draft_of_yaml(draft.text, request.app[SETTINGS].kubeflow)
+        draft = draft_of_yaml(draft.text, opted_in_settings(request.app[SETTINGS]))
     return render(request, "fragments/create_editor.html", draft)
 
 

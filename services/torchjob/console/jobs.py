@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -24,7 +25,7 @@ from torchjob.kube.informer import ResourceKind
 from torchjob.kube.kueue import pending_workloads
 from torchjob.kube.resources import EVENTS, JOBS, PODS, job_resource
 from torchjob.lifecycle.times import format_micro_time
-from torchjob.render.job_kinds import kind_of, served_apis
+from torchjob.render.job_kinds import kind_of, opted_in_settings, served_apis
 from torchjob.views import queue, summary
 from torchjob.views.console import rows
 from torchjob.views.console.diagnosis import agent_logs, diagnosis_shown
@@ -92,14 +93,14 @@ async def job_list(request: web.Request) -> web.Response:
         next_page=urlencode({**query, "continue": more}) if more else "",
         stream_url=f"{request.path}/stream?{urlencode({**query, 'resourceVersion': version})}",
         may=may,
-        kind_tabs=kind_tabs(request.app[SETTINGS].kubeflow),
+        kind_tabs=kind_tabs(opted_in_settings(request.app[SETTINGS])),
         create_query=create_query(route),
     )
 
 
-def kind_tabs(kubeflow: bool) -> dict[str, str]:
+def kind_tabs(opted_in: Collection[str]) -> dict[str, str]:
     """The list page's tab of each kind the console serves: its route and its name, plural."""
-    served = served_apis(kubeflow)
+    served = served_apis(opted_in)
     return {route: kind_form(api).label + "s" for route, api in ROUTE_APIS.items() if api in served}
 
 

@@ -27,6 +27,7 @@ class Settings:
     kubeconfig: str | None
     log_level: str
     kubeflow: bool
+    trainer: bool
     host: str
     port: int
     auth_mode: str

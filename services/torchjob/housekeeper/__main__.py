@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torchjob.housekeeper.controller import Housekeeper
 from torchjob.housekeeper.settings import parse
+from torchjob.render.job_kinds import opted_in_settings
 from torchjob.runtime.service import run_controller_service
 
 
@@ -13,7 +14,7 @@ def main(argv: list[str] | None = None) -> None:
         "housekeeper",
         "housekeeper",
         settings,
-        lambda api: Housekeeper(api, settings.identity, kubeflow=settings.kubeflow),
+        lambda api: Housekeeper(api, settings.identity, opted_in=opted_in_settings(settings)),
     )
 
 

@@ -5,6 +5,7 @@ pure `lifecycle.housekeeping.plan_housekeeping` what to do and has the executor 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any
 
@@ -65,7 +66,7 @@ def _relevant(job: dict[str, Any]) -> tuple[Any, ...]:
 
 
 class Housekeeper:
-    def __init__(self, api: KubeClient, identity: str, *, kubeflow: bool = False) -> None:
+    def __init__(self, api: KubeClient, identity: str, *, opted_in: Collection[str] = ()) -> None:
         self.queue: WorkQueue[JobKey] = WorkQueue()
         self.events = EventRecorder(api, constants.REPORTER_HOUSEKEEPER, identity)
         self.executor = HousekeeperExecutor(api, self.events)
@@ -75,7 +76,7 @@ class Housekeeper:
             job_api: Informer(
                 api, job_resource(job_api), on_add=self._job_added, on_update=self._job_updated
             )
-            for job_api in served_apis(kubeflow)
+            for job_api in served_apis(opted_in)
         }
         owner = {OWNER_INDEX: controller_uid}
         replicas = constants.LABEL_JOB_NAME

@@ -47,7 +47,7 @@ from torchjob.lifecycle.status import is_terminal
 from torchjob.reconciler import metrics
 from torchjob.reconciler.executor import ReconcilerExecutor
 from torchjob.reconciler.settings import Settings
-from torchjob.render.job_kinds import kind_of, served_apis
+from torchjob.render.job_kinds import kind_of, opted_in_settings, served_apis
 from torchjob.render.kubeflow import autoscaler_differs
 from torchjob.render.replica_objects import owner_reference
 from torchjob.render.scheduling import (
@@ -83,7 +83,7 @@ class Reconciler:
         # The uid of each deleted job whose pods the cache still shows: Kueue may hold them
         # (lifecycle/kueue.py). Forgotten once none is left.
         self.deleted: dict[JobKey, str] = {}
-        self._watch_jobs(api, settings.kubeflow)
+        self._watch_jobs(api, opted_in_settings(settings))
         self._watch_owned(api, settings.scheduling.served)
         self.node_lost_grace = settings.node_lost_grace
         # Every node, slim (kube/slim.py): a node's change is looked at by the jobs with pods on
@@ -98,7 +98,7 @@ class Reconciler:
         )
         metrics.COLLECTOR.source = self._cached_jobs
 
-    def _watch_jobs(self, api: KubeClient, opted_in: bool) -> None:
+    def _watch_jobs(self, api: KubeClient, opted_in: Collection[str]) -> None:
         """The informers on the jobs of each API served (with `opted_in`, Kubeflow's
         PyTorchJobs too, docs/kubeflow.md), all run as the same jobs, and on the
         HorizontalPodAutoscalers of the kinds that have them."""

@@ -1,17 +1,16 @@
-"""How a job runs in each of the two APIs a job may be written in (api/job_api.py names them):
-torchjob's PyTorchTrainingJob and Kubeflow's PyTorchJob. Each is a `JobKind`; the code that
-renders, admits and writes a job asks its job's kind (`kind_of`) what differs instead of testing
-which API it is. Both run through the same lifecycle, on the PyTorchTrainingJob a job stands for.
-As kueue's `GenericJob`, a kind says whether a stored job is paused and how to pause it, its phase
-and outcome as its API shows them, and the children it has beside pods and services (optional:
-`autoscaler` is None for a kind without), and the spec of its job a recipe describes
-(`recipe_spec`, render/recipe.py). A new kind is a class meeting `JobKind` and its row
-in `KINDS` (CONTRIBUTING.md, "a job kind").
-Pure."""
+"""How a job runs in each of the APIs a job may be written in (api/job_api.py names them):
+torchjob's PyTorchTrainingJob, Kubeflow's PyTorchJob and Kubeflow Trainer's TrainJob. Each is a
+`JobKind`; the code that renders, admits and writes a job asks its job's kind (`kind_of`) what
+differs instead of testing which API it is. All run through the same lifecycle, on the
+PyTorchTrainingJob a job stands for. As kueue's `GenericJob`, a kind says whether a stored job
+is paused and how to pause it, its phase and outcome as its API shows them, and the children it
+has beside pods and services (optional: `autoscaler` is None for a kind without), and the spec of
+its job a recipe describes (`recipe_spec`, render/recipe.py). A new kind is a class meeting
+`JobKind` and its row in `KINDS` (CONTRIBUTING.md, "a job kind"). Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -19,7 +18,7 @@ from torchjob.api import constants
 from torchjob.api.admission import Request, Response, mutate_job, validate_job
 from torchjob.api.defaults import default_job
 from torchjob.api.field_errors import Result
-from torchjob.api.job_api import JOB_APIS, KUBEFLOW_JOB, TRAINING_JOB, JobApi
+from torchjob.api.job_api import JOB_APIS, KUBEFLOW_JOB, TRAIN_JOB, TRAINING_JOB, JobApi
 from torchjob.api.jsoncopy import merge_patched
 from torchjob.api.kubeflow import (
     DEFAULT_CONTAINER,
@@ -35,6 +34,16 @@ from torchjob.api.kubeflow_admission import (
     validate_pytorchjob_request,
 )
 from torchjob.api.progress import ProgressEndpoint
+from torchjob.api.trainer import NODE, copied_runtime
+from torchjob.api.trainer import as_training_job as as_trainjob_training_job
+from torchjob.api.trainer import managed_elsewhere as trainer_managed_elsewhere
+from torchjob.api.trainer_admission import (
+    default_trainjob,
+    mutate_trainjob,
+    validate_trainjob,
+    validate_trainjob_request,
+    validate_trainjob_unresolved,
+)
 from torchjob.api.types import JOB_PHASE_VALUES
 from torchjob.api.validation import validate
 from torchjob.render.kubeflow import (
@@ -47,9 +56,19 @@ from torchjob.render.kubeflow import (
     render_autoscaler,
 )
 from torchjob.render.kubeflow_recipe import kubeflow_recipe_spec
-from torchjob.render.pod_rewrite import PreparedJob, Rewrite, rewrite_kubeflow_pod, rewrite_pod
+from torchjob.render.pod_rewrite import (
+    PreparedJob,
+    Rewrite,
+    rewrite_kubeflow_pod,
+    rewrite_pod,
+    rewrite_trainjob_pod,
+)
 from torchjob.render.recipe import JobRecipe
 from torchjob.render.topology import Replica
+from torchjob.render.trainer import COMPLETE as TRAINER_COMPLETE
+from torchjob.render.trainer import FAILED as TRAINER_FAILED
+from torchjob.render.trainer import TRAINER_CONDITIONS, trainer_labels, trainer_status
+from torchjob.render.trainer_recipe import trainer_recipe_spec
 from torchjob.render.training_recipe import training_recipe_spec
 
 Object = dict[str, Any]
@@ -64,13 +83,18 @@ class Admission:
     endpoint: str
     mutate: Callable[[Request], Response]
     validate: Callable[[Request], Response]
+    # For a kind whose jobs are made from a template (a TrainJob's runtime): validation given the
+    # template the job names, which the webhook looks up first (None: not found), in place of
+    # `validate`.
+    validate_with_template: Callable[[Request, Mapping[str, Any] | None], Response] | None = None
 
 
 class JobKind(Protocol):
     api: JobApi
     admission: Admission
-    # Served only when the operator is asked to (--kubeflow); else always.
-    opt_in: bool
+    # The setting that has the operator serve it (`kubeflow`: --kubeflow, `trainer`: --trainer);
+    # None: always served.
+    opt_in: str | None
     # Its jobs may ask for a HorizontalPodAutoscaler (`autoscaler`), which is then watched.
     autoscaled: bool
     # What `phase` can say of a job of this kind.
@@ -156,7 +180,7 @@ class JobKind(Protocol):
 class TrainingJobKind:
     api: JobApi = TRAINING_JOB
     admission = Admission("jobs", mutate_job, validate_job)
-    opt_in = False
+    opt_in: str | None = None
     autoscaled = False
     phases: tuple[str, ...] = JOB_PHASE_VALUES
     training_container: str | None = None
@@ -220,7 +244,7 @@ class KubeflowJobKind:
 
     api: JobApi = KUBEFLOW_JOB
     admission = Admission("kubeflow-jobs", mutate_pytorchjob, validate_pytorchjob_request)
-    opt_in = True
+    opt_in: str | None = "kubeflow"
     autoscaled = True
     phases: tuple[str, ...] = tuple(c.type for c in KUBEFLOW_CONDITIONS)
     training_container: str | None = DEFAULT_CONTAINER
@@ -285,9 +309,92 @@ class KubeflowJobKind:
         return kubeflow_recipe_spec(recipe)
 
 
+class TrainJobKind:
+    """Kubeflow Trainer's TrainJob: run as the PyTorchTrainingJob `as_training_job` makes of it
+    from the runtime copied into its status, its pods labelled as JobSet labels them and
+    rewritten as Trainer's torch plugin makes them, its status Trainer's (with the lifecycle's
+    record kept in it)."""
+
+    api: JobApi = TRAIN_JOB
+    admission = Admission(
+        "trainjobs",
+        mutate_trainjob,
+        validate_trainjob_unresolved,
+        validate_with_template=validate_trainjob_request,
+    )
+    opt_in: str | None = "trainer"
+    autoscaled = False
+    phases: tuple[str, ...] = TRAINER_CONDITIONS
+    training_container: str | None = NODE
+
+    def run(self, job: Object) -> Object | None:
+        if trainer_managed_elsewhere(job) or copied_runtime(job) is None:
+            return None  # the reconciler copies the runtime in first (`runtime_to_copy`)
+        return as_trainjob_training_job(job)
+
+    def paused(self, job: Object) -> bool:
+        return bool((job.get("spec") or {}).get("suspend"))
+
+    def phase(self, job: Object) -> str:
+        """A TrainJob has no phase: its last condition is its state, as its printer column
+        shows it; Created before it has one, as the Kubeflow SDK says."""
+        conditions = _conditions(job)
+        return str(conditions[-1].get("type")) if conditions else CREATED.type
+
+    def outcome(self, job: Object) -> str | None:
+        held = {c.get("type") for c in _conditions(job) if c.get("status") == "True"}
+        if TRAINER_COMPLETE in held:
+            return "Succeeded"
+        return "Failed" if TRAINER_FAILED in held else None
+
+    def autoscaler(self, job: Object, owner: Mapping[str, Any]) -> Object | None:
+        return None  # a TrainJob's nodes are its spec.trainer.numNodes
+
+    def training_job(self, job: dict[str, Any]) -> dict[str, Any]:
+        return as_trainjob_training_job(job)
+
+    def own_labels(self, job_name: str, replica: Replica) -> dict[str, str]:
+        return trainer_labels(job_name, replica)
+
+    def rewrite_pod(
+        self,
+        job: PreparedJob,
+        own_spec: Mapping[str, Any],
+        pod: dict[str, Any],
+        progress: ProgressEndpoint | None = None,
+        in_place: bool = False,
+    ) -> Rewrite:
+        return rewrite_trainjob_pod(job, own_spec, pod, progress, in_place)
+
+    def shown_status(self, job: dict[str, Any], record: dict[str, Any], now: str) -> dict[str, Any]:
+        generation = job["metadata"].get("generation")
+        stored = job.get(KUBEFLOW_STATUS) or {}
+        return trainer_status(
+            stored, record, now, generation if isinstance(generation, int) else None
+        )
+
+    def remember_shown(self, job: dict[str, Any], written: dict[str, Any]) -> None:
+        job[KUBEFLOW_STATUS] = merge_patched(job.get(KUBEFLOW_STATUS) or {}, written)
+
+    def pause_patch(self, paused: bool) -> dict[str, Any]:
+        return {"spec": {"suspend": paused}}
+
+    def default(self, job: Object) -> Object:
+        return default_trainjob(job)[0]
+
+    def validate(self, job: Object) -> Result:
+        """Trainer's rules and torchjob's, against the runtime copied into the job's status
+        (`torchjob run` is given it so); a job with none is refused by spec.runtimeRef."""
+        return validate_trainjob(job, None, copied_runtime(job))
+
+    def recipe_spec(self, recipe: JobRecipe) -> dict[str, Any]:
+        return trainer_recipe_spec(recipe)
+
+
 KINDS: Final[Mapping[JobApi, JobKind]] = {
     TRAINING_JOB: TrainingJobKind(),
     KUBEFLOW_JOB: KubeflowJobKind(),
+    TRAIN_JOB: TrainJobKind(),
 }
 
 
@@ -307,9 +414,19 @@ def written_api(document: Mapping[str, Any]) -> JobApi:
     return next((api for api in named if KINDS[api].opt_in), named[0] if named else TRAINING_JOB)
 
 
-def served_apis(opted_in: bool) -> tuple[JobApi, ...]:
-    """The job APIs the operator serves: every kind, or (not `opted_in`) those not opt-in."""
-    return tuple(api for api in JOB_APIS if opted_in or not KINDS[api].opt_in)
+def served_apis(opted_in: Collection[str]) -> tuple[JobApi, ...]:
+    """The job APIs the operator serves: those not opt-in, and those whose setting is among
+    `opted_in` (`opted_in_settings`)."""
+    return tuple(api for api in JOB_APIS if KINDS[api].opt_in in (None, *opted_in))
+
+
+# Every opt-in setting: what a caller that must read a manifest of any kind serves.
+EVERY_OPT_IN: Final = frozenset(kind.opt_in for kind in KINDS.values() if kind.opt_in is not None)
+
+
+def opted_in_settings(settings: object) -> frozenset[str]:
+    """The opt-in settings (`JobKind.opt_in`) a service's settings turn on."""
+    return frozenset(name for name in EVERY_OPT_IN if getattr(settings, name, False))
 
 
 def _conditions(job: Object) -> list[Object]:

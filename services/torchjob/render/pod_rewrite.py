@@ -14,7 +14,7 @@ gets what it needs to report progress, unless the job or the chart turned that o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,7 @@ from torchjob.api import constants, queries
 from torchjob.api.job_api import TRAINING_JOB, JobApi
 from torchjob.api.kubeflow import DEFAULT_CONTAINER, MASTER
 from torchjob.api.progress import JobRef, ProgressEndpoint, reporting_enabled
+from torchjob.api.trainer import MASTER_PORT, NODE
 from torchjob.api.types import PyTorchTrainingJob, PyTorchTrainingJobSpec, ReplicaSpec
 from torchjob.render.environment import JobEnvironment, job_environment, torchrun_argv
 from torchjob.render.in_place import add_in_place, wants_in_place
@@ -34,6 +35,7 @@ from torchjob.render.topology import (
     Replica,
     layout_of,
 )
+from torchjob.render.trainer import trainer_env
 from torchjob.render.wait import add_wait_for_master, python_of, wants_wait
 
 DEFAULT_DEBUG_COMMAND = ["sleep", "inf"]
@@ -170,27 +172,78 @@ def rewrite_kubeflow_pod(
     job = prepared(job)
     meta = job.job.metadata or {}
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    replica, replica_spec = _locate(job, labels)
+    replica, _ = _locate(job, labels)
+    env = kubeflow_env(
+        kubeflow_spec, str(meta.get("name", "")), replica, queries.service_scope(meta)
+    )
+    waits = MASTER in (kubeflow_spec.get("pytorchReplicaSpecs") or {})
+    return _rewrite_as_written(
+        job, pod, lambda _: env, DEFAULT_CONTAINER, waits, progress, in_place, everywhere=True
+    )
+
+
+def rewrite_trainjob_pod(
+    job: PyTorchTrainingJob | PreparedJob,
+    trainjob_spec: Mapping[str, Any],
+    pod: dict[str, Any],
+    progress: ProgressEndpoint | None = None,
+    in_place: bool = False,
+) -> Rewrite:
+    """`rewrite_pod` for a Kubeflow Trainer TrainJob (`job` is the PyTorchTrainingJob that runs
+    it, api/trainer.py): its `node` container gets torchrun's environment as Trainer sets it
+    (render/trainer.py; the user's own variables win), Trainer's port and what reporting progress
+    needs, and every node waits until the first node's name resolves."""
+    job = prepared(job)
+    meta = job.job.metadata or {}
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    replica, _ = _locate(job, labels)
+    procs = (trainjob_spec.get("trainer") or {}).get("numProcPerNode")
+    nodes = sum(count for _, count in job.layout.counts)
+
+    def env(container: Mapping[str, Any]) -> list[dict[str, Any]]:
+        name, scope = str(meta.get("name", "")), queries.service_scope(meta)
+        asked = procs if isinstance(procs, int) else None
+        return trainer_env(name, replica, nodes, asked, container, scope)
+
+    return _rewrite_as_written(job, pod, env, NODE, True, progress, in_place, port=MASTER_PORT)
+
+
+def _rewrite_as_written(
+    job: PreparedJob,
+    pod: dict[str, Any],
+    env_of: Callable[[Mapping[str, Any]], list[dict[str, Any]]],
+    training_name: str,
+    waits: bool,
+    progress: ProgressEndpoint | None,
+    in_place: bool,
+    *,
+    everywhere: bool = False,
+    port: int = DEFAULT_MASTER_PORT,
+) -> Rewrite:
+    """The rewrite of a pod of a job written in another API, whose command is the user's own:
+    the training container (`training_name`, else the first) gets the environment `env_of` it
+    (every container does, `everywhere`), the master `port`, and with `waits` the pod waits
+    until the master's name resolves."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    _, replica_spec = _locate(job, labels)
     pod_spec = dict(pod.get("spec") or {})
     out = {**pod, "spec": pod_spec}
     containers = [dict(c) for c in pod_spec.get("containers") or []]
     if not containers:
         raise PodRewriteError("the pod has no container")
     pod_spec["containers"] = containers
-    scope = queries.service_scope(meta)
-    env = kubeflow_env(kubeflow_spec, str(meta.get("name", "")), replica, scope)
-    for container in containers:
-        _merge_env(container, env)
     names = [c.get("name") for c in containers]
-    training = containers[names.index(DEFAULT_CONTAINER) if DEFAULT_CONTAINER in names else 0]
-    _ensure_master_port(training)
-    if MASTER in (kubeflow_spec.get("pytorchReplicaSpecs") or {}):
+    training = containers[names.index(training_name) if training_name in names else 0]
+    for container in containers if everywhere else [training]:
+        _merge_env(container, env_of(container))
+    _ensure_master_port(training, port)
+    if waits:
         add_wait_for_master(pod_spec, training, python_of(training))
     pod_spec["restartPolicy"] = "Never"
     if in_place and job.in_place:
         policy = replica_spec.restart_policy or "OnFailure"
         add_in_place(pod_spec, [training], policy, python_of(training))
-    return _finish(job, progress, pod, out, containers)
+    return _finish(job, progress, pod, out, containers if everywhere else [training])
 
 
 def _locate(job: PreparedJob, labels: dict[str, Any]) -> tuple[Replica, ReplicaSpec]:
@@ -216,12 +269,12 @@ def _merge_env(container: dict[str, Any], injected: list[dict[str, Any]]) -> Non
     container["env"] = [*own, *(e for e in injected if e["name"] not in present)]
 
 
-def _ensure_master_port(container: dict[str, Any]) -> None:
+def _ensure_master_port(container: dict[str, Any], number: int = DEFAULT_MASTER_PORT) -> None:
     ports = container.get("ports") or []
     for port in ports:
-        if port.get("containerPort") == DEFAULT_MASTER_PORT or port.get("name") == MASTER_PORT_NAME:
+        if port.get("containerPort") == number or port.get("name") == MASTER_PORT_NAME:
             return
-    master = {"name": MASTER_PORT_NAME, "containerPort": DEFAULT_MASTER_PORT, "protocol": "TCP"}
+    master = {"name": MASTER_PORT_NAME, "containerPort": number, "protocol": "TCP"}
     container["ports"] = [*ports, master]
 
 

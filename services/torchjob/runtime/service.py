@@ -31,7 +31,7 @@ from torchjob.runtime import logging as runtime_logging
 from torchjob.runtime import metrics as runtime_metrics
 from torchjob.runtime.health import Health
 from torchjob.runtime.probes import probe_app
-from torchjob.runtime.settings import KUBEFLOW
+from torchjob.runtime.settings import KUBEFLOW, TRAINER
 
 log = structlog.get_logger("torchjob.runtime.service")
 
@@ -67,6 +67,7 @@ class Settings:
     log_level: str
     # Kubeflow's PyTorchJob (kubeflow.org/v1) is served too (docs/kubeflow.md).
     kubeflow: bool = KUBEFLOW.default
+    trainer: bool = TRAINER.default
 
 
 # Builds the controller; it may first ask the apiserver what it serves.

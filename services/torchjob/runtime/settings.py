@@ -131,6 +131,13 @@ KUBEFLOW = Setting(
     False,
     "also run Kubeflow's PyTorchJobs (kubeflow.org/v1), whose CRD must be installed",
 )
+TRAINER = Setting(
+    "--trainer",
+    f"{PREFIX}TRAINER",
+    False,
+    "also run Kubeflow Trainer's TrainJobs (trainer.kubeflow.org/v1alpha1) from their training "
+    "runtimes, whose CRDs must be installed",
+)
 
 
 def default_of(declared: Iterable[Setting], field: str) -> Any:
@@ -141,7 +148,7 @@ def default_of(declared: Iterable[Setting], field: str) -> Any:
 
 def common_settings(namespace_help: str) -> tuple[Setting, ...]:
     """What every service takes: its namespace, probe port, kubeconfig, log level and whether it
-    runs Kubeflow's PyTorchJobs too."""
+    runs Kubeflow's PyTorchJobs and Trainer's TrainJobs too."""
     return (
         Setting("--namespace", f"{PREFIX}NAMESPACE", "torchjob-system", namespace_help),
         Setting(
@@ -153,6 +160,7 @@ def common_settings(namespace_help: str) -> tuple[Setting, ...]:
         Setting("--kubeconfig", "KUBECONFIG", None, "a kubeconfig file; else in-cluster"),
         Setting("--log-level", f"{PREFIX}LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
         KUBEFLOW,
+        TRAINER,
     )
 
 

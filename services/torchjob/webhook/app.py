@@ -20,7 +20,7 @@ from prometheus_client import Gauge
 from torchjob.kube import resources
 from torchjob.kube.client import new_kube_client
 from torchjob.kube.informer import Informer
-from torchjob.render.job_kinds import served_apis
+from torchjob.render.job_kinds import opted_in_settings, served_apis
 from torchjob.runtime import metrics as runtime_metrics
 from torchjob.runtime.probes import Heartbeat, serve_threaded_probes
 from torchjob.webhook.admission import metrics as admission_metrics
@@ -100,7 +100,7 @@ async def _job_cache(app: web.Application) -> AsyncIterator[None]:
     transform = progress_endpoint.job_with_outcome
     app[JOB_CACHES] = {
         api: Informer(app[API], resources.job_resource(api), transform=transform)
-        for api in served_apis(app[SETTINGS].kubeflow)
+        for api in served_apis(opted_in_settings(app[SETTINGS]))
     }
     tasks = [
         asyncio.create_task(jobs.run(), name=f"{api.plural}-informer")

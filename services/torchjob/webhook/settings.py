@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from torchjob.runtime.settings import (
     KUBEFLOW,
     PREFIX,
+    TRAINER,
     Setting,
     common_settings,
     default_of,
@@ -146,6 +147,7 @@ class Settings:
     limits: Limits = field(default_factory=Limits)
     # Kubeflow's PyTorchJobs are admitted too, and their pods read from a cache of them.
     kubeflow: bool = KUBEFLOW.default
+    trainer: bool = TRAINER.default
     # Replica pods get what restarting in place needs (render/in_place.py).
     restart_in_place: bool = RESTART_IN_PLACE.default
     # cert-manager mode: the CA that signs --cert-file (else ca.crt beside it, when there is one).

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from torchjob.api.defaults import default_job
-from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB, JobApi
+from torchjob.api.job_api import KUBEFLOW_JOB, TRAIN_JOB, TRAINING_JOB, JobApi
 from torchjob.api.kubeflow_admission import default_pytorchjob
+from torchjob.api.trainer_admission import default_trainjob
 from torchjob.views.console.job_clone import Defaulting
 from torchjob.views.console.job_form import JobForm, NotShown, field_of_path, form_of
 from torchjob.views.console.kubeflow_form import kubeflow_field_of_path, kubeflow_form_of
@@ -65,6 +66,13 @@ KIND_FORMS: Final[Mapping[JobApi, KindForm]] = {
         kubeflow_field_of_path,
         # A PyTorchJob's replica counts, which the form writes for a Master with Workers.
         frozenset({"replicas"}),
+    ),
+    TRAIN_JOB: KindForm(
+        "Kubeflow TrainJob",
+        "A TrainJob of the torch-distributed runtime: its nodes all run the runtime's pod with "
+        "the form's image, command and resources; with torchrun on, its command is torchrun. "
+        "Volumes, code and placement belong to its runtime.",
+        default_trainjob,
     ),
 }
 
