@@ -159,6 +159,12 @@ REASON_NO_PROGRESS: Final = "NoProgress"
 # Event: a diagnosis of where the job's training processes are was collected (a Warning when the
 # job's silence asked for it, before its restart).
 REASON_DIAGNOSED: Final = "Diagnosed"
+# A TrainJob's runtime (docs/trainjob.md): copied into its status when it starts; or, gone or
+# changed into one torchjob does not run since the job was admitted, the job fails (Trainer's
+# reason for the second).
+REASON_RUNTIME_COPIED: Final = "TrainingRuntimeCopied"
+REASON_RUNTIME_NOT_FOUND: Final = "TrainingRuntimeNotFound"
+REASON_RUNTIME_NOT_SUPPORTED: Final = "TrainingRuntimeNotSupported"
 DIAGNOSIS_REQUESTED: Final = "Requested"  # status.diagnosis.reason of one a user asked for
 # The reporting controller of our services' Events (events.k8s.io reportingController). The
 # chart's event policy (charts/torchjob/templates/rbac/event-policy.yaml) lets only our

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from torchjob.api import clustertrainingruntime_types, trainingruntime_types
 from torchjob.api.job_api import TRAIN_JOB
 from torchjob.api.kubeflow import KUBEFLOW_SPEC, KUBEFLOW_STATUS, STATUS_RECORD, TRAINER_STATUS
 
@@ -32,9 +33,8 @@ INITIALIZERS: Final = ((DATASET_INITIALIZER, "dataset"), (MODEL_INITIALIZER, "mo
 TRAINER_MANAGER: Final = "trainer.kubeflow.org/trainjob-controller"
 # The label the Kubeflow SDK requires of a runtime: its framework (`torch`).
 FRAMEWORK_LABEL: Final = "trainer.kubeflow.org/framework"
-CLUSTER_RUNTIME: Final = "ClusterTrainingRuntime"
-NAMESPACED_RUNTIME: Final = "TrainingRuntime"
-RUNTIME_KINDS: Final = (CLUSTER_RUNTIME, NAMESPACED_RUNTIME)
+CLUSTER_RUNTIME: Final = clustertrainingruntime_types.KIND
+NAMESPACED_RUNTIME: Final = trainingruntime_types.KIND
 # Where the runtime a job is made from is copied, in the lifecycle's record.
 RUNTIME_RECORD: Final = "runtime"
 # torchrun's port on the first node, as Kubeflow Trainer sets it.
@@ -64,12 +64,33 @@ class RuntimeRef:
         where = f"{self.namespace}/" if self.namespace else ""
         return f"{self.kind} {where}{self.name}"
 
+    @property
+    def plural(self) -> str:
+        return RUNTIME_PLURALS[self.kind]
+
+
+# Where each runtime kind is served (trainer.kubeflow.org/v1alpha1).
+RUNTIME_PLURALS: Final = {
+    CLUSTER_RUNTIME: clustertrainingruntime_types.PLURAL,
+    NAMESPACED_RUNTIME: trainingruntime_types.PLURAL,
+}
+
 
 def runtime_ref(job: Mapping[str, Any]) -> RuntimeRef:
     ref = (job.get("spec") or {}).get("runtimeRef") or {}
     kind = str(ref.get("kind") or CLUSTER_RUNTIME)
     namespace = (job.get("metadata") or {}).get("namespace") if kind == NAMESPACED_RUNTIME else None
     return RuntimeRef(kind, str(ref.get("name") or ""), namespace)
+
+
+def runtime_to_copy(job: Mapping[str, Any]) -> RuntimeRef | None:
+    """The runtime the reconciler copies into the job's status before it starts; None when it
+    was copied, or the job is not torchjob's to run, or is deleted."""
+    meta = job.get("metadata") or {}
+    if managed_elsewhere(job) or meta.get("deletionTimestamp") or copied_runtime(job) is not None:
+        return None
+    ref = runtime_ref(job)
+    return ref if ref.kind in RUNTIME_PLURALS and ref.name else None
 
 
 def copied_runtime(job: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -24,7 +24,7 @@ from torchjob.api.trainer import (
     INITIALIZERS,
     NODE,
     RESERVED_ENV,
-    RUNTIME_KINDS,
+    RUNTIME_PLURALS,
     RUNTIME_RECORD,
     TRAINER_MANAGER,
     as_training_job,
@@ -209,10 +209,10 @@ def _spec_errors(spec: Mapping[str, Any]) -> Iterator[FieldError]:
         yield FieldError("spec.runtimeRef.name", "is required", Cause.REQUIRED)
     if ref.get("apiGroup") not in (None, GROUP):
         yield FieldError("spec.runtimeRef.apiGroup", f"must be {GROUP}", Cause.NOT_SUPPORTED)
-    if ref.get("kind") not in (None, *RUNTIME_KINDS):
+    if ref.get("kind") not in (None, *RUNTIME_PLURALS):
         yield FieldError(
             "spec.runtimeRef.kind",
-            f"must be one of {', '.join(RUNTIME_KINDS)}",
+            f"must be one of {', '.join(RUNTIME_PLURALS)}",
             Cause.NOT_SUPPORTED,
         )
     if spec.get("managedBy") not in (None, "", *MANAGERS):

@@ -46,6 +46,7 @@ from torchjob.lifecycle.round import Observed
 from torchjob.lifecycle.status import is_terminal
 from torchjob.reconciler import metrics
 from torchjob.reconciler.executor import ReconcilerExecutor
+from torchjob.reconciler.runtimes import copy_runtime
 from torchjob.reconciler.settings import Settings
 from torchjob.render.job_kinds import kind_of, opted_in_settings, served_apis
 from torchjob.render.kubeflow import autoscaler_differs
@@ -284,6 +285,14 @@ class Reconciler:
         return kind_of(key.api).run(found) if found is not None else None
 
     async def reconcile(self, key: JobKey) -> Result:
+        found = self._cached(key)
+        runtime = kind_of(key.api).runtime_to_copy(found) if found is not None else None
+        if runtime is not None and found is not None:
+            if self.expectations.satisfied(key):
+                await copy_runtime(
+                    self.executor.resources, self.events, self.expectations, key, found, runtime
+                )
+            return Result()  # looked at again once the cache shows the copy
         job = self._job(key)
         if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
             self.expectations.forget(key)

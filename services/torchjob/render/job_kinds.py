@@ -34,7 +34,7 @@ from torchjob.api.kubeflow_admission import (
     validate_pytorchjob_request,
 )
 from torchjob.api.progress import ProgressEndpoint
-from torchjob.api.trainer import NODE, copied_runtime
+from torchjob.api.trainer import NODE, RuntimeRef, copied_runtime, runtime_to_copy
 from torchjob.api.trainer import as_training_job as as_trainjob_training_job
 from torchjob.api.trainer import managed_elsewhere as trainer_managed_elsewhere
 from torchjob.api.trainer_admission import (
@@ -106,6 +106,12 @@ class JobKind(Protocol):
     def run(self, job: Object) -> Object | None:
         """The PyTorchTrainingJob the lifecycle runs for a stored job; None where another
         controller manages it."""
+        ...
+
+    def runtime_to_copy(self, job: Object) -> RuntimeRef | None:
+        """The template a stored job is made from (a TrainJob's training runtime), which the
+        reconciler copies into the job's status before `run` runs it, so that a later change to
+        the template never touches the job; None when there is none to copy (now)."""
         ...
 
     def paused(self, job: Object) -> bool:
@@ -188,6 +194,9 @@ class TrainingJobKind:
     def run(self, job: Object) -> Object | None:
         return job
 
+    def runtime_to_copy(self, job: Object) -> RuntimeRef | None:
+        return None
+
     def paused(self, job: Object) -> bool:
         pause = ((job.get("spec") or {}).get("runMode") or {}).get("pause") or {}
         return bool(pause.get("enabled"))
@@ -251,6 +260,9 @@ class KubeflowJobKind:
 
     def run(self, job: Object) -> Object | None:
         return None if managed_elsewhere(job) else as_training_job(job)
+
+    def runtime_to_copy(self, job: Object) -> RuntimeRef | None:
+        return None
 
     def paused(self, job: Object) -> bool:
         return bool(((job.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
@@ -331,6 +343,9 @@ class TrainJobKind:
         if trainer_managed_elsewhere(job) or copied_runtime(job) is None:
             return None  # the reconciler copies the runtime in first (`runtime_to_copy`)
         return as_trainjob_training_job(job)
+
+    def runtime_to_copy(self, job: Object) -> RuntimeRef | None:
+        return runtime_to_copy(job)
 
     def paused(self, job: Object) -> bool:
         return bool((job.get("spec") or {}).get("suspend"))

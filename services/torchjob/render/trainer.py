@@ -111,6 +111,16 @@ def trainer_status(
     }
 
 
+def runtime_failed_status(
+    before: Mapping[str, Any], reason: str, message: str, now: str, generation: int | None
+) -> dict[str, Any]:
+    """The status of a TrainJob whose runtime cannot be copied (gone, or not one torchjob runs):
+    Failed, with our reason."""
+    conditions = [dict(c) for c in before.get("conditions") or [] if isinstance(c, dict)]
+    failed = _condition(FAILED, "True", reason, message)
+    return {"conditions": _set(conditions, failed, now, generation)}
+
+
 def wanted_conditions(record: Mapping[str, Any], before: Mapping[str, Any]) -> list[dict[str, str]]:
     phase = record.get("phase")
     wanted = []

@@ -25,6 +25,8 @@ from aiohttp import hdrs, web
 from prometheus_client import REGISTRY
 
 from torchjob.api.admission import Request, Response, handle, refuse
+from torchjob.api.trainer import RUNTIME_PLURALS
+from torchjob.api.trainer_admission import validate_runtime_request
 from torchjob.render.job_kinds import KINDS
 from torchjob.render.pod_admission_handler import mutate_pod
 from torchjob.runtime import logging as runtime_logging
@@ -39,6 +41,7 @@ from torchjob.webhook.admission.bounds import (
 from torchjob.webhook.admission.keys import ADMISSION_LOG, ADMISSIONS_BOUND, DECODED_JOBS
 from torchjob.webhook.admission.metrics import AdmissionTally
 from torchjob.webhook.admission.pod_job import job_of_pod
+from torchjob.webhook.admission.runtime_of_job import runtime_of_job
 from torchjob.webhook.keys import SETTINGS
 from torchjob.webhook.progress.target import NO_PROGRESS, PROGRESS
 from torchjob.webhook.settings import Limits
@@ -178,7 +181,12 @@ def admission_routes() -> dict[str, Route]:
         admission = kind.admission
         mutate = Route(f"mutate-{admission.endpoint}", _pure(admission.mutate))
         validate = Route(f"validate-{admission.endpoint}", _pure(admission.validate))
+        if admission.validate_with_template is not None:
+            answer = _with_template(admission.validate_with_template)
+            validate = Route(f"validate-{admission.endpoint}", answer, look_up=runtime_of_job)
         routes.update({f"/mutate/{api.plural}": mutate, f"/validate/{api.plural}": validate})
+    for plural in RUNTIME_PLURALS.values():
+        routes[f"/validate/{plural}"] = Route(f"validate-{plural}", _pure(validate_runtime_request))
     routes["/mutate/pods"] = Route("mutate-pods", _rewrite_pod, look_up=job_of_pod)
     return routes
 
@@ -196,6 +204,17 @@ def _pure(handler: Callable[[Request], Response]) -> Answer:
 
     def answer(_: web.Application, body: Any, __: None) -> dict[str, Any]:
         return handle(body, handler)
+
+    return answer
+
+
+def _with_template(
+    handler: Callable[[Request, Mapping[str, Any] | None], Response],
+) -> Answer:
+    """The answer of a handler given the template its look-up found (None: none)."""
+
+    def answer(_: web.Application, body: Any, template: Any) -> dict[str, Any]:
+        return handle(body, lambda request: handler(request, template))
 
     return answer
 
