@@ -174,10 +174,11 @@ def validate_runtime_request(request: Request) -> Response:
 
 
 def validate_trainjob(
-    obj: Any, old: Any = None, runtime: Mapping[str, Any] | None = None
+    obj: Any, old: Any = None, runtime: Mapping[str, Any] | None = None, *, resolved: bool = True
 ) -> Result:
     """Validate a defaulted TrainJob against the runtime it names (None: not found); with `old`
-    (defaulted too), also the rules of an update."""
+    (defaulted too), also the rules of an update. Not `resolved`: no runtime was looked for
+    (a manifest checked away from its cluster), and only Trainer's own rules apply."""
     result = Result()
     job = decoded_job(TrainJob, obj, result)
     if job is None:
@@ -189,7 +190,7 @@ def validate_trainjob(
     if spec.get("managedBy") not in (None, "", TRAINER_MANAGER):
         result.errors = errors  # another controller runs it: its runtime is not ours to judge
         return result
-    if (spec.get("runtimeRef") or {}).get("name"):
+    if resolved and (spec.get("runtimeRef") or {}).get("name"):
         errors += list(_runtime_errors(obj, runtime))
     result.errors = errors
     return result

@@ -136,6 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     uid = None if args.dry_run else str(uuid.uuid4())
     try:
         job = admit(read_manifest(args.manifest), namespace=args.namespace, uid=uid)
+        if (runtime := kind_of(job.api).runtime_to_copy(job.manifest)) is not None:
+            raise InvalidManifest(
+                [
+                    f"spec.runtimeRef: {runtime} is not in {args.manifest}: a {job.api.kind} is "
+                    "made from its training runtime; add the runtime as another document of the "
+                    "file"
+                ]
+            )
     except InvalidManifest as error:
         for line in error.errors:
             sys.stderr.write(f"error: {line}\n")

@@ -17,9 +17,10 @@ from typing import Any
 import yaml
 
 from torchjob.api import constants
-from torchjob.api.job_api import TRAINING_JOB, JobApi
+from torchjob.api.job_api import TRAIN_JOB, TRAINING_JOB, JobApi
 from torchjob.api.jsoncopy import json_copy
-from torchjob.api.kubeflow import KUBEFLOW_SPEC, KUBEFLOW_STATUS
+from torchjob.api.kubeflow import KUBEFLOW_SPEC, KUBEFLOW_STATUS, STATUS_RECORD
+from torchjob.api.trainer import RUNTIME_PLURALS, RUNTIME_RECORD, runtime_snapshot
 from torchjob.api.types import PyTorchTrainingJob, PyTorchTrainingJobSpec
 from torchjob.kube.reconcile import JobKey
 from torchjob.lifecycle.times import format_time
@@ -75,7 +76,9 @@ _KubectlLoader.yaml_implicit_resolvers = {
 
 
 def read_manifest(path: str) -> dict[str, Any]:
-    """The one YAML (or JSON) document of `path` ('-' reads standard input)."""
+    """The one job of the YAML (or JSON) documents of `path` ('-' reads standard input). Beside a
+    TrainJob the file may hold the training runtime it is made from, which is then copied into
+    the job's status as the reconciler copies it (`with_runtime`)."""
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text()
     except OSError as error:
@@ -84,16 +87,39 @@ def read_manifest(path: str) -> dict[str, Any]:
         documents = [d for d in yaml.load_all(text, Loader=_KubectlLoader) if d is not None]
     except yaml.YAMLError as error:
         raise InvalidManifest([f"{path}: not valid YAML: {error}"]) from error
-    if len(documents) != 1:
+    runtimes = [d for d in documents if isinstance(d, dict) and is_runtime(d)]
+    jobs = [d for d in documents if not (isinstance(d, dict) and is_runtime(d))]
+    if len(jobs) != 1:
         raise InvalidManifest(
             [
-                f"{path}: holds {len(documents)} documents; give exactly one PyTorchTrainingJob "
-                "or PyTorchJob"
+                f"{path}: holds {len(jobs)} jobs; give exactly one PyTorchTrainingJob, PyTorchJob "
+                "or TrainJob (with the training runtimes it is made from)"
             ]
         )
-    document = documents[0]
+    document = jobs[0]
     if not isinstance(document, dict):
         raise InvalidManifest([f"{path}: must be an object, not {type(document).__name__}"])
+    return with_runtime(document, runtimes)
+
+
+def is_runtime(document: dict[str, Any]) -> bool:
+    """A Kubeflow Trainer training runtime (a ClusterTrainingRuntime or TrainingRuntime)."""
+    return document.get("apiVersion") == TRAIN_JOB.api_version and document.get("kind") in (
+        RUNTIME_PLURALS
+    )
+
+
+def with_runtime(document: dict[str, Any], runtimes: list[dict[str, Any]]) -> dict[str, Any]:
+    """`document`, with the runtime among `runtimes` its kind copies into its status before it
+    runs (`JobKind.runtime_to_copy`); as it was where it needs none, or none of them is it."""
+    wanted = kind_of(written_api(document)).runtime_to_copy(document)
+    for runtime in runtimes if wanted is not None else ():
+        if (
+            runtime.get("kind") == wanted.kind
+            and (runtime.get("metadata") or {}).get("name") == wanted.name
+        ):
+            status = {STATUS_RECORD: {RUNTIME_RECORD: runtime_snapshot(runtime)}}
+            return {**document, "status": status}
     return document
 
 

@@ -399,8 +399,10 @@ class TrainJobKind:
 
     def validate(self, job: Object) -> Result:
         """Trainer's rules and torchjob's, against the runtime copied into the job's status
-        (`torchjob run` is given it so); a job with none is refused by spec.runtimeRef."""
-        return validate_trainjob(job, None, copied_runtime(job))
+        (`torchjob run` copies the one its file holds); without one, Trainer's rules alone: the
+        cluster's webhook judges the job against the runtime the cluster has."""
+        runtime = copied_runtime(job)
+        return validate_trainjob(job, None, runtime, resolved=runtime is not None)
 
     def recipe_spec(self, recipe: JobRecipe) -> dict[str, Any]:
         return trainer_recipe_spec(recipe)
