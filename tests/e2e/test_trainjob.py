@@ -72,7 +72,7 @@ def namespaced_runtime(name: str, image: str) -> dict[str, Any]:
 
 async def bind(core: client.CoreV1Api, namespace: str, pod: str, node: str) -> None:
     """Place `pod` on `node`, as the scheduler does (this tier runs none for these pods)."""
-    body = {
+    body: Any = {
         "apiVersion": "v1",
         "kind": "Binding",
         "metadata": {"name": pod},
@@ -294,7 +294,7 @@ PATCH_ON_POD_SPEC = {
         }
     },
 }
-TRAINJOB_REFUSALS = [
+TRAINJOB_REFUSALS: list[tuple[dict[str, Any], str]] = [
     (
         {"runtimeRef": {"name": "deepspeed-distributed"}},
         "spec.runtimeRef.name: ClusterTrainingRuntime 'deepspeed-distributed' not found",

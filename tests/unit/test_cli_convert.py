@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from support.cli import TORCHJOB
+from support.fields import generated_fields, row_of, values_at
 from support.jobs import JobBuilder
 from support.kubeflow import EXAMPLES, pytorchjob
 
@@ -218,39 +218,6 @@ def test_the_command_prints_yaml_writes_a_file_and_reports_on_stderr(tmp_path: P
 
 
 # -- every field of either spec -------------------------------------------------------------------
-
-
-def generated_fields(model: Any, prefix: str = "spec") -> Iterator[tuple[str, bool]]:
-    """The path of every field of the generated class `model` and of the messages inside it (an
-    item of a list written `[]`, a value of a map `*`), and whether it is a message."""
-    module = sys.modules[model.__module__]
-    for info in model.FIELDS:
-        path = f"{prefix}.{info.key}"
-        yield path, info.kind == "message"
-        if info.kind == "message":
-            inner = path + ("[]" if info.repeated else "") + (".*" if info.map else "")
-            yield from generated_fields(getattr(module, info.ref), inner)
-
-
-def row_of(path: str, fates: Mapping[str, Fate]) -> str | None:
-    """The row that says what becomes of `path`: its own, or the row of a message around it."""
-    for row in fates:
-        if path == row or path.startswith((f"{row}.", f"{row}[]")):
-            return row
-    return None
-
-
-def values_at(document: Any, path: str) -> list[Any]:
-    """What `document` holds at `path` (every item at `[]`, every value at `*`)."""
-    found = [document]
-    for step in re.findall(r"[^.\[\]]+|\[\]", path):
-        if step == "[]":
-            found = [item for value in found if isinstance(value, list) for item in value]
-        elif step == "*":
-            found = [item for value in found if isinstance(value, dict) for item in value.values()]
-        else:
-            found = [value[step] for value in found if isinstance(value, dict) and step in value]
-    return [value for value in found if value is not None]
 
 
 SPECS = [

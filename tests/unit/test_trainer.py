@@ -209,7 +209,7 @@ def test_status_shows_trainers_conditions_only_and_keeps_the_record() -> None:
 
 
 def test_a_failure_names_our_reason_in_trainers_condition() -> None:
-    record = {
+    record: dict[str, Any] = {
         "phase": "Failed",
         "conditions": [
             {"type": "Failed", "status": "True", "reason": "NoProgress", "message": "silent"}

@@ -83,6 +83,14 @@ def runtime_ref(job: Mapping[str, Any]) -> RuntimeRef:
     return RuntimeRef(kind, str(ref.get("name") or ""), namespace)
 
 
+def is_runtime(document: Mapping[str, Any]) -> bool:
+    """A training runtime's manifest (a ClusterTrainingRuntime or a TrainingRuntime)."""
+    return (
+        document.get("apiVersion") == TRAIN_JOB.api_version
+        and document.get("kind") in RUNTIME_PLURALS
+    )
+
+
 def runtime_to_copy(job: Mapping[str, Any]) -> RuntimeRef | None:
     """The runtime the reconciler copies into the job's status before it starts; None when it
     was copied, or the job is not torchjob's to run, or is deleted."""

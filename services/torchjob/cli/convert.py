@@ -1,4 +1,4 @@
-"""`torchjob convert JOB.yaml`: a job manifest of one API turned into the other's, as YAML.
+"""`torchjob convert JOB.yaml`: a job manifest of one API turned into another's, as YAML.
 
 A Kubeflow PyTorchJob (`kubeflow.org/v1`) becomes the PyTorchTrainingJob that runs it on a
 cluster (`as_training_job` of the defaulted PyTorchJob); a PyTorchTrainingJob becomes the
@@ -10,8 +10,9 @@ first admitted as the webhook admits it (defaults, then validation), and the out
 and validated by the other API's rules. A field the other API cannot express is refused, naming
 it, unless `--drop-unsupported` is given: then it is left out and each one is reported on stderr.
 What becomes of each field of either spec is listed in cli/convert_fields.py, which a test keeps
-complete. Only the metadata's name, generateName, namespace, labels and annotations are kept, and
-no status.
+complete. A Kubeflow Trainer TrainJob converts to and from a PyTorchJob (cli/convert_trainer.py),
+and to and from a PyTorchTrainingJob through one. Only the metadata's name, generateName,
+namespace, labels and annotations are kept, and no status.
 """
 
 from __future__ import annotations
@@ -26,25 +27,44 @@ import yaml
 
 from torchjob.api import types
 from torchjob.api.defaults import default_job
-from torchjob.api.job_api import KUBEFLOW_JOB
+from torchjob.api.job_api import KUBEFLOW_JOB, TRAIN_JOB, TRAINING_JOB
 from torchjob.api.jsoncopy import json_copy
 from torchjob.api.kubeflow import (
     DEFAULT_CONTAINER,
     KUBEFLOW_MANAGER,
     MASTER,
-    is_kubeflow,
     kubeflow_run_policy,
     kubeflow_type_of,
 )
 from torchjob.api.kubeflow_admission import default_pytorchjob, validate_pytorchjob
 from torchjob.api.queries import TRAINING_CONTAINER_NAME
 from torchjob.api.validation import validate
-from torchjob.cli.convert_fields import PYTORCHJOB_FIELDS, TRAINING_JOB_FIELDS, Fate
+from torchjob.cli.convert_fields import (
+    PYTORCHJOB_FIELDS,
+    PYTORCHJOB_TO_TRAINJOB_FIELDS,
+    TRAINING_JOB_FIELDS,
+    TRAINJOB_FIELDS,
+    Fate,
+)
+from torchjob.cli.convert_trainer import (
+    NotConvertible,
+    pytorchjob_to_trainjob,
+    trainjob_to_pytorchjob,
+)
 from torchjob.cli.manifest import InvalidManifest, admit, read_manifest, training_job_of
+from torchjob.render.job_kinds import written_api
 
 EXIT_CONVERTED, EXIT_INVALID = 0, 2
 TO_KUBEFLOW: Final = "kubeflow"
 TO_TORCHJOB: Final = "torchjob"
+TO_TRAINER: Final = "trainer"
+# The `--to` name of each API, and what a manifest of it converts to by default.
+TARGET_NAMES: Final = {TRAINING_JOB: TO_TORCHJOB, KUBEFLOW_JOB: TO_KUBEFLOW, TRAIN_JOB: TO_TRAINER}
+DEFAULT_TARGETS: Final = {
+    TO_TORCHJOB: TO_KUBEFLOW,
+    TO_KUBEFLOW: TO_TORCHJOB,
+    TO_TRAINER: TO_TORCHJOB,
+}
 KEPT_METADATA: Final = ("name", "generateName", "namespace", "labels", "annotations")
 # The rendezvous backend a PyTorchJob's elasticPolicy uses when it names none.
 KUBEFLOW_RDZV_BACKEND: Final = "c10d"
@@ -76,18 +96,20 @@ class _Dropped:
 def add_convert_command(commands: Any) -> None:
     convert = commands.add_parser(
         "convert",
-        help="turn a PyTorchJob into a PyTorchTrainingJob, or the other way round",
-        description="Print a job manifest in the other API: a Kubeflow PyTorchJob "
+        help="turn a job of one API into another's: PyTorchTrainingJob, PyTorchJob, TrainJob",
+        description="Print a job manifest in another API: a Kubeflow PyTorchJob "
         "(kubeflow.org/v1) as the PyTorchTrainingJob that runs it, a PyTorchTrainingJob as a "
-        "PyTorchJob. The input is defaulted and validated first. A field the other API cannot "
-        "express is refused, naming it, unless --drop-unsupported is given.",
+        "PyTorchJob, a Kubeflow Trainer TrainJob (with its training runtime in the same file) "
+        "as either, or either as a TrainJob of the torch-distributed runtime (--to trainer). The "
+        "input is defaulted and validated first. A field the other API cannot express is "
+        "refused, naming it, unless --drop-unsupported is given.",
     )
     convert.add_argument("manifest", metavar="JOB.yaml", help="the job's manifest ('-' for stdin)")
     convert.add_argument(
         "--to",
-        choices=(TO_KUBEFLOW, TO_TORCHJOB),
-        help="the API to write (default: the other one): kubeflow = PyTorchJob, torchjob = "
-        "PyTorchTrainingJob",
+        choices=(TO_KUBEFLOW, TO_TORCHJOB, TO_TRAINER),
+        help="the API to write (default: a PyTorchTrainingJob's is kubeflow, any other's "
+        "torchjob): kubeflow = PyTorchJob, torchjob = PyTorchTrainingJob, trainer = TrainJob",
     )
     convert.add_argument(
         "-o", "--output", metavar="FILE", type=Path, help="write the YAML here (default: stdout)"
@@ -126,22 +148,48 @@ def convert(
 ) -> tuple[dict[str, Any], list[str]]:
     """`document` in the API `to` (None: the other one), and the fields left out (with
     `drop_unsupported`; without it they are refused)."""
-    source = TO_KUBEFLOW if is_kubeflow(document) else TO_TORCHJOB
-    target = to or (TO_TORCHJOB if source == TO_KUBEFLOW else TO_KUBEFLOW)
+    source = TARGET_NAMES[written_api(document)]
+    target = to or DEFAULT_TARGETS[source]
     if target == source:
-        kind = "a PyTorchJob" if source == TO_KUBEFLOW else "a PyTorchTrainingJob"
-        raise Unconvertible([f"kind: the manifest is {kind} already (--to {target})"])
-    if source == TO_KUBEFLOW:
-        dropped = _Dropped(drop_unsupported, PYTORCHJOB_FIELDS)
-        out = to_training_job(document, dropped)
-    else:
-        dropped = _Dropped(drop_unsupported, TRAINING_JOB_FIELDS)
-        out = to_pytorchjob(document, dropped)
+        raise Unconvertible(
+            [f"kind: the manifest is a {document.get('kind')} already (--to {target})"]
+        )
+    try:
+        out, dropped = _converted(document, source, target, drop_unsupported)
+    except NotConvertible as error:
+        raise Unconvertible(error.errors) from error
     if dropped.fields and not drop_unsupported:
         raise Unconvertible(
             [*dropped.fields, "(--drop-unsupported converts the job without these fields)"]
         )
     return out, dropped.fields
+
+
+def _converted(
+    document: dict[str, Any], source: str, target: str, drop: bool
+) -> tuple[dict[str, Any], _Dropped]:
+    """`document` of the API `source` in the API `target`, through a PyTorchJob where neither
+    is one, and what was refused (or dropped) on the way."""
+    if source == TO_TORCHJOB:
+        dropped = _Dropped(drop, TRAINING_JOB_FIELDS)
+        pytorchjob = to_pytorchjob(document, dropped)
+        if target == TO_KUBEFLOW:
+            return pytorchjob, dropped
+        dropped.fates = {**dropped.fates, **PYTORCHJOB_TO_TRAINJOB_FIELDS}
+        return pytorchjob_to_trainjob(pytorchjob, dropped.add), dropped
+    if source == TO_TRAINER:
+        pytorchjob = trainjob_to_pytorchjob(document, _rename_container)
+        pytorchjob["metadata"] = _metadata(document)
+        if target == TO_KUBEFLOW:
+            return pytorchjob, _Dropped(drop, TRAINJOB_FIELDS)
+        document = pytorchjob
+    if target == TO_TRAINER:
+        dropped = _Dropped(drop, PYTORCHJOB_TO_TRAINJOB_FIELDS)
+        out = pytorchjob_to_trainjob(document, dropped.add)
+        out["metadata"] = _metadata(document)
+        return out, dropped
+    dropped = _Dropped(drop, PYTORCHJOB_FIELDS)
+    return to_training_job(document, dropped), dropped
 
 
 def _metadata(document: dict[str, Any]) -> dict[str, Any]:

@@ -3,7 +3,11 @@ that carries it, or why the other API cannot take it (then the conversion is ref
 field, or with --drop-unsupported the field is left out and listed). convert.py's refusals say
 what these rows say.
 
-One row per field of the generated spec classes (api/types.py, api/kubeflow_types.py), keyed by
+A Kubeflow Trainer TrainJob converts to and from a PyTorchJob, whose environment (torchrun's
+PET_* variables) is the one a TrainJob's nodes get; to and from a PyTorchTrainingJob through it.
+
+One row per field of the generated spec classes (api/types.py, api/kubeflow_types.py,
+api/trainer_types.py), keyed by
 its path as messages name it, with `[]` for an item of a list and `*` for a value of a map; a row
 for a message field speaks for everything inside it. tests/unit/test_cli_convert.py walks the
 generated classes: a field added to either API fails it until a row here says what becomes of it.
@@ -106,5 +110,60 @@ PYTORCHJOB_FIELDS: Final[Mapping[str, Fate]] = {
     "spec.nprocPerNode": Fate(
         refused="a PyTorchTrainingJob sets processes per node through torchrunConfig, which "
         "replaces the container's command"
+    ),
+}
+
+
+IN_RUNTIME: Final = (
+    "a TrainJob takes this from its training runtime (torch-distributed's pod template has "
+    "none): write a TrainingRuntime with it"
+)
+
+# Each field of a TrainJob's spec, and what becomes of it in a PyTorchJob (its first node the
+# Master, the others Workers, all running the pod made from the TrainJob's runtime).
+TRAINJOB_FIELDS: Final[Mapping[str, Fate]] = {
+    "spec.runtimeRef": Fate(to="spec.pytorchReplicaSpecs.*.template"),
+    # The initializers run as init containers of every node's pod, in the template.
+    "spec.initializer": Fate(to="spec.pytorchReplicaSpecs.*.template"),
+    "spec.trainer.image": Fate(to="spec.pytorchReplicaSpecs.*.template"),
+    "spec.trainer.command": Fate(to="spec.pytorchReplicaSpecs.*.template"),
+    "spec.trainer.args": Fate(to="spec.pytorchReplicaSpecs.*.template"),
+    "spec.trainer.env": Fate(to="spec.pytorchReplicaSpecs.*.template"),
+    "spec.trainer.resourcesPerNode": Fate(to="spec.pytorchReplicaSpecs.*.template"),
+    "spec.trainer.numNodes": Fate(to="spec.pytorchReplicaSpecs.*.replicas"),
+    "spec.trainer.numProcPerNode": Fate(to="spec.nprocPerNode"),
+    # Their labels and annotations, on the pod template.
+    "spec.runtimePatches": Fate(to="spec.pytorchReplicaSpecs.*.template"),
+    "spec.suspend": Fate(to="spec.runPolicy.suspend"),
+    "spec.activeDeadlineSeconds": Fate(to="spec.runPolicy.activeDeadlineSeconds"),
+    # MultiKueue carries over; Trainer's own controller is Kubeflow's (unset).
+    "spec.managedBy": Fate(to="spec.runPolicy.managedBy"),
+}
+
+# Each field of a PyTorchJob's spec, and what becomes of it in a TrainJob of the chart's
+# torch-distributed runtime.
+PYTORCHJOB_TO_TRAINJOB_FIELDS: Final[Mapping[str, Fate]] = {
+    "spec.runPolicy.backoffLimit": Fate(refused=IN_RUNTIME + " (its node Job's backoffLimit)"),
+    # "None", Kubeflow's default, is what a TrainJob does: its pods are kept.
+    "spec.runPolicy.cleanPodPolicy": Fate(refused="a TrainJob keeps its pods (None) only"),
+    "spec.runPolicy.ttlSecondsAfterFinished": Fate(refused=IN_RUNTIME + " (its JobSet's TTL)"),
+    "spec.runPolicy.activeDeadlineSeconds": Fate(to="spec.activeDeadlineSeconds"),
+    "spec.runPolicy.schedulingPolicy": Fate(
+        refused="a TrainJob has no gang-scheduling policy of its own: queue it with Kueue"
+    ),
+    "spec.runPolicy.suspend": Fate(to="spec.suspend"),
+    "spec.runPolicy.managedBy": Fate(to="spec.managedBy"),
+    "spec.elasticPolicy": Fate(refused="a TrainJob is not elastic"),
+    "spec.pytorchReplicaSpecs.*.replicas": Fate(to="spec.trainer.numNodes"),
+    # The `pytorch` container's image, command, args, env and resources; the rest of the pod
+    # belongs to the runtime, and is refused by path.
+    "spec.pytorchReplicaSpecs.*.template": Fate(to="spec.trainer", refused=IN_RUNTIME),
+    # OnFailure, Kubeflow's default, is what a TrainJob's nodes do.
+    "spec.pytorchReplicaSpecs.*.restartPolicy": Fate(
+        refused="a TrainJob's nodes restart OnFailure, unless its runtime says otherwise"
+    ),
+    # "auto" is a TrainJob's default too.
+    "spec.nprocPerNode": Fate(
+        to="spec.trainer.numProcPerNode", refused="a TrainJob's processes per node are a number"
     ),
 }

@@ -17,10 +17,10 @@ from typing import Any
 import yaml
 
 from torchjob.api import constants
-from torchjob.api.job_api import TRAIN_JOB, TRAINING_JOB, JobApi
+from torchjob.api.job_api import TRAINING_JOB, JobApi
 from torchjob.api.jsoncopy import json_copy
 from torchjob.api.kubeflow import KUBEFLOW_SPEC, KUBEFLOW_STATUS, STATUS_RECORD
-from torchjob.api.trainer import RUNTIME_PLURALS, RUNTIME_RECORD, runtime_snapshot
+from torchjob.api.trainer import RUNTIME_RECORD, is_runtime, runtime_snapshot
 from torchjob.api.types import PyTorchTrainingJob, PyTorchTrainingJobSpec
 from torchjob.kube.reconcile import JobKey
 from torchjob.lifecycle.times import format_time
@@ -102,18 +102,13 @@ def read_manifest(path: str) -> dict[str, Any]:
     return with_runtime(document, runtimes)
 
 
-def is_runtime(document: dict[str, Any]) -> bool:
-    """A Kubeflow Trainer training runtime (a ClusterTrainingRuntime or TrainingRuntime)."""
-    return document.get("apiVersion") == TRAIN_JOB.api_version and document.get("kind") in (
-        RUNTIME_PLURALS
-    )
-
-
 def with_runtime(document: dict[str, Any], runtimes: list[dict[str, Any]]) -> dict[str, Any]:
     """`document`, with the runtime among `runtimes` its kind copies into its status before it
     runs (`JobKind.runtime_to_copy`); as it was where it needs none, or none of them is it."""
     wanted = kind_of(written_api(document)).runtime_to_copy(document)
-    for runtime in runtimes if wanted is not None else ():
+    if wanted is None:
+        return document
+    for runtime in runtimes:
         if (
             runtime.get("kind") == wanted.kind
             and (runtime.get("metadata") or {}).get("name") == wanted.name
