@@ -119,6 +119,20 @@ def _restart_delay(text: str) -> float:
     return seconds
 
 
+def runnable(path: str, namespace: str | None, uid: str | None) -> AdmittedJob:
+    """The job of the file at `path`, admitted, with everything it is made from: a TrainJob's
+    training runtime must be in the same file (`torchjob run` reads no cluster)."""
+    job = admit(read_manifest(path), namespace=namespace, uid=uid)
+    if (runtime := kind_of(job.api).runtime_to_copy(job.manifest)) is not None:
+        raise InvalidManifest(
+            [
+                f"spec.runtimeRef: {runtime} is not in {path}: a {job.api.kind} is made from its "
+                "training runtime; add the runtime as another document of the file"
+            ]
+        )
+    return job
+
+
 def main(argv: list[str] | None = None) -> int:
     prog = "kubectl torchjob" if Path(sys.argv[0]).name.startswith("kubectl-") else "torchjob"
     top = parser(prog)
@@ -135,15 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     # A dry run shows a stable stand-in for the uid; a run is a new job with a uid of its own.
     uid = None if args.dry_run else str(uuid.uuid4())
     try:
-        job = admit(read_manifest(args.manifest), namespace=args.namespace, uid=uid)
-        if (runtime := kind_of(job.api).runtime_to_copy(job.manifest)) is not None:
-            raise InvalidManifest(
-                [
-                    f"spec.runtimeRef: {runtime} is not in {args.manifest}: a {job.api.kind} is "
-                    "made from its training runtime; add the runtime as another document of the "
-                    "file"
-                ]
-            )
+        job = runnable(args.manifest, args.namespace, uid)
     except InvalidManifest as error:
         for line in error.errors:
             sys.stderr.write(f"error: {line}\n")
