@@ -7,10 +7,12 @@ import datetime
 from typing import Any
 
 import pytest
+from support.trainer import TRAIN_JOB as TRAIN_JOB_MANIFEST
+from support.trainer import started
 from support.webhook import KUBEFLOW_JOB as KUBEFLOW_MANIFEST
 
 from torchjob.api.constants import LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
-from torchjob.api.job_api import KUBEFLOW_JOB, TRAINING_JOB
+from torchjob.api.job_api import KUBEFLOW_JOB, TRAIN_JOB, TRAINING_JOB
 from torchjob.api.types import JOB_PHASE_VALUES
 from torchjob.views.console.rows import (
     PHASES,
@@ -235,3 +237,16 @@ def test_a_kubeflow_pytorchjob_shows_its_pytorch_containers_command() -> None:
     master["containers"].reverse()  # the training container is Kubeflow's `pytorch`, not the first
     master["containers"][1]["args"] = ["--epochs", "3"]
     assert command_line(pytorchjob) == "python3 t.py --epochs 3"
+
+
+def test_a_trainjob_shows_its_state_pause_and_nodes_command_from_its_runtime() -> None:
+    trainjob = started(TRAIN_JOB_MANIFEST)
+    assert job_row(trainjob, NOW).phase == "Created"  # no condition yet, as the SDK says
+    assert command_line(trainjob) == "torchrun t.py"
+    trainjob["spec"]["suspend"] = True
+    trainjob["status"]["torchjob"].update(phase="Running", startTime="2026-01-01T00:00:00Z")
+    assert job_row(trainjob, NOW).paused
+    complete = {"type": "Complete", "status": "True", "reason": "AllJobsCompleted"}
+    trainjob["status"]["conditions"] = [{**complete, "lastTransitionTime": "2026-01-01T00:30:00Z"}]
+    assert job_row(trainjob, NOW).phase == "Complete"
+    assert {"Created", "Suspended", "Complete", "Failed"} <= set(PHASES[TRAIN_JOB])
