@@ -22,7 +22,12 @@ def group_of(manifest: Manifest) -> str:
 
 
 @pytest.mark.parametrize("values", CI_VALUES, ids=lambda p: p.name.removesuffix("-values.yaml"))
-def test_server_side_dry_run(control_plane: ControlPlane, namespace: str, values: Path) -> None:
+def test_server_side_dry_run(
+    control_plane: ControlPlane, crd: None, namespace: str, values: Path
+) -> None:
+    # `crd`: a variant with trainer.enabled renders a ClusterTrainingRuntime beside its CRD. A dry
+    # run creates no CRD, so the generated ones are installed first, as Helm has created the CRD
+    # by the time it creates the runtime (trainer/runtimes.yaml).
     # Warn on (not enforce, which applies to pods only) the restricted standard, so the
     # apiserver checks the Deployments' pod templates and says so on any violation.
     control_plane.kubectl(

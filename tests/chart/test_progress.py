@@ -35,6 +35,7 @@ NAMESPACE = "ml-system"
 WEBHOOK_SERVICE = "torchjob-webhook"
 PTJ = ("batch.tensorstack.dev", "pytorchtrainingjobs")
 PYTORCHJOB = ("kubeflow.org", "pytorchjobs")
+TRAINJOB = ("trainer.kubeflow.org", "trainjobs")
 # The flags the chart passes when progress is on, each followed by its value.
 VALUED_FLAGS = (
     "--progress-port",
@@ -122,16 +123,19 @@ def test_off_tells_the_webhook_so_and_passes_nothing_else() -> None:
 
 
 @pytest.fixture(scope="module", params=CI_VALUES, ids=variant)
-def rendered(request: pytest.FixtureRequest) -> tuple[dict[str, Any], list[Manifest], bool]:
+def rendered(
+    request: pytest.FixtureRequest,
+) -> tuple[dict[str, Any], list[Manifest], dict[str, bool]]:
     path: Path = request.param
     manifests = template(namespace=NAMESPACE, values_files=[path])
     data = yaml.safe_load(path.read_text()) or {}
-    kubeflow = bool(data.get("kubeflow", {}).get("enabled"))
-    return progress_values(path), manifests, kubeflow
+    # Whether each opt-in job API is served (kubeflow.enabled, trainer.enabled).
+    served = {key: bool(data.get(key, {}).get("enabled")) for key in ("kubeflow", "trainer")}
+    return progress_values(path), manifests, served
 
 
 def test_the_pods_and_the_service_serve_the_progress_port(
-    rendered: tuple[dict[str, Any], list[Manifest], bool],
+    rendered: tuple[dict[str, Any], list[Manifest], dict[str, bool]],
 ) -> None:
     values, manifests, _ = rendered
     deployment = component(manifests, "Deployment", "webhook")
@@ -164,7 +168,7 @@ def test_the_pods_and_the_service_serve_the_progress_port(
 
 
 def test_the_network_policy_opens_only_the_progress_port_to_pods(
-    rendered: tuple[dict[str, Any], list[Manifest], bool],
+    rendered: tuple[dict[str, Any], list[Manifest], dict[str, bool]],
 ) -> None:
     values, manifests, _ = rendered
     policies = find(component_objects(manifests, "webhook"), "NetworkPolicy")
@@ -220,19 +224,20 @@ def test_the_default_policy_admits_pods_to_progress_and_keeps_them_off_admission
 
 
 def test_the_webhook_may_check_tokens_read_pods_and_patch_job_status(
-    rendered: tuple[dict[str, Any], list[Manifest], bool],
+    rendered: tuple[dict[str, Any], list[Manifest], dict[str, bool]],
 ) -> None:
-    values, manifests, kubeflow = rendered
+    values, manifests, served = rendered
     rules = rules_of(component(manifests, "ClusterRole", "webhook"))
     on = values["enabled"]
     assert grants(rules, "authentication.k8s.io", "tokenreviews", "create") is on
     assert grants(rules, "", "pods", "get") is on
     assert grants(rules, PTJ[0], f"{PTJ[1]}/status", "patch") is on
-    assert grants(rules, PYTORCHJOB[0], f"{PYTORCHJOB[1]}/status", "patch") is (on and kubeflow)
+    for (group, plural), key in ((PYTORCHJOB, "kubeflow"), (TRAINJOB, "trainer")):
+        assert grants(rules, group, f"{plural}/status", "patch") is (on and served[key]), plural
     # Never more than that: no pod listing or writes, no writes to jobs beyond their status.
     for verb in ("list", "watch", "create", "update", "patch", "delete"):
         assert not grants(rules, "", "pods", verb), verb
-    for group, plural in (PTJ, PYTORCHJOB):
+    for group, plural in (PTJ, PYTORCHJOB, TRAINJOB):
         for verb in ("create", "update", "patch", "delete"):
             assert not grants(rules, group, plural, verb), (plural, verb)
         assert not grants(rules, group, f"{plural}/status", "update")
@@ -316,7 +321,7 @@ def test_the_apiserver_grants_the_webhook_what_progress_needs(
     manifests = template(
         release="progress",
         namespace=release_namespace,
-        settings={"progress.enabled": on, "kubeflow.enabled": True},
+        settings={"progress.enabled": on, "kubeflow.enabled": True, "trainer.enabled": True},
         include_crds=False,
     )
     rbac = yaml.safe_dump_all(
@@ -335,7 +340,11 @@ def test_the_apiserver_grants_the_webhook_what_progress_needs(
         control_plane.kubectl("apply", "-f", "-", input=rbac)
         assert may("create", "tokenreviews.authentication.k8s.io") is on
         assert may("get", "pods") is on
-        for plural in ("pytorchtrainingjobs.batch.tensorstack.dev", "pytorchjobs.kubeflow.org"):
+        for plural in (
+            "pytorchtrainingjobs.batch.tensorstack.dev",
+            "pytorchjobs.kubeflow.org",
+            "trainjobs.trainer.kubeflow.org",
+        ):
             assert may("patch", plural, "--subresource=status") is on, plural
             assert may("update", plural, "--subresource=status") is False, plural
             assert may("patch", plural) is False, plural

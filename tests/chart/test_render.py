@@ -131,8 +131,14 @@ def test_every_service_has_its_objects(rendered: tuple[str, list[Manifest]]) -> 
         assert "spec" not in lease
         command = container_command(component(manifests, "Deployment", part), f"{part}-pod")
         assert command.arg("--lease-name") == lease["metadata"]["name"]
-    # Webhook configurations and admission policies (Mutating…, Validating…) are cluster-scoped.
-    cluster_scoped = ("CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding")
+    # Webhook configurations and admission policies (Mutating…, Validating…) are cluster-scoped,
+    # and so is Trainer's torch-distributed runtime (trainer.enabled).
+    cluster_scoped = (
+        "CustomResourceDefinition",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ClusterTrainingRuntime",
+    )
     for m in manifests:
         if m["kind"] not in cluster_scoped and not m["kind"].startswith(("Mutating", "Validating")):
             assert m["metadata"]["namespace"] == NAMESPACE, m["metadata"]["name"]
@@ -167,6 +173,7 @@ def test_webhook_configurations(rendered: tuple[str, list[Manifest]]) -> None:
         for hook in one(manifests, kind)["webhooks"]
     }
     kubeflow = values_of(name).get("kubeflow", {}).get("enabled", False)
+    trainer = values_of(name).get("trainer", {}).get("enabled", False)
     assert set(hooks) == {
         "jobs.mutate.torchjob.dev",
         "pods.mutate.torchjob.dev",
@@ -174,6 +181,15 @@ def test_webhook_configurations(rendered: tuple[str, list[Manifest]]) -> None:
     } | (
         {"kubeflowjobs.mutate.torchjob.dev", "kubeflowjobs.validate.torchjob.dev"}
         if kubeflow
+        else set()
+    ) | (
+        {
+            "trainjobs.mutate.torchjob.dev",
+            "trainjobs.validate.torchjob.dev",
+            "trainingruntimes.validate.torchjob.dev",
+            "clustertrainingruntimes.validate.torchjob.dev",
+        }
+        if trainer
         else set()
     )
     for hook_name, hook in hooks.items():
@@ -213,7 +229,14 @@ def test_webhook_configurations(rendered: tuple[str, list[Manifest]]) -> None:
 
 
 # The path of each webhook, by the first part of its name.
-PATHS = {"jobs": "pytorchtrainingjobs", "kubeflowjobs": "pytorchjobs", "pods": "pods"}
+PATHS = {
+    "jobs": "pytorchtrainingjobs",
+    "kubeflowjobs": "pytorchjobs",
+    "trainjobs": "trainjobs",
+    "trainingruntimes": "trainingruntimes",
+    "clustertrainingruntimes": "clustertrainingruntimes",
+    "pods": "pods",
+}
 
 
 def test_rendered_arguments_are_what_the_services_accept(
@@ -378,15 +401,32 @@ def test_inconsistent_webhook_limits_are_refused(settings: dict[str, object], me
     assert message in result.stderr, result.stderr
 
 
+EVERYONE = [
+    {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}
+]
+
+
 def test_rbac_is_least_privilege(rendered: tuple[str, list[Manifest]]) -> None:
     name, manifests = rendered
     roles = find(manifests, "ClusterRole") + find(manifests, "Role")
     for role in roles:
         for rule in rules_of(role):
             assert "*" not in rule["verbs"] and "*" not in rule["resources"], role["metadata"]
-    # Each binding gives one component's role to that component's ServiceAccount only.
+    # Each binding gives one component's role to that component's ServiceAccount only, but for
+    # the reading of ClusterTrainingRuntimes by everyone signed in (trainer.runtimesReadableByAll,
+    # tests/chart/test_trainer.py), a role with nothing else.
     for kind in ("ClusterRoleBinding", "RoleBinding"):
         for binding in find(manifests, kind):
+            if binding["subjects"] == EVERYONE:
+                role = one(manifests, "ClusterRole", binding["roleRef"]["name"])
+                assert rules_of(role) == [
+                    {
+                        "apiGroups": ["trainer.kubeflow.org"],
+                        "resources": ["clustertrainingruntimes"],
+                        "verbs": ["get", "list", "watch"],
+                    }
+                ]
+                continue
             part = binding["metadata"]["labels"]["app.kubernetes.io/component"]
             account = component(manifests, "ServiceAccount", part)["metadata"]
             assert binding["subjects"] == [

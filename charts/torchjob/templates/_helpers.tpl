@@ -457,3 +457,29 @@ subjects:
     namespace: {{ .root.Release.Namespace }}
 {{- end }}
 {{- end }}
+
+{{/*
+Refuses to take over a CRD of an opt-in job API (kubeflow.enabled, trainer.enabled) that this
+release did not install: another operator owns it and runs its objects, and two controllers must
+not act on one job. Call with (dict "root" $ "existing" <the CRD as the cluster has it, or empty>
+"name" <the CRD's name> "setting" <the value that installs it> "installer" <who installs it without
+Helm> "refusal" <why not, and what to do>). Helm's `lookup` finds nothing in `helm template` and
+dry runs, where nothing is refused. A CRD kept by an uninstalled release of the same name and
+namespace is this release's and is taken back.
+*/}}
+{{- define "torchjob.crdOwnerCheck" -}}
+{{- $root := .root }}
+{{- $check := . }}
+{{- with .existing }}
+{{- $annotations := .metadata.annotations | default dict }}
+{{- $release := get $annotations "meta.helm.sh/release-name" }}
+{{- $namespace := get $annotations "meta.helm.sh/release-namespace" }}
+{{- if not (and (eq $release $root.Release.Name) (eq $namespace $root.Release.Namespace)) }}
+{{- $owner := printf "it carries no Helm release annotations (installed by %s, or by hand)" $check.installer }}
+{{- if or $release $namespace }}
+{{- $owner = printf "it belongs to Helm release %q in namespace %q" $release $namespace }}
+{{- end }}
+{{- fail (printf "%s: the cluster already has the CRD %s, which this release (%s in namespace %s) did not install: %s. %s" $check.setting $check.name $root.Release.Name $root.Release.Namespace $owner $check.refusal) }}
+{{- end }}
+{{- end }}
+{{- end }}

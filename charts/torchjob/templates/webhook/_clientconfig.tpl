@@ -63,6 +63,19 @@ rules:
     scope: Namespaced
 {{- end }}
 
+{{/*
+The rules of Kubeflow Trainer's webhooks (trainer.enabled): TrainJobs, and each kind of training
+runtime (a TrainJob is made from one). Call with (dict "plural" "trainjobs" "scope" "Namespaced").
+*/}}
+{{- define "torchjob.trainerRules" -}}
+rules:
+  - apiGroups: ["trainer.kubeflow.org"]
+    apiVersions: ["v1alpha1"]
+    resources: [{{ .plural | quote }}]
+    operations: ["CREATE", "UPDATE"]
+    scope: {{ .scope }}
+{{- end }}
+
 {{- define "torchjob.jobRules" -}}
 rules:
   - apiGroups: ["batch.tensorstack.dev"]
