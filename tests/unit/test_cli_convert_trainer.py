@@ -81,7 +81,7 @@ def test_a_trainjob_becomes_a_training_job_through_a_pytorchjob() -> None:
     job = trainjob(trainer={**TRAIN_JOB["spec"]["trainer"]})
     # A PyTorchTrainingJob sets processes per node only with its own torchrun, which replaces the
     # command: the TrainJob's two (its node's CPUs) are refused, or dropped.
-    with pytest.raises(Unconvertible, match="spec.nprocPerNode: '2'"):
+    with pytest.raises(Unconvertible, match=r"spec\.nprocPerNode: '2'"):
         convert(job, "torchjob")
     out, dropped = convert(job, "torchjob", drop_unsupported=True)
     assert [line.split(":")[0] for line in dropped] == ["spec.nprocPerNode"]

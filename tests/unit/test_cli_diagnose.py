@@ -173,7 +173,8 @@ def test_a_pytorchjobs_diagnosis_is_read_where_its_kind_keeps_the_record() -> No
 
 def test_the_parser_takes_the_verb() -> None:
     args = parser().parse_args(["diagnose", "train", "-n", "team", "--timeout", "90", "--summary"])
-    assert (args.command, args.job, args.namespace) == ("diagnose", "train", "team")
+    assert (args.command, args.job.name, args.namespace) == ("diagnose", "train", "team")
+    assert parser().parse_args(["diagnose", "trainjob/t"]).job.api.kind == "TrainJob"
     assert (args.timeout, args.summary) == (90.0, True)
     defaults = parser().parse_args(["-n", "team", "diagnose", "train", "--timeout", "2m"])
     assert (defaults.namespace, defaults.timeout, defaults.summary) == ("team", 120.0, False)

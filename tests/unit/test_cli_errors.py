@@ -4,6 +4,7 @@ happened and what to do, for the answers the control plane of tests/e2e cannot g
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ async def cluster() -> AsyncIterator[Cluster]:
         yield Cluster(client, Target(kubeconfig="/absent", namespace="team"))
 
 
-async def explained(cluster: Cluster, error: errors.KubeError, **where: str) -> str:
+async def explained(cluster: Cluster, error: errors.KubeError, **where: Any) -> str:
     with pytest.raises(CliError) as raised:
         async with cluster.translated(**where):
             raise error

@@ -44,8 +44,6 @@ KIND_HOMES = {
 }
 # Modules that still compare with a kind, and why that is no test of a job's kind.
 ALLOWED = {
-    # The resource an apiserver refusal names (a Status's details.kind), not a job's kind.
-    "cli/connection.py": "a refusal's resource",
     # A key's text leaves out the default kind, so `namespace/name` keys still parse.
     "kube/reconcile.py": "a job key's text",
 }

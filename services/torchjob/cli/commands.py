@@ -1,6 +1,8 @@
 """`torchjob submit | list | get | delete | pause | resume | wait`: jobs on the cluster of the
-current kubeconfig context. Each command is an async function of its parsed arguments that
-writes to stdout (results) and stderr (progress) and returns the exit code."""
+current kubeconfig context, of any API the cluster serves (a job argument is a `JobRef`,
+views/cli/job_reference.py), each read and written as its kind says (render/job_kinds.py). Each
+command is an async function of its parsed arguments that writes to stdout (results) and stderr
+(progress) and returns the exit code."""
 
 from __future__ import annotations
 
@@ -9,19 +11,22 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import yaml
 
-from torchjob.api import types
 from torchjob.api.constants import FINISHED_JOB_PHASES, LABEL_TENSORBOARD
+from torchjob.api.job_api import JobApi, api_of
 from torchjob.cli.connection import CliError, Cluster, Target, connect, context_namespace
 from torchjob.cli.manifest import InvalidManifest, admit, read_manifest
 from torchjob.kube.kueue import pending_workloads
 from torchjob.lifecycle.status import TERMINAL_CONDITIONS
+from torchjob.render.job_kinds import kind_of
 from torchjob.views import queue, summary
 from torchjob.views.cli import description, tables
+from torchjob.views.cli.job_reference import JobRef
 from torchjob.views.cli.submission import Submission, SubmissionError, build_job
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_TIMEOUT = 0, 1, 2, 124
@@ -139,17 +144,15 @@ async def submit(args: argparse.Namespace) -> int:
     async with connect(target_of(args)) as cluster:
         cluster.namespace = manifest["metadata"]["namespace"]
         created = await cluster.create_job(manifest)
-        name = created["metadata"]["name"]
+        job = JobRef(api_of(created), created["metadata"]["name"])
         if args.output:
             sys.stdout.write(dump(created, args.output))
         else:
-            sys.stdout.write(
-                f"pytorchtrainingjob.{types.GROUP}/{name} created in {cluster.namespace}\n"
-            )
+            sys.stdout.write(f"{job.resource} created in {cluster.namespace}\n")
         sys.stdout.flush()
         if not args.wait:
             return EXIT_SUCCEEDED
-        return await follow_until_finished(cluster, name, args.timeout)
+        return await follow_until_finished(cluster, job, args.timeout)
 
 
 # -- list, get ---------------------------------------------------------------------------------
@@ -157,18 +160,22 @@ async def submit(args: argparse.Namespace) -> int:
 
 async def list_jobs(args: argparse.Namespace) -> int:
     async with connect(target_of(args)) as cluster:
-        jobs = await cluster.list_jobs()
+        listing = await cluster.list_every_kind()
+        for refusal in listing.refused:
+            sys.stderr.write(f"Warning: {refusal}\n")
+        jobs = listing.jobs
         if args.output in ("json", "yaml"):
             document = {"apiVersion": "v1", "kind": "List", "items": jobs}
             sys.stdout.write(dump(document, args.output))
             return EXIT_SUCCEEDED
         if args.output == "name":
-            for job in sorted(jobs, key=lambda j: str(j["metadata"]["name"])):
-                sys.stdout.write(f"{job['metadata']['name']}\n")
+            sys.stdout.write(
+                "".join(f"{tables.listed_name(j)}\n" for j in tables.in_list_order(jobs))
+            )
             return EXIT_SUCCEEDED
         if not jobs:
             where = "any namespace" if cluster.target.all_namespaces else cluster.namespace
-            sys.stderr.write(f"No PyTorchTrainingJobs found in {where}.\n")
+            sys.stderr.write(f"No {kinds_text(listing.served)} found in {where}.\n")
             return EXIT_SUCCEEDED
         pods = await cluster.job_pods() if args.output == "wide" else None
         sys.stdout.write(
@@ -184,18 +191,28 @@ async def list_jobs(args: argparse.Namespace) -> int:
     return EXIT_SUCCEEDED
 
 
+def kinds_text(apis: list[JobApi]) -> str:
+    """The kinds listed: `PyTorchTrainingJobs`, `PyTorchTrainingJobs or TrainJobs`, ..."""
+    plurals = [f"{api.kind}s" for api in apis]
+    if len(plurals) < 2:
+        return "".join(plurals)
+    return f"{', '.join(plurals[:-1])} or {plurals[-1]}"
+
+
 async def get(args: argparse.Namespace) -> int:
+    ref: JobRef = args.job
     async with connect(target_of(args)) as cluster:
-        job = await cluster.get_job(args.job)
+        job = await cluster.get_job(ref.name, ref.api)
         if args.output in ("json", "yaml"):
             sys.stdout.write(dump(job, args.output))
             return EXIT_SUCCEEDED
-        pods = await cluster.job_pods(args.job, all_namespaces=False)
-        events = await related_events(cluster, job, pods)
+        view = tables.training_view(job)
+        pods = await cluster.job_pods(ref.name, ref.api, all_namespaces=False)
+        events = await related_events(cluster, view, pods)
         boards = None
-        if (job.get("spec") or {}).get("tensorboardSpec"):
-            boards = await cluster.pods(f"{LABEL_TENSORBOARD}={args.job}", all_namespaces=False)
-        waiting = await queue_position(cluster, job, pods)
+        if (view.get("spec") or {}).get("tensorboardSpec"):
+            boards = await cluster.pods(f"{LABEL_TENSORBOARD}={ref.name}", all_namespaces=False)
+        waiting = await queue_position(cluster, view, pods)
         text = description.describe(
             job, pods, events, now(), tensorboard_pods=boards, queue=waiting
         )
@@ -208,7 +225,7 @@ async def queue_places(
 ) -> dict[tuple[str, str], str]:
     """The Kueue queue each waiting job waits in and its place, by namespace and name: one read
     of Kueue's visibility API per queue, as the user."""
-    waiting = queue.waiting_jobs(jobs, pods)
+    waiting = queue.waiting_jobs([tables.training_view(job) for job in jobs], pods)
     read: dict[tuple[str, str], dict[str, Any] | None] = {}
     for (namespace, _), where in waiting.items():
         if (namespace, where.queue) not in read:
@@ -220,11 +237,11 @@ async def queue_places(
 
 
 async def queue_position(
-    cluster: Cluster, job: dict[str, Any], pods: list[dict[str, Any]]
+    cluster: Cluster, view: dict[str, Any], pods: list[dict[str, Any]]
 ) -> str | None:
-    """Where the job waits in its Kueue queue, read from Kueue's visibility API as the user;
-    None for a job that waits for no Kueue admission."""
-    where = queue.queued(job, pods)
+    """Where the job (as `training_view` reads it) waits in its Kueue queue, read from Kueue's
+    visibility API as the user; None for a job that waits for no Kueue admission."""
+    where = queue.queued(view, pods)
     if where is None:
         return None
     pending, problem = await pending_workloads(cluster.client, cluster.namespace, where.queue)
@@ -232,13 +249,15 @@ async def queue_position(
 
 
 async def related_events(
-    cluster: Cluster, job: dict[str, Any], pods: list[dict[str, Any]]
+    cluster: Cluster, view: dict[str, Any], pods: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """The Events of the job and of its replicas' pods, past and present (by uid, and by name
-    for the pods of replicas that were replaced since)."""
-    uids = {job["metadata"].get("uid")} | {p["metadata"].get("uid") for p in pods}
+    """The Events of the job (as `training_view` reads it) and of its replicas' pods, past and
+    present (by uid, and by name for the pods of replicas that were replaced since)."""
+    uids = {view["metadata"].get("uid")} | {p["metadata"].get("uid") for p in pods}
     # A replica `worker-1` of job `train` has the pod `train-worker-1`.
-    names = {f"{job['metadata']['name']}-{replica}" for replica, _ in summary.replica_pods(job, [])}
+    names = {
+        f"{view['metadata']['name']}-{replica}" for replica, _ in summary.replica_pods(view, [])
+    }
     found = []
     for event in await cluster.events():
         involved = event.get("involvedObject") or {}
@@ -253,24 +272,25 @@ async def related_events(
 
 
 async def delete(args: argparse.Namespace) -> int:
+    refs: list[JobRef] = args.jobs
     async with connect(target_of(args)) as cluster:
-        for name in args.jobs:
-            await cluster.delete_job(name)
-            sys.stdout.write(f"pytorchtrainingjob.{types.GROUP}/{name} deleted\n")
+        for ref in refs:
+            await cluster.delete_job(ref.name, ref.api)
+            sys.stdout.write(f"{ref.resource} deleted\n")
         if args.wait:
-            for name in args.jobs:
-                await _until_gone(cluster, name, args.timeout)
+            for ref in refs:
+                await _until_gone(cluster, ref, args.timeout)
     return EXIT_SUCCEEDED
 
 
-async def _until_gone(cluster: Cluster, name: str, limit: float | None) -> None:
+async def _until_gone(cluster: Cluster, ref: JobRef, limit: float | None) -> None:
     deadline = None if limit is None else time.monotonic() + limit
     while True:
-        jobs = await cluster.list_jobs(all_namespaces=False)
-        if all(j["metadata"]["name"] != name for j in jobs):
+        jobs = await cluster.list_jobs(ref.api, all_namespaces=False)
+        if all(j["metadata"]["name"] != ref.name for j in jobs):
             return
         if deadline is not None and time.monotonic() > deadline:
-            raise CliError(f"job {name} still exists after {limit:g}s", EXIT_TIMEOUT)
+            raise CliError(f"job {ref} still exists after {limit:g}s", EXIT_TIMEOUT)
         await asyncio.sleep(POLL_SECONDS / 2)
 
 
@@ -283,73 +303,94 @@ async def resume(args: argparse.Namespace) -> int:
 
 
 async def _set_paused(args: argparse.Namespace, paused: bool) -> int:
+    """Pause or resume the job with its kind's own patch; `--wait` until the lifecycle has
+    paused it (its replicas gone), or runs it again (or it ended meanwhile)."""
+    ref: JobRef = args.job
+    kind = kind_of(ref.api)
     async with connect(target_of(args)) as cluster:
-        job = await cluster.get_job(args.job)
-        phase = summary.phase(job)
-        if phase in FINISHED_JOB_PHASES:
-            raise CliError(
-                f"job {args.job} has ended ({phase}); there is nothing to {args.command}"
-            )
-        written = (((job.get("spec") or {}).get("runMode") or {}).get("pause") or {}).get("enabled")
-        if bool(written) == paused:
+        job = await cluster.get_job(ref.name, ref.api)
+        ended = kind.outcome(job)
+        if ended is not None:
+            raise CliError(f"job {ref} has ended ({ended}); there is nothing to {args.command}")
+        if kind.paused(job) == paused:
             state = "paused" if paused else "not paused"
-            sys.stdout.write(f"job {args.job} is already {state} (phase {phase})\n")
+            sys.stdout.write(f"job {ref} is already {state} (phase {kind.phase(job)})\n")
             return EXIT_SUCCEEDED
-        await cluster.patch_job(args.job, {"spec": {"runMode": {"pause": {"enabled": paused}}}})
-        verb = "paused" if paused else "resumed"
-        sys.stdout.write(f"pytorchtrainingjob.{types.GROUP}/{args.job} {verb}\n")
+        await cluster.patch_job(ref.name, kind.pause_patch(paused), ref.api)
+        sys.stdout.write(f"{ref.resource} {'paused' if paused else 'resumed'}\n")
         if not args.wait:
             return EXIT_SUCCEEDED
         wanted = ("Paused",) if paused else ("Running", *FINISHED_JOB_PHASES)
-        final = await _until_phase(cluster, args.job, wanted, args.timeout)
-        sys.stdout.write(f"job {args.job}: {final}\n")
+        final = await _until(
+            cluster, ref, lambda j: lifecycle_phase(j) in wanted, wanted, args.timeout
+        )
+        sys.stdout.write(f"job {ref}: {kind.phase(final)}\n")
     return EXIT_SUCCEEDED
+
+
+def lifecycle_phase(job: dict[str, Any]) -> str:
+    """The phase the lifecycle has recorded for a job of any API (PyTorchTrainingJob's words:
+    a job is Paused once its replicas are gone)."""
+    return summary.phase(tables.training_view(job))
 
 
 # -- wait --------------------------------------------------------------------------------------
 
 
 async def wait(args: argparse.Namespace) -> int:
+    ref: JobRef = args.job
     async with connect(target_of(args)) as cluster:
-        await cluster.get_job(args.job)  # not found: say so at once, with similar names
-        return await follow_until_finished(cluster, args.job, args.timeout)
+        await cluster.get_job(ref.name, ref.api)  # not found: say so at once, with similar names
+        return await follow_until_finished(cluster, ref, args.timeout)
 
 
-async def follow_until_finished(cluster: Cluster, name: str, limit: float | None) -> int:
+async def follow_until_finished(cluster: Cluster, ref: JobRef, limit: float | None) -> int:
     """Report each phase change on stderr until the job ends; exit 0 when it succeeded, 1 when
     it failed, 124 when `limit` seconds passed first."""
-    phase = await _until_phase(cluster, name, FINISHED_JOB_PHASES, limit)
-    job = await cluster.get_job(name)
+    kind = kind_of(ref.api)
+    job = await _until(
+        cluster, ref, lambda j: kind.outcome(j) is not None, FINISHED_JOB_PHASES, limit
+    )
+    outcome = kind.outcome(job)
     condition: dict[str, Any] = next(
         (
             c
-            for c in (job.get("status") or {}).get("conditions") or []
+            for c in (tables.training_view(job).get("status") or {}).get("conditions") or []
             if c.get("type") in TERMINAL_CONDITIONS and c.get("status") == "True"
         ),
         {},
     )
     detail = f" ({condition.get('reason')}: {condition.get('message')})" if condition else ""
-    sys.stdout.write(f"job {name} {phase}{detail}\n")
-    return EXIT_SUCCEEDED if phase == "Succeeded" else EXIT_FAILED
+    sys.stdout.write(f"job {ref} {outcome}{detail}\n")
+    return EXIT_SUCCEEDED if outcome == "Succeeded" else EXIT_FAILED
 
 
-async def _until_phase(
-    cluster: Cluster, name: str, wanted: tuple[str, ...], limit: float | None
-) -> str:
+async def _until(
+    cluster: Cluster,
+    ref: JobRef,
+    reached: Callable[[dict[str, Any]], bool],
+    waited_for: tuple[str, ...],
+    limit: float | None,
+) -> dict[str, Any]:
+    """The job once `reached` says so of it, writing each change of its phase (as its API shows
+    it) on stderr; CliError (exit 124) naming the phases `waited_for` when `limit` seconds pass
+    first."""
+    kind = kind_of(ref.api)
     deadline = None if limit is None else time.monotonic() + limit
     last = None
     while True:
-        job = await cluster.get_job(name)
-        phase = summary.phase(job)
+        job = await cluster.get_job(ref.name, ref.api)
+        phase = kind.phase(job)
         if phase != last:
-            sys.stderr.write(f"job {name}: {phase}\n")
+            sys.stderr.write(f"job {ref}: {phase}\n")
             sys.stderr.flush()
             last = phase
-        if phase in wanted:
-            return phase
+        if reached(job):
+            return job
         if deadline is not None and time.monotonic() >= deadline:
             raise CliError(
-                f"job {name} is still {phase} after {limit:g}s (waited for {' or '.join(wanted)})",
+                f"job {ref} is still {phase} after {limit:g}s "
+                f"(waited for {' or '.join(waited_for)})",
                 EXIT_TIMEOUT,
             )
         pause = POLL_SECONDS if deadline is None else min(POLL_SECONDS, deadline - time.monotonic())

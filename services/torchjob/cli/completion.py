@@ -1,6 +1,7 @@
 """`torchjob completion bash|zsh`: a completion script written from the command's own parser, so
 it never lists a flag the command lacks. Job names are completed by asking the cluster
-(`torchjob list -o name`, with the --kubeconfig, --context and -n already typed). zsh loads the
+(`torchjob list -o name`, with the --kubeconfig, --context and -n already typed: a job of another
+API than PyTorchTrainingJob's as `kind/NAME`). zsh loads the
 bash script through bashcompinit."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from torchjob.cli.command_parser import CommandParser
 from torchjob.cli.commands import EXIT_SUCCEEDED, target_of
 from torchjob.cli.connection import CliError, connect
+from torchjob.views.cli.tables import in_list_order, listed_name
 
 COMPLETION_TIMEOUT = 5.0
 # The commands whose first positional argument is a job's name.
@@ -192,7 +194,8 @@ def candidates(
 
 
 def job_names(cluster_flags: list[str]) -> list[str]:
-    """The jobs of the namespace, or none when the cluster cannot be asked."""
+    """The jobs of the namespace as the commands take them (`kind/NAME` for a job of another API
+    than PyTorchTrainingJob's), or none when the cluster cannot be asked."""
     options = argparse.ArgumentParser(add_help=False)
     options.add_argument("--kubeconfig")
     options.add_argument("--context")
@@ -201,7 +204,8 @@ def job_names(cluster_flags: list[str]) -> list[str]:
 
     async def listed() -> list[str]:
         async with connect(target_of(args)) as cluster:
-            return sorted(str(j["metadata"]["name"]) for j in await cluster.list_jobs())
+            listing = await cluster.list_every_kind()
+            return [listed_name(job) for job in in_list_order(listing.jobs)]
 
     try:
         return asyncio.run(asyncio.wait_for(listed(), COMPLETION_TIMEOUT))

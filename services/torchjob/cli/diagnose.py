@@ -23,12 +23,19 @@ from torchjob.api.job_api import api_of
 from torchjob.cli.command_parser import CommandParser
 from torchjob.cli.commands import EXIT_SUCCEEDED, EXIT_TIMEOUT, now, target_of
 from torchjob.cli.connection import CliError, Cluster, connect
-from torchjob.cli.parsers import CLUSTER_FLAGS, add_cluster_flags
+from torchjob.cli.parsers import (
+    CLUSTER_FLAGS,
+    JOB_HELP,
+    JOB_METAVAR,
+    add_cluster_flags,
+    job_argument,
+)
 from torchjob.lifecycle.diagnosis import COLLECT_SECONDS
 from torchjob.lifecycle.times import format_micro_time
 from torchjob.render.agent.restart_agent import REPORT_PREFIX
 from torchjob.render.in_place import AGENT
 from torchjob.render.job_kinds import kind_of
+from torchjob.views.cli.job_reference import JobRef
 from torchjob.views.summary import diagnosis_record, replica_pods
 
 DEFAULT_TIMEOUT: Final = 60.0
@@ -51,7 +58,7 @@ def add_diagnose_command(commands_: Any) -> None:
         "are elsewhere, which did not answer), then each replica pod's stacks from its "
         "restart-agent log. Exit 124 when no answer comes within --timeout.",
     )
-    diagnose.add_argument("job", metavar="NAME")
+    diagnose.add_argument("job", metavar=JOB_METAVAR, type=job_argument, help=JOB_HELP)
     diagnose.add_argument(
         "--timeout",
         type=_seconds,
@@ -77,21 +84,22 @@ def _seconds(text: str) -> float:
 
 
 async def diagnose_job(args: argparse.Namespace) -> int:
+    ref: JobRef = args.job
     async with connect(target_of(args)) as cluster:
-        job = await cluster.get_job(args.job)
-        ended = kind_of(api_of(job)).outcome(job)
+        job = await cluster.get_job(ref.name, ref.api)
+        ended = kind_of(ref.api).outcome(job)
         if ended is not None:
-            raise CliError(f"job {args.job} has ended ({ended}): no training process to diagnose")
+            raise CliError(f"job {ref} has ended ({ended}): no training process to diagnose")
         request = format_micro_time(now())
         patch = {"metadata": {"annotations": {ANNOTATION_DIAGNOSE: request}}}
-        await cluster.patch_job(args.job, patch)
-        sys.stderr.write(f"asked for a diagnosis of job {args.job} ({request})\n")
+        await cluster.patch_job(ref.name, patch, ref.api)
+        sys.stderr.write(f"asked for a diagnosis of job {ref} ({request})\n")
         sys.stderr.flush()
-        job, record = await _until_answered(cluster, args.job, request, args.timeout)
+        job, record = await _until_answered(cluster, ref, request, args.timeout)
         sys.stdout.write(summary_line(record) + "\n")
         sys.stdout.flush()
         if not args.summary:
-            pods = await cluster.job_pods(args.job, all_namespaces=False)
+            pods = await cluster.job_pods(ref.name, ref.api, all_namespaces=False)
             number = int(record.get("number") or 0)
             for pod in pods_in_order(job, pods):
                 await _print_stacks(cluster, pod, number)
@@ -109,18 +117,18 @@ def pods_in_order(job: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[
 
 
 async def _until_answered(
-    cluster: Cluster, name: str, request: str, limit: float
+    cluster: Cluster, ref: JobRef, request: str, limit: float
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The job and its status.diagnosis once it answers `request` collected; CliError (exit
     124) naming what is missing when `limit` seconds pass first."""
     deadline = time.monotonic() + limit
     while True:
-        job = await cluster.get_job(name)
+        job = await cluster.get_job(ref.name, ref.api)
         record = diagnosis_record(job)
         if record.get("request") == request and record.get("collectedTime"):
             return job, record
         if time.monotonic() >= deadline:
-            raise CliError(missing_answer(name, request, record, limit), EXIT_TIMEOUT)
+            raise CliError(missing_answer(str(ref), request, record, limit), EXIT_TIMEOUT)
         await asyncio.sleep(max(min(POLL_SECONDS, deadline - time.monotonic()), 0.05))
 
 

@@ -1,6 +1,7 @@
-"""`torchjob logs NAME`: a replica's log by its replica name (the master by default), or every
-replica's with `--all`, each line prefixed; `-f` follows, waiting for containers that have not
-started yet."""
+"""`torchjob logs [KIND/]NAME`: a replica's log by its replica name (the master by default), or
+every replica's with `--all`, each line prefixed; `-f` follows, waiting for containers that have
+not started yet. A job of any API is read as its kind reads it: its replicas those of the
+PyTorchTrainingJob it stands for (a TrainJob's `node-0`...), its training container its API's."""
 
 from __future__ import annotations
 
@@ -10,12 +11,16 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
-from torchjob.api.queries import training_container_in
+from torchjob.api.job_api import JobApi, api_of
 from torchjob.api.types import PyTorchTrainingJob
 from torchjob.cli.commands import EXIT_SUCCEEDED, target_of
 from torchjob.cli.connection import CliError, Cluster, connect
+from torchjob.render.job_kinds import kind_of
 from torchjob.render.topology import master_of, replica_name
 from torchjob.views import summary
+from torchjob.views.cli.job_reference import JobRef
+from torchjob.views.cli.tables import training_view
+from torchjob.views.replica_command import training_container_named
 
 WAIT_POLL = 1.0
 NO_PREVIOUS = (
@@ -26,23 +31,10 @@ NO_PREVIOUS = (
 
 
 async def logs(args: argparse.Namespace) -> int:
+    ref: JobRef = args.job
     async with connect(target_of(args)) as cluster:
-        job = await cluster.get_job(args.job)
-        replicas = [name for name, _ in summary.replica_pods(job, [])]
-        if args.all:
-            chosen = replicas
-        elif args.replica:
-            if args.replica not in replicas:
-                raise CliError(
-                    f"job {args.job} has no replica {args.replica}; its replicas: "
-                    + ", ".join(replicas)
-                )
-            chosen = [args.replica]
-        else:
-            spec = PyTorchTrainingJob.from_dict(job).spec
-            assert spec is not None
-            master_type, index = master_of(spec)
-            chosen = [f"{master_type}-{index}"]
+        job = await cluster.get_job(ref.name, ref.api)
+        chosen = _chosen_replicas(args, ref, training_view(job))
         prefixed = args.all or len(chosen) > 1
         width = max(len(r) for r in chosen)
         tasks = [
@@ -61,6 +53,26 @@ async def logs(args: argparse.Namespace) -> int:
     return EXIT_SUCCEEDED
 
 
+def _chosen_replicas(args: argparse.Namespace, ref: JobRef, view: dict[str, Any]) -> list[str]:
+    """The replicas whose logs are asked for (`type-index`), of the job as `training_view` reads
+    it: every one, the one named, or the master."""
+    replicas = [name for name, _ in summary.replica_pods(view, [])]
+    if args.all:
+        return replicas
+    if args.replica:
+        if args.replica not in replicas:
+            raise CliError(
+                f"job {ref} has no replica {args.replica}; its replicas: "
+                + (", ".join(replicas) or "none yet")
+            )
+        return [args.replica]
+    spec = PyTorchTrainingJob.from_dict(view).spec
+    if spec is None or not spec.replica_specs:
+        raise CliError(f"job {ref} has no replicas yet (phase {summary.phase(view)})")
+    master_type, index = master_of(spec)
+    return [f"{master_type}-{index}"]
+
+
 async def _replica_log(
     cluster: Cluster, args: argparse.Namespace, job: dict[str, Any], replica: str, prefix: str
 ) -> None:
@@ -68,11 +80,11 @@ async def _replica_log(
     pod_name = replica_name(job["metadata"]["name"], replica_type, int(index))
     pod = await cluster.get_pod(pod_name)
     if pod is None:
+        phase = kind_of(api_of(job)).phase(job)
         raise CliError(
-            f"replica {replica} has no pod now (job phase {summary.phase(job)}); "
-            "torchjob get shows why"
+            f"replica {replica} has no pod now (job phase {phase}); torchjob get shows why"
         )
-    container = args.container or _training_container(pod)
+    container = args.container or _training_container(pod, api_of(job))
     if args.previous:
         await _print(cluster, pod_name, container, prefix, args, previous=True)
         return
@@ -98,8 +110,11 @@ def _started(pod: dict[str, Any], container: str) -> bool:
     return False
 
 
-def _training_container(pod: dict[str, Any]) -> str:
-    _, container = training_container_in(pod.get("spec") or {})
+def _training_container(pod: dict[str, Any], api: JobApi) -> str:
+    """The pod's training container as the job's API names it (a TrainJob's `node`, a
+    PyTorchJob's `pytorch`; torchjob's own `python`, else the first)."""
+    pod_spec = pod.get("spec") or {}
+    _, container = training_container_named(pod_spec, kind_of(api).training_container)
     return str((container or {}).get("name") or "")
 
 

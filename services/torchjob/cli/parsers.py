@@ -19,6 +19,7 @@ from torchjob.cli.tensorboard import tensorboard as tensorboard_command
 from torchjob.cli.top import top as top_command
 from torchjob.cli.web_console import OPERATOR_NAMESPACE
 from torchjob.cli.web_console import console as console_command
+from torchjob.views.cli.job_reference import JobRef, UnknownJobKind, job_reference
 from torchjob.views.cli.submission import DEFAULT_SYNC_IMAGE
 
 Command = Callable[[argparse.Namespace], Awaitable[int]]
@@ -37,6 +38,20 @@ def _not_negative(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError("must be 0 or more")
     return value
+
+
+def job_argument(text: str) -> JobRef:
+    """A job argument, `NAME` or `KIND/NAME` (views/cli/job_reference.py); an unknown KIND is a
+    usage error (exit 2) naming the kinds known."""
+    try:
+        return job_reference(text)
+    except UnknownJobKind as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+# What a job argument is, in every command's help.
+JOB_METAVAR = "[KIND/]NAME"
+JOB_HELP = "a PyTorchTrainingJob's NAME, or KIND/NAME for another API's job (trainjob/NAME)"
 
 
 def _seconds(text: str) -> float:
@@ -117,8 +132,10 @@ def add_cluster_commands(commands_: Any) -> None:
         "list",
         parents=[everywhere],
         help="list jobs: phase, replicas running, restarts, GPUs, age",
-        description="List PyTorchTrainingJobs: NAME, PHASE, REPLICAS (running/total), RESTARTS "
-        "(status.backoffCount), GPUS (requested by all replicas), AGE.",
+        description="List the jobs of every API the cluster serves: PyTorchTrainingJobs, and "
+        "Kubeflow's PyTorchJobs and TrainJobs where their CRDs are installed (named kind/NAME). "
+        "NAME, PHASE, REPLICAS (running/total), RESTARTS (status.backoffCount), GPUS (requested "
+        "by all replicas), AGE.",
     )
     listing.add_argument("-o", "--output", choices=("wide", "json", "yaml", "name"))
     listing.set_defaults(run=commands.list_jobs)
@@ -131,7 +148,7 @@ def add_cluster_commands(commands_: Any) -> None:
         "replica (pod, node, phase, restarts, exit reason), recent Events, and its TensorBoard "
         "with how to reach it.",
     )
-    get.add_argument("job", metavar="NAME")
+    get.add_argument("job", metavar=JOB_METAVAR, type=job_argument, help=JOB_HELP)
     get.add_argument("-o", "--output", choices=("json", "yaml"), help="the job object itself")
     get.set_defaults(run=commands.get)
 
@@ -142,7 +159,7 @@ def add_cluster_commands(commands_: Any) -> None:
         description="Print a replica's log: the master's by default, -r worker-1 for another, "
         "--all for every replica (lines prefixed with the replica).",
     )
-    logs.add_argument("job", metavar="NAME")
+    logs.add_argument("job", metavar=JOB_METAVAR, type=job_argument, help=JOB_HELP)
     which = logs.exclusive_group()
     which.add_argument("-r", "--replica", metavar="TYPE-INDEX", help="e.g. worker-1")
     which.add_argument("--all", action="store_true", help="every replica, prefixed")
@@ -173,7 +190,7 @@ def add_cluster_commands(commands_: Any) -> None:
         parents=[everywhere],
         help="per job: requested by its spec, allocated to its pods on nodes",
     )
-    top_job.add_argument("job", metavar="NAME", nargs="?")
+    top_job.add_argument("job", metavar=JOB_METAVAR, nargs="?", type=job_argument, help=JOB_HELP)
     top_node = what.add_parser(
         "node",
         parents=[_cluster_options()],
@@ -188,7 +205,7 @@ def add_cluster_commands(commands_: Any) -> None:
     delete = commands_.add_parser(
         "delete", parents=[cluster], help="delete jobs (their pods and Services go with them)"
     )
-    delete.add_argument("jobs", metavar="NAME", nargs="+")
+    delete.add_argument("jobs", metavar=JOB_METAVAR, nargs="+", type=job_argument, help=JOB_HELP)
     delete.add_argument("--wait", action="store_true", help="until the jobs are gone")
     delete.add_argument("--timeout", type=_seconds, metavar="DURATION")
     delete.set_defaults(run=commands.delete)
@@ -198,7 +215,7 @@ def add_cluster_commands(commands_: Any) -> None:
         ("resume", commands.resume, "start a paused job's pods again"),
     ):
         sub = commands_.add_parser(name, parents=[cluster], help=text, description=text)
-        sub.add_argument("job", metavar="NAME")
+        sub.add_argument("job", metavar=JOB_METAVAR, type=job_argument, help=JOB_HELP)
         sub.add_argument(
             "--wait",
             action="store_true",
@@ -212,7 +229,7 @@ def add_cluster_commands(commands_: Any) -> None:
         parents=[cluster],
         help="wait until a job ends: exit 0 Succeeded, 1 Failed, 124 timed out",
     )
-    wait.add_argument("job", metavar="NAME")
+    wait.add_argument("job", metavar=JOB_METAVAR, type=job_argument, help=JOB_HELP)
     wait.add_argument("--timeout", type=_seconds, metavar="DURATION", help="e.g. 30m")
     wait.set_defaults(run=commands.wait)
 
@@ -223,7 +240,7 @@ def add_cluster_commands(commands_: Any) -> None:
         description="Forward a local port to the job's TensorBoard Service with kubectl "
         "port-forward, print the local URL, and keep forwarding until Ctrl-C.",
     )
-    board.add_argument("job", metavar="NAME")
+    board.add_argument("job", metavar=JOB_METAVAR, type=job_argument, help=JOB_HELP)
     board.add_argument(
         "--port", type=_not_negative, default=0, help="local port (default: any free one)"
     )

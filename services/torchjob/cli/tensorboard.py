@@ -1,5 +1,5 @@
-"""`torchjob tensorboard NAME`: forward a local port to the job's TensorBoard Service and print the
-local URL, until interrupted (the forwarding: cli/port_forward.py)."""
+"""`torchjob tensorboard [KIND/]NAME`: forward a local port to the job's TensorBoard Service and
+print the local URL, until interrupted (the forwarding: cli/port_forward.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from torchjob.cli.commands import EXIT_SUCCEEDED, target_of
 from torchjob.cli.connection import CliError, Cluster, connect
 from torchjob.cli.port_forward import forward, kubectl_path, port_forward_argv
 from torchjob.render.tensorboard import PORT, tensorboard_name
+from torchjob.views.cli.job_reference import JobRef
+from torchjob.views.cli.tables import training_view
 
 
 async def tensorboard(args: argparse.Namespace) -> int:
@@ -37,16 +39,17 @@ async def tensorboard(args: argparse.Namespace) -> int:
     return EXIT_SUCCEEDED
 
 
-async def _board_of(cluster: Cluster, job_name: str) -> tuple[str, bool]:
+async def _board_of(cluster: Cluster, ref: JobRef) -> tuple[str, bool]:
     """The job's TensorBoard Service, and whether the board is ready; a CliError saying what to
-    do when the job has none or its Service is not there yet."""
-    job = await cluster.get_job(job_name)
+    do when the job has none (a job of an API without `tensorboardSpec` never has) or its
+    Service is not there yet."""
+    job = training_view(await cluster.get_job(ref.name, ref.api))
     if not (job.get("spec") or {}).get("tensorboardSpec"):
         raise CliError(
-            f"job {job_name} has no TensorBoard: submit it with --tensorboard --logdir DIR, "
+            f"job {ref} has no TensorBoard: submit it with --tensorboard --logdir DIR, "
             "or give it spec.tensorboardSpec"
         )
-    service = tensorboard_name(job_name)
+    service = tensorboard_name(ref.name)
     if await cluster.service(service) is None:
         raise CliError(
             f"the TensorBoard Service {service} does not exist yet: the housekeeper creates "

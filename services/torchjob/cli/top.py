@@ -1,6 +1,6 @@
 """`torchjob top job` and `torchjob top node`: GPUs, CPU and memory requested and allocated, read
-from the API alone (the jobs, their pods, the nodes); what is used too when metrics-server
-answers."""
+from the API alone (the jobs of every API served, their pods, the nodes); what is used too when
+metrics-server answers."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import argparse
 import sys
 from typing import Any
 
+from torchjob.api.job_api import api_of
 from torchjob.cli.commands import EXIT_SUCCEEDED, target_of
 from torchjob.cli.connection import connect
+from torchjob.views.cli.job_reference import JobRef
 from torchjob.views.cli.tables import top_job_table, top_node_table
 from torchjob.views.quantities import Resources, quantity
 
@@ -27,11 +29,15 @@ async def top(args: argparse.Namespace) -> int:
             )
             sys.stdout.write(top_node_table(nodes, pods, usage=node_usage))
             return EXIT_SUCCEEDED
-        jobs = await cluster.list_jobs()
+        listing = await cluster.list_every_kind()
+        for refusal in listing.refused:
+            sys.stderr.write(f"Warning: {refusal}\n")
+        jobs = listing.jobs
         if args.job:
-            jobs = [j for j in jobs if j["metadata"]["name"] == args.job]
+            ref: JobRef = args.job
+            jobs = [j for j in jobs if JobRef(api_of(j), j["metadata"]["name"]) == ref]
             if not jobs:
-                await cluster.get_job(args.job)  # says it is not found, with similar names
+                await cluster.get_job(ref.name, ref.api)  # not found: with similar names
         pods = await cluster.job_pods()
         metrics = None if args.no_metrics else await cluster.pod_metrics()
         pod_usage = (

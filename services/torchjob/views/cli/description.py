@@ -1,7 +1,7 @@
-"""`torchjob get NAME`: the description of one job (its phase, the progress its training process
-reports, conditions, replicas, TensorBoard and Events), as `kubectl describe` lays one out. Pure:
-the objects as the apiserver returns them (plain JSON dicts) and the time come in, text goes
-out."""
+"""`torchjob get [KIND/]NAME`: the description of one job (its phase, the progress its training
+process reports, conditions, replicas, TensorBoard and Events), as `kubectl describe` lays one
+out. Pure: the objects as the apiserver returns them (plain JSON dicts) and the time come in, text
+goes out."""
 
 from __future__ import annotations
 
@@ -9,17 +9,18 @@ import textwrap
 from datetime import UTC, datetime
 from typing import Any
 
+from torchjob.api.job_api import api_of
 from torchjob.lifecycle.progress import seconds_since_report
+from torchjob.render.job_kinds import kind_of
 from torchjob.render.tensorboard import PORT as TENSORBOARD_PORT
 from torchjob.render.tensorboard import tensorboard_name, tensorboard_url
-from torchjob.views.cli.tables import NONE, age, parse_time, table
+from torchjob.views.cli.tables import NONE, age, listed_name, parse_time, table, training_view
 from torchjob.views.quantities import format_cpu, format_gpus, format_memory, job_requests
 from torchjob.views.summary import (
     NO_VALUE,
     diagnosis_record,
     duration,
     eta_text,
-    phase,
     pod_phase,
     pod_reason,
     pod_restarts,
@@ -42,30 +43,37 @@ def describe(
     event_limit: int = 20,
     queue: str | None = None,
 ) -> str:
-    """`torchjob get NAME`: the job's phase, its place in a Kueue queue it waits in (`queue`,
-    views/queue.py), progress, conditions, replicas, TensorBoard and Events."""
-    lines = _summary(job, now)
+    """`torchjob get [KIND/]NAME`: the job's phase, its place in a Kueue queue it waits in
+    (`queue`, views/queue.py), progress, conditions, replicas, TensorBoard and Events. A job of
+    any API is read as its kind reads it: its phase and pause as its API shows them, the rest
+    from the PyTorchTrainingJob it stands for (its replicas, and the lifecycle's record with its
+    conditions)."""
+    view = training_view(job)
+    lines = _summary(job, view, now)
     if queue is not None:
         lines.append(f"Queue:       {queue}")
     lines += diagnosis_lines(job)
-    lines += ["", "Progress:", *_progress(job, now)]
-    lines += ["", "Conditions:", *_conditions((job.get("status") or {}), now)]
-    lines += ["", "Replicas:", _replicas(job, pods)]
-    if (job.get("spec") or {}).get("tensorboardSpec"):
-        lines += ["", "TensorBoard:", *_tensorboard(job, tensorboard_pods)]
+    lines += ["", "Progress:", *_progress(view, now)]
+    lines += ["", "Conditions:", *_conditions((view.get("status") or {}), now)]
+    lines += ["", "Replicas:", _replicas(view, pods)]
+    if (view.get("spec") or {}).get("tensorboardSpec"):
+        lines += ["", "TensorBoard:", *_tensorboard(view, tensorboard_pods)]
     lines += ["", "Events:", _events(events, now, event_limit)]
     return "\n".join(lines) + "\n"
 
 
-def _summary(job: dict[str, Any], now: datetime) -> list[str]:
-    """The job's name, phase, age, times, restarts, pause and requests."""
+def _summary(job: dict[str, Any], view: dict[str, Any], now: datetime) -> list[str]:
+    """The job's name, kind (of another API than PyTorchTrainingJob's), phase, age, times,
+    restarts, pause and requests; `view` is the job as `training_view` reads it."""
     meta = job.get("metadata") or {}
-    status = job.get("status") or {}
-    spec = job.get("spec") or {}
-    lines = [
-        f"Name:        {meta.get('name')}",
-        f"Namespace:   {meta.get('namespace')}",
-        f"Phase:       {phase(job)}",
+    status = view.get("status") or {}
+    spec = view.get("spec") or {}
+    kind = kind_of(api_of(job))
+    lines = [f"Name:        {meta.get('name')}", f"Namespace:   {meta.get('namespace')}"]
+    if listed_name(job) != meta.get("name"):  # its name alone does not say its kind
+        lines.append(f"Kind:        {kind.api.kind} ({kind.api.api_version})")
+    lines += [
+        f"Phase:       {kind.phase(job)}",
         f"Age:         {age(meta.get('creationTimestamp'), now)}",
     ]
     if status.get("startTime"):
@@ -82,10 +90,9 @@ def _summary(job: dict[str, Any], now: datetime) -> list[str]:
     if status.get("avoidedNodes"):
         avoided = ", ".join(status["avoidedNodes"])
         lines.append(f"Avoiding:    {avoided} (its replicas kept failing there)")
-    pause = (spec.get("runMode") or {}).get("pause") or {}
-    if pause.get("enabled"):
-        lines.append("Paused:      yes (torchjob resume to start it again)")
-    requests = job_requests(job)
+    if kind.paused(job):
+        lines.append(f"Paused:      yes (torchjob resume {listed_name(job)} to start it again)")
+    requests = job_requests(view)
     lines.append(
         f"Requests:    {format_gpus(requests.gpus)} GPU(s), {format_cpu(requests.cpu)} CPU, "
         f"{format_memory(requests.memory)} memory in all"

@@ -1,6 +1,8 @@
 """What the `torchjob` cluster commands print in columns: the job list, `top`'s tables, and the
-times, phases, reasons and reported progress they show; name suggestions. Pure: objects (as the
-apiserver returns them, plain JSON dicts) and the time come in, text goes out."""
+times, phases, reasons and reported progress they show; name suggestions. A job of any API is
+read as its kind reads it (render/job_kinds.py): its phase as its API shows it, the rest from the
+PyTorchTrainingJob it stands for. Pure: objects (as the apiserver returns them, plain JSON dicts)
+and the time come in, text goes out."""
 
 from __future__ import annotations
 
@@ -10,7 +12,10 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from torchjob.api.job_api import JOB_APIS, api_of
 from torchjob.api.objects import latest_condition
+from torchjob.render.job_kinds import kind_of
+from torchjob.views.cli.job_reference import shown
 from torchjob.views.quantities import (
     Resources,
     format_cpu,
@@ -25,8 +30,6 @@ from torchjob.views.summary import (
     duration,
     eta_text,
     job_of_pod,
-    phase,
-    phase_cell,
     progress_text,
     start_failure,
     total_replicas,
@@ -71,6 +74,33 @@ def age(since: Any, now: datetime) -> str:
 # -- jobs --------------------------------------------------------------------------------------
 
 
+def training_view(job: dict[str, Any]) -> dict[str, Any]:
+    """The PyTorchTrainingJob a job of any API stands for (its kind's reading of it): its
+    replicas' spec and the lifecycle's record in its status."""
+    return kind_of(api_of(job)).training_job(job)
+
+
+def listed_name(job: dict[str, Any]) -> str:
+    """The job as the commands take it: `NAME` for a PyTorchTrainingJob, else `kind/NAME`."""
+    return shown(api_of(job), str((job.get("metadata") or {}).get("name")))
+
+
+def in_list_order(jobs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """By namespace, then by API (torchjob's own first), then by name."""
+    return sorted(jobs, key=_job_sort_key)
+
+
+def _job_sort_key(job: dict[str, Any]) -> tuple[str, int, str]:
+    meta = job.get("metadata") or {}
+    return str(meta.get("namespace")), JOB_APIS.index(api_of(job)), str(meta.get("name"))
+
+
+def list_phase(job: dict[str, Any]) -> str:
+    """The job's phase as its API shows it, or while its replicas cannot start, why:
+    `ImagePullFailed` where `kubectl get pods` says ImagePullBackOff."""
+    return start_failure(training_view(job)) or kind_of(api_of(job)).phase(job)
+
+
 def list_table(
     jobs: list[dict[str, Any]],
     now: datetime,
@@ -83,33 +113,35 @@ def list_table(
     """`torchjob list`: NAME PHASE REPLICAS RESTARTS PROGRESS ETA GPUS AGE; NAMESPACE first
     with -A; wide adds the queue (with `queues`, by namespace and name, the Kueue queue a job
     waits in and its place: views/queue.py), the nodes of the job's pods and the reason of the
-    latest condition (of the start failure, while one holds). PHASE says why replicas cannot
-    start while they cannot (`phase_cell`)."""
+    latest condition (of the start failure, while one holds). NAME is `kind/NAME` for a job of
+    another API than PyTorchTrainingJob's; PHASE says why replicas cannot start while they
+    cannot (`list_phase`)."""
     headers = ["NAME", "PHASE", "REPLICAS", "RESTARTS", "PROGRESS", "ETA", "GPUS", "AGE"]
     if all_namespaces:
         headers.insert(0, "NAMESPACE")
     if wide:
         headers += ["QUEUE", "NODES", "REASON"]
     rows = []
-    for job in sorted(jobs, key=_job_sort_key):
+    for job in in_list_order(jobs):
         meta = job.get("metadata") or {}
-        status = job.get("status") or {}
+        view = training_view(job)
+        status = view.get("status") or {}
         running = int((status.get("aggregate") or {}).get("running") or 0)
         row = [
-            str(meta.get("name")),
-            phase_cell(job),
-            f"{running}/{total_replicas(job)}",
+            listed_name(job),
+            list_phase(job),
+            f"{running}/{total_replicas(view)}",
             str(status.get("backoffCount") or 0),
-            progress_text(job),
-            eta_text(job),
-            format_gpus(job_gpus(job)),
+            progress_text(view),
+            eta_text(view),
+            format_gpus(job_gpus(view)),
             age(meta.get("creationTimestamp"), now),
         ]
         if all_namespaces:
             row.insert(0, str(meta.get("namespace")))
         if wide:
             waiting = (queues or {}).get((str(meta.get("namespace")), str(meta.get("name"))))
-            row += _wide_cells(job, pods or [], waiting)
+            row += _wide_cells(view, pods or [], waiting)
         rows.append(row)
     return table(headers, rows)
 
@@ -132,14 +164,6 @@ def _wide_cells(job: dict[str, Any], pods: list[dict[str, Any]], waiting: str | 
     latest = latest_condition(job.get("status") or {})
     reason = start_failure(job) or (str(latest.get("reason") or NONE) if latest else NONE)
     return [waiting or queue or NONE, ",".join(nodes) or NONE, reason]
-
-
-# -- progress ----------------------------------------------------------------------------------
-
-
-def _job_sort_key(job: dict[str, Any]) -> tuple[str, str]:
-    meta = job.get("metadata") or {}
-    return str(meta.get("namespace")), str(meta.get("name"))
 
 
 # -- top ---------------------------------------------------------------------------------------
@@ -169,18 +193,18 @@ def top_job_table(
     if all_namespaces:
         headers.insert(0, "NAMESPACE")
     rows = []
-    for job in sorted(jobs, key=_job_sort_key):
+    for job in in_list_order(jobs):
         meta = job.get("metadata") or {}
         key = (meta.get("namespace"), meta.get("name"))
         own = [p for p in pods if job_of_pod(p) == key]
-        requested = job_requests(job)
+        requested = job_requests(training_view(job))
         allocated = Resources()
         for pod in own:
             if is_active(pod):
                 allocated = allocated + pod_spec_requests(pod.get("spec") or {})
         row = [
-            str(meta.get("name")),
-            phase(job),
+            listed_name(job),
+            kind_of(api_of(job)).phase(job),
             format_gpus(requested.gpus),
             format_gpus(allocated.gpus),
             format_cpu(requested.cpu),
