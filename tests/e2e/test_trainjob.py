@@ -81,15 +81,25 @@ async def bind(core: client.CoreV1Api, namespace: str, pod: str, node: str) -> N
     await core.create_namespaced_binding(namespace, body, _preload_content=False)
 
 
-async def node_pods(core: client.CoreV1Api, namespace: str, job: str, count: int) -> list[Any]:
+async def node_pods(
+    core: client.CoreV1Api, namespace: str, job: str, count: int, reconciler: ServiceProcess
+) -> list[Any]:
     selector = f"jobset.sigs.k8s.io/jobset-name={job},jobset.sigs.k8s.io/replicatedjob-name=node"
 
     async def listed() -> list[Any]:
         pods = (await core.list_namespaced_pod(namespace, label_selector=selector)).items
         return sorted(pods, key=lambda p: p.metadata.name) if len(pods) == count else []
 
-    found: list[Any] = await eventually(listed, f"{count} node pods of {job}", timeout=TIMEOUT)
+    found: list[Any] = await eventually(
+        listed, f"{count} node pods of {job}", timeout=TIMEOUT, explain=lambda: said(reconciler)
+    )
     return found
+
+
+def said(service: ServiceProcess) -> str:
+    """What the service logged above debug level, lately."""
+    lines = service.log_tail(5000).splitlines()
+    return "\n".join([line for line in lines if '"level":"debug"' not in line][-20:])
 
 
 def env_of(pod: Any) -> dict[str, str]:
@@ -117,7 +127,7 @@ async def test_the_sdk_trains_a_function_lists_follows_and_deletes_its_job(
     name = await asyncio.to_thread(
         trainer.train, trainer=CustomTrainer(func=train_mnist, num_nodes=2)
     )
-    pods = await node_pods(core, namespace, name, 2)
+    pods = await node_pods(core, namespace, name, 2, trainer_reconciler)
     first = env_of(pods[0])
     assert (first["PET_NNODES"], first["PET_NODE_RANK"], first["PET_MASTER_PORT"]) == (
         "2",
@@ -158,7 +168,9 @@ async def test_the_sdk_trains_a_function_lists_follows_and_deletes_its_job(
     assert [(c["type"], c["reason"]) for c in shown["status"]["conditions"]] == [
         ("Complete", "AllJobsCompleted")
     ]
-    assert shown["status"]["jobsStatus"][0]["succeeded"] == 2
+    # The first node's success ends the job, as a master's does (the others had their grace).
+    [nodes] = shown["status"]["jobsStatus"]
+    assert nodes["name"] == "node" and nodes["succeeded"] >= 1
     await asyncio.to_thread(trainer.delete_job, name)
 
     async def gone() -> bool:
@@ -185,7 +197,7 @@ async def test_a_runtime_and_a_command_and_a_runtime_changed_while_it_runs(
         trainer=CustomTrainerContainer(image="team:2", num_nodes=1),
         options=[TrainerCommand(command=["torchrun", "/workspace/train.py"])],
     )
-    [pod] = await node_pods(core, namespace, name, 1)
+    [pod] = await node_pods(core, namespace, name, 1, trainer_reconciler)
     node = next(c for c in pod.spec.containers if c.name == "node")
     assert (node.image, node.command) == ("team:2", ["torchrun", "/workspace/train.py"])
     # The team changes its runtime: the running job keeps what it was made from.

@@ -39,10 +39,12 @@ Rules = list[dict[str, Any]]
 
 def rendered(**settings: object) -> list[Manifest]:
     """The chart as the e2e suite sets it (only opted-in namespaces go through the webhook, and
-    Kubeflow's PyTorchJobs are served), with `settings` (`--set-json` keys) on top."""
+    Kubeflow's PyTorchJobs and Trainer's TrainJobs are served), with `settings` (`--set-json`
+    keys) on top."""
     base: dict[str, object] = {
         "webhook.namespaceSelector": {"matchLabels": {OPT_IN_LABEL: "on"}},
         "kubeflow.enabled": True,
+        "trainer.enabled": True,
     }
     return copy.deepcopy(_render(json.dumps({**base, **settings}, sort_keys=True)))
 

@@ -17,6 +17,7 @@ from torchjob.api.kubeflow import (
     scheduling_policy,
 )
 from torchjob.api.model import ModelError
+from torchjob.api.trainer import RuntimeRef
 from torchjob.api.types import PyTorchTrainingJobSpec
 from torchjob.kube.client import KubeClient
 from torchjob.kube.events import EventRecorder
@@ -288,11 +289,7 @@ class Reconciler:
         found = self._cached(key)
         runtime = kind_of(key.api).runtime_to_copy(found) if found is not None else None
         if runtime is not None and found is not None:
-            if self.expectations.satisfied(key):
-                await copy_runtime(
-                    self.executor.resources, self.events, self.expectations, key, found, runtime
-                )
-            return Result()  # looked at again once the cache shows the copy
+            return await self._copy_runtime(key, found, runtime)
         job = self._job(key)
         if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
             self.expectations.forget(key)
@@ -337,6 +334,16 @@ class Reconciler:
         if decision.requeue_after is not None:
             retry = min(retry, decision.requeue_after)
         return Result(requeue_after=retry)
+
+    async def _copy_runtime(self, key: JobKey, job: dict[str, Any], runtime: RuntimeRef) -> Result:
+        """Copy the job's runtime into its status (reconciler/runtimes.py); the job is looked at
+        again once the cache shows the copy, at once where it already does."""
+        if not self.expectations.satisfied(key):
+            return Result()
+        resources = self.executor.resources
+        await copy_runtime(resources, self.events, self.expectations, key, job, runtime)
+        shown = self._cached(key)
+        return Result(requeue_after=0 if shown and self._job_seen(shown) else None)
 
     async def _release_deleted(self, key: JobKey, job: dict[str, Any] | None) -> Result:
         """The Kueue Workload of a deleted job's pods, released once Kueue holds one of them

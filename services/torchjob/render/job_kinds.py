@@ -24,6 +24,7 @@ from torchjob.api.kubeflow import (
     DEFAULT_CONTAINER,
     KUBEFLOW_SPEC,
     KUBEFLOW_STATUS,
+    STATUS_RECORD,
     as_training_job,
     managed_elsewhere,
 )
@@ -34,7 +35,13 @@ from torchjob.api.kubeflow_admission import (
     validate_pytorchjob_request,
 )
 from torchjob.api.progress import ProgressEndpoint
-from torchjob.api.trainer import NODE, RuntimeRef, copied_runtime, runtime_to_copy
+from torchjob.api.trainer import (
+    NODE,
+    RUNTIME_RECORD,
+    RuntimeRef,
+    copied_runtime,
+    runtime_to_copy,
+)
 from torchjob.api.trainer import as_training_job as as_trainjob_training_job
 from torchjob.api.trainer import managed_elsewhere as trainer_managed_elsewhere
 from torchjob.api.trainer_admission import (
@@ -112,6 +119,12 @@ class JobKind(Protocol):
         """The template a stored job is made from (a TrainJob's training runtime), which the
         reconciler copies into the job's status before `run` runs it, so that a later change to
         the template never touches the job; None when there is none to copy (now)."""
+        ...
+
+    def rendered_from(self, job: Object) -> Object:
+        """What of the stored job's status its pods are rendered from (a TrainJob's copy of its
+        runtime), as a status to keep where a cache drops the rest; empty for a kind whose pods
+        are rendered from its spec alone."""
         ...
 
     def paused(self, job: Object) -> bool:
@@ -197,6 +210,9 @@ class TrainingJobKind:
     def runtime_to_copy(self, job: Object) -> RuntimeRef | None:
         return None
 
+    def rendered_from(self, job: Object) -> Object:
+        return {}
+
     def paused(self, job: Object) -> bool:
         pause = ((job.get("spec") or {}).get("runMode") or {}).get("pause") or {}
         return bool(pause.get("enabled"))
@@ -263,6 +279,9 @@ class KubeflowJobKind:
 
     def runtime_to_copy(self, job: Object) -> RuntimeRef | None:
         return None
+
+    def rendered_from(self, job: Object) -> Object:
+        return {}
 
     def paused(self, job: Object) -> bool:
         return bool(((job.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
@@ -346,6 +365,10 @@ class TrainJobKind:
 
     def runtime_to_copy(self, job: Object) -> RuntimeRef | None:
         return runtime_to_copy(job)
+
+    def rendered_from(self, job: Object) -> Object:
+        runtime = copied_runtime(job)
+        return {} if runtime is None else {STATUS_RECORD: {RUNTIME_RECORD: runtime}}
 
     def paused(self, job: Object) -> bool:
         return bool((job.get("spec") or {}).get("suspend"))

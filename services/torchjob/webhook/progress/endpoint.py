@@ -208,11 +208,16 @@ def finished(cached: dict[str, Any]) -> bool:
 
 def job_with_outcome(job: dict[str, Any]) -> dict[str, Any]:
     """What the webhook's job caches keep: the job without its status (the pod route's needs),
-    except whether it has finished (the progress endpoint's), as `status.phase`: a status that
-    changes only once, where a whole one changes with every replica."""
+    except what its pods are rendered from (a TrainJob's runtime copy) and whether it has
+    finished (the progress endpoint's), as `status.phase`: a status that changes only once,
+    where a whole one changes with every replica."""
     slim = job_without_status(job)
-    if (ended := kind_of(api_of(job)).outcome(job)) is not None:
-        slim["status"] = {"phase": ended}
+    kind = kind_of(api_of(job))
+    status = kind.rendered_from(job)
+    if (ended := kind.outcome(job)) is not None:
+        status = {**status, "phase": ended}
+    if status:
+        slim["status"] = status
     return slim
 
 
