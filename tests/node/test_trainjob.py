@@ -53,10 +53,12 @@ def progress_shown(node: Node, namespace: str, name: str) -> str:
     """The PROGRESS column `kubectl get trainjob` prints, once it shows a number."""
     table = node.kubectl("get", "trainjob", name, "-n", namespace, check=False).stdout
     header, *rows = table.splitlines() or [""]
-    columns = header.split()
-    if "PROGRESS" not in columns or not rows:
+    if "PROGRESS" not in header or not rows:
         return ""
-    value = rows[0].split()[columns.index("PROGRESS")]
+    # Columns are aligned; an empty one (START, before any start failure) leaves a gap.
+    start = header.index("PROGRESS")
+    end = header.index("ETA") if "ETA" in header else len(header)
+    value = rows[0][start:end].strip()
     return value if value.isdigit() else ""
 
 

@@ -124,6 +124,9 @@ def test_each_node_gets_torchruns_environment_as_trainer_sets_it() -> None:
     assert env["PET_MASTER_PORT"] == "29500"
     assert any(p["containerPort"] == 29500 for p in node["ports"])
     assert pod["spec"]["restartPolicy"] == "Never"
+    # Each node waits until the first node's name resolves, read from torchrun's variable.
+    wait = pod["spec"]["initContainers"][0]
+    assert (wait["name"], env_of(wait)) == ("wait-for-master", {"MASTER_ADDR": "j-node-0"})
     assert KIND.own_labels("j", _replica(1)) == {
         "jobset.sigs.k8s.io/jobset-name": "j",
         "jobset.sigs.k8s.io/replicatedjob-name": "node",

@@ -5,7 +5,8 @@ publishes not-ready addresses) and the DNS server has caught up, about a second 
 can start long before the master pod even exists. Without a wait the training script's first
 connection fails on name resolution, and torchrun or init_process_group gives up. So every
 replica's pod starts with `wait-for-master`: the training container's own image and Python
-running a short loop over socket.getaddrinfo(MASTER_ADDR), printing a line every 10 seconds
+running a short loop over socket.getaddrinfo(MASTER_ADDR) (a TrainJob's node has torchrun's
+PET_MASTER_ADDR only: that one), printing a line every 10 seconds
 while it waits. It has no timeout of its own: the job's activeDeadlineSeconds bounds it.
 
 The master waits for its own name too: torchrun's c10d rendezvous and init_process_group connect
@@ -81,15 +82,15 @@ def add_wait_for_master(
 
 
 def wait_container(training: dict[str, Any], python: str | None) -> dict[str, Any]:
+    """The wait, for the master the training container's MASTER_ADDR names, else its
+    PET_MASTER_ADDR (torchrun's, all a Kubeflow Trainer TrainJob's node has)."""
+    named = {e.get("name"): e for e in training.get("env") or [] if isinstance(e, dict)}
+    master = named.get("MASTER_ADDR") or named.get("PET_MASTER_ADDR")
     container: dict[str, Any] = {
         "name": WAIT_FOR_MASTER,
         "image": training.get("image"),
         "command": [python or DEFAULT_PYTHON, "-c", WAIT_SCRIPT],
-        "env": [
-            _copied_variable(e)
-            for e in training.get("env") or []
-            if isinstance(e, dict) and e.get("name") == "MASTER_ADDR"
-        ],
+        "env": [] if master is None else [{**_copied_variable(master), "name": "MASTER_ADDR"}],
         "resources": copied_resources(training),
         **pulled_and_run_as(training),
     }
