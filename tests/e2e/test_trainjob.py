@@ -358,3 +358,80 @@ def test_admission_refuses_every_trainjob_torchjob_does_not_run_by_field(
         check=False,
     )
     assert done.returncode != 0 and "spec.trainer: is immutable" in done.stderr
+
+
+def trainjob_shown(control_plane: ControlPlane, namespace: str, name: str) -> dict[str, Any]:
+    done = control_plane.kubectl("get", "trainjob", name, "-n", namespace, "-o", "json")
+    shown: dict[str, Any] = json.loads(done.stdout)
+    return shown
+
+
+async def test_a_runtime_gone_or_not_run_fails_the_job_saying_why(
+    control_plane: ControlPlane, namespace: str, trainer_reconciler: ServiceProcess
+) -> None:
+    """Past admission (this namespace is not the webhook's), a TrainJob whose runtime is gone, or
+    one torchjob does not run, fails at once with Trainer's condition and a Warning Event:
+    nothing waits for a runtime that is not coming."""
+    mpi = runtime_changed("mlPolicy", {"numNodes": 1, "mpi": {"numProcPerNode": 1}})
+    control_plane.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(mpi))
+    for name, runtime in (("gone", "nowhere"), ("mpi", "refused")):
+        job = job_with(runtimeRef={"name": runtime, "kind": "TrainingRuntime"})
+        job["metadata"]["name"] = name
+        control_plane.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(job))
+    expected = {
+        "gone": ("TrainingRuntimeNotFound", f"TrainingRuntime {namespace}/nowhere was not found"),
+        "mpi": ("TrainingRuntimeNotSupported", "spec.mlPolicy.mpi: torchjob runs PyTorch's"),
+    }
+    for name, (reason, said) in expected.items():
+
+        def failed(name: str = name) -> dict[str, Any]:
+            status = trainjob_shown(control_plane, namespace, name).get("status") or {}
+            conditions = status.get("conditions") or []
+            return next((c for c in conditions if c["type"] == "Failed"), {})
+
+        condition = await eventually(failed, f"{name} failed", timeout=TIMEOUT)
+        assert condition["reason"] == reason and said in condition["message"], condition
+    events = json.loads(
+        control_plane.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
+    )
+    warned = {
+        (e["involvedObject"]["name"], e["reason"])
+        for e in events["items"]
+        if e["type"] == "Warning"
+    }
+    assert {("gone", "TrainingRuntimeNotFound"), ("mpi", "TrainingRuntimeNotSupported")} <= warned
+    pods = control_plane.kubectl("get", "pods", "-n", namespace, "-o", "name").stdout
+    assert pods == "", "a job that cannot run has no pods"
+
+
+async def test_a_node_that_cannot_pull_its_image_shows_in_the_start_column(
+    control_plane: ControlPlane,
+    admitted_namespace: str,
+    kube_client: client.ApiClient,
+    trainer_reconciler: ServiceProcess,
+) -> None:
+    namespace = admitted_namespace
+    core = client.CoreV1Api(kube_client)
+    runtime = namespaced_runtime("torch-distributed", "missing:1")
+    control_plane.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(runtime))
+    job = job_with()
+    job["metadata"]["name"] = "pull"
+    job["spec"]["trainer"]["numNodes"] = 1
+    control_plane.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(job))
+    [pod] = await node_pods(core, namespace, "pull", 1, trainer_reconciler)
+    kubelet = TestKubelet(kube_client, namespace)
+    await kubelet.cannot_start(
+        pod.metadata.name, "ImagePullBackOff", 'Back-off pulling image "missing:1"'
+    )
+
+    def start_column() -> str:
+        table = control_plane.kubectl("get", "trainjob", "pull", "-n", namespace).stdout
+        header, row = table.splitlines()
+        start = header.index("START")
+        return row[start : header.index("PROGRESS")].strip()
+
+    assert await eventually(start_column, "START to say why", timeout=TIMEOUT) == "ImagePullFailed"
+    shown = trainjob_shown(control_plane, namespace, "pull")
+    assert shown["status"]["conditions"] == []  # the SDK still reads it as waiting to run
+    events = control_plane.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
+    assert "ImagePullFailed" in events
