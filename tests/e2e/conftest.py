@@ -55,8 +55,11 @@ def admitted_namespace(
 def reconciler(
     control_plane: ControlPlane, webhook_server: ServiceProcess
 ) -> Iterator[ServiceProcess]:
-    """The reconciler as a process, for the tests of one module."""
-    process = start_reconciler(control_plane, reconciler_kubeconfig(control_plane))
+    """The reconciler as a process, for the tests of one module; it runs Kubeflow Trainer's
+    TrainJobs too, as the chart's `trainer.enabled` runs it (tests/e2e/test_kueue.py)."""
+    process = start_reconciler(
+        control_plane, reconciler_kubeconfig(control_plane), "r1", "--trainer"
+    )
     yield process
     process.close()
 

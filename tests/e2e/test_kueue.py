@@ -13,10 +13,13 @@ reconciler marks an ended job's pods `kueue.x-k8s.io/retriable-in-group: "false"
 from __future__ import annotations
 
 import asyncio
+import copy
+import json
 import secrets
 import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
@@ -26,10 +29,12 @@ from support.cli import TORCHJOB
 from support.cluster import condition
 from support.console import Console, signed_in, tenant_token
 from support.eventually import eventually
-from support.kueue import KueueManager
+from support.kubelet import TestKubelet
+from support.kueue import KueueManager, condition_status
 from support.kueue import cluster_queue as kueue_quota
 from support.kueue_jobs import (
     JOB_CPU,
+    POD_CPU,
     QUEUE,
     QUOTA_CPU,
     QueuedJob,
@@ -45,7 +50,10 @@ from support.kueue_jobs import (
     wait_waiting_for_admission,
 )
 from support.processes import ServiceProcess
-from support.scheduling import add_gpu_nodes
+from support.scheduling import add_gpu_nodes, place
+from support.trainer import TORCH_RUNTIME, TRAIN_JOB
+
+from torchjob.render.scheduling import KUEUE_GATE, KUEUE_QUEUE_LABEL
 
 
 @pytest.fixture(scope="module")
@@ -278,3 +286,71 @@ async def test_a_higher_priority_job_preempts_a_running_one_which_waits_and_runs
     assert status["backoffCount"] == 0
     assert condition(status, "Completed")["status"] == "True"
     assert all(s.reserved_cpu <= QUOTA_CPU for s in watch.samples)
+
+
+async def test_a_trainjob_waits_for_kueue_as_a_pod_group_and_runs_once_admitted(
+    kube_client: client.ApiClient,
+    control_plane: ControlPlane,
+    tenants: tuple[str, str],
+    cluster_queue: str,
+    kueue_node: str,
+    kueue: KueueManager,
+) -> None:
+    """A Kubeflow Trainer TrainJob labelled with its LocalQueue, as Kueue users label one: its
+    nodes are one pod group that waits while another tenant's job holds the quota, and runs,
+    ungated, once that job is done; its Workload then finishes with it."""
+    first = QueuedJob(kube_client, tenants[0], "train")
+    await first.create()
+    await wait_admitted(first)
+    namespace = tenants[1]
+    runtime = copy.deepcopy(TORCH_RUNTIME)
+    runtime["kind"], runtime["metadata"] = "TrainingRuntime", {"name": "torch-distributed"}
+    control_plane.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(runtime))
+    trainjob = copy.deepcopy(TRAIN_JOB)
+    trainjob["metadata"] = {"name": "tj", "labels": {KUEUE_QUEUE_LABEL: QUEUE}}
+    trainjob["spec"]["runtimeRef"] = {"name": "torch-distributed", "kind": "TrainingRuntime"}
+    trainjob["spec"]["trainer"]["resourcesPerNode"] = {"requests": {"cpu": POD_CPU}}
+    control_plane.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(trainjob))
+    core = client.CoreV1Api(kube_client)
+    names = ["tj-node-0", "tj-node-1"]
+
+    async def gated() -> bool:
+        pods = (await core.list_namespaced_pod(namespace)).items
+        return sorted(p.metadata.name for p in pods if KUEUE_GATE in gates_of(p)) == names
+
+    await eventually(gated, "the TrainJob's nodes held by Kueue's gate", timeout=60)
+    await run(first, kueue_node)
+    await finish(first)
+    await wait_released(first)
+
+    async def ungated() -> bool:
+        pods = (await core.list_namespaced_pod(namespace)).items
+        return len(pods) == 2 and not any(gates_of(p) for p in pods)
+
+    await eventually(ungated, "Kueue admitting the TrainJob's pod group", timeout=60)
+    kubelet = TestKubelet(kube_client, namespace)
+    for name in names:
+        await place(core, namespace, name, kueue_node)
+        await kubelet.run(name)
+    await kubelet.finish(names[0], 0)
+
+    def complete() -> bool:
+        shown = control_plane.kubectl("get", "trainjob", "tj", "-n", namespace, "-o", "json")
+        conditions = json.loads(shown.stdout).get("status", {}).get("conditions") or []
+        return any(c["type"] == "Complete" and c["status"] == "True" for c in conditions)
+
+    await kubelet.finish(names[1], 0)
+    await eventually(complete, "the TrainJob Complete", timeout=60)
+    workloads = client.CustomObjectsApi(kube_client)
+
+    async def finished() -> bool:
+        found = await workloads.get_namespaced_custom_object(
+            "kueue.x-k8s.io", "v1beta2", namespace, "workloads", "tj"
+        )
+        return condition_status(found, "Finished") == "True"
+
+    await eventually(finished, "Kueue's Workload of the TrainJob finished", timeout=60)
+
+
+def gates_of(pod: Any) -> set[str]:
+    return {gate.name for gate in pod.spec.scheduling_gates or ()}
