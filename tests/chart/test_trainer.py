@@ -33,6 +33,7 @@ from support.helm import (
     template,
     values_args,
 )
+from support.trainer import TORCH_IMAGE, TORCH_RUNTIME
 
 from torchjob.api.trainer import FRAMEWORK_LABEL
 from torchjob.api.trainer_admission import runtime_errors
@@ -63,28 +64,9 @@ RUNTIMES = ("clustertrainingruntimes", "trainingruntimes")
 EVERYONE = [
     {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}
 ]
-IMAGE = "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
+IMAGE = TORCH_IMAGE
 # Trainer v2.3.0's torch-distributed, as the chart ships it.
-TORCH_DISTRIBUTED_SPEC = {
-    "mlPolicy": {"numNodes": 1, "torch": {}},
-    "template": {
-        "spec": {
-            "replicatedJobs": [
-                {
-                    "name": "node",
-                    "template": {
-                        "metadata": {
-                            "labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
-                        },
-                        "spec": {
-                            "template": {"spec": {"containers": [{"name": "node", "image": IMAGE}]}}
-                        },
-                    },
-                }
-            ]
-        }
-    },
-}
+TORCH_DISTRIBUTED_SPEC = TORCH_RUNTIME["spec"]
 
 
 @pytest.fixture(scope="module")

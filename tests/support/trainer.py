@@ -9,6 +9,8 @@ from typing import Any
 from torchjob.api.kubeflow import STATUS_RECORD
 from torchjob.api.trainer import RUNTIME_RECORD, runtime_snapshot
 
+# Trainer v2.3.0's own image of torch-distributed, which the chart ships too.
+TORCH_IMAGE = "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
 TORCH_RUNTIME: dict[str, Any] = {
     "apiVersion": "trainer.kubeflow.org/v1alpha1",
     "kind": "ClusterTrainingRuntime",
@@ -30,11 +32,7 @@ TORCH_RUNTIME: dict[str, Any] = {
                             },
                             "spec": {
                                 "template": {
-                                    "spec": {
-                                        "containers": [
-                                            {"name": "node", "image": "pytorch/pytorch:2.13.0"}
-                                        ]
-                                    }
+                                    "spec": {"containers": [{"name": "node", "image": TORCH_IMAGE}]}
                                 }
                             },
                         },

@@ -18,10 +18,16 @@ from support.fields import generated_fields, row_of, values_at
 from support.jobs import JobBuilder
 from support.kubeflow import EXAMPLES, pytorchjob
 
-from torchjob.api import kubeflow_types, types
+from torchjob.api import kubeflow_types, trainer_types, types
 from torchjob.api.kubeflow_admission import default_pytorchjob
 from torchjob.cli.convert import Unconvertible, convert
-from torchjob.cli.convert_fields import PYTORCHJOB_FIELDS, TRAINING_JOB_FIELDS, Fate
+from torchjob.cli.convert_fields import (
+    PYTORCHJOB_FIELDS,
+    PYTORCHJOB_TO_TRAINJOB_FIELDS,
+    TRAINING_JOB_FIELDS,
+    TRAINJOB_FIELDS,
+    Fate,
+)
 from torchjob.cli.manifest import InvalidManifest
 
 SEEDS = sorted(EXAMPLES.glob("*.yaml"))
@@ -223,10 +229,14 @@ def test_the_command_prints_yaml_writes_a_file_and_reports_on_stderr(tmp_path: P
 SPECS = [
     (types.PyTorchTrainingJobSpec, TRAINING_JOB_FIELDS, kubeflow_types.PyTorchJobSpec),
     (kubeflow_types.PyTorchJobSpec, PYTORCHJOB_FIELDS, types.PyTorchTrainingJobSpec),
+    (trainer_types.TrainJobSpec, TRAINJOB_FIELDS, kubeflow_types.PyTorchJobSpec),
+    (kubeflow_types.PyTorchJobSpec, PYTORCHJOB_TO_TRAINJOB_FIELDS, trainer_types.TrainJobSpec),
 ]
 
 
-@pytest.mark.parametrize(("spec", "fates", "other"), SPECS, ids=["torchjob", "kubeflow"])
+@pytest.mark.parametrize(
+    ("spec", "fates", "other"), SPECS, ids=["torchjob", "kubeflow", "trainjob", "to-trainjob"]
+)
 def test_every_field_of_either_spec_is_carried_or_refused(
     spec: Any, fates: Mapping[str, Fate], other: Any
 ) -> None:

@@ -1,7 +1,7 @@
 """`torchjob convert` of Kubeflow Trainer's TrainJob: to the PyTorchJob of its nodes (the one API
 whose environment is a TrainJob's) and to a PyTorchTrainingJob through it, from a PyTorchJob or a
 PyTorchTrainingJob to a TrainJob of the torch-distributed runtime; every field of either spec
-carried or refused (cli/convert_fields.py)."""
+carried or refused is checked with the others' in test_cli_convert.py."""
 
 from __future__ import annotations
 
@@ -9,20 +9,18 @@ import copy
 import re
 import subprocess
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from support.cli import TORCHJOB
-from support.fields import generated_fields, row_of, values_at
+from support.fields import values_at
 from support.kubeflow import pytorchjob
 from support.trainer import TORCH_RUNTIME, TRAIN_JOB, with_dataset_initializer
 
-from torchjob.api import kubeflow_types, trainer_types
 from torchjob.cli.convert import Unconvertible, convert
-from torchjob.cli.convert_fields import PYTORCHJOB_TO_TRAINJOB_FIELDS, TRAINJOB_FIELDS, Fate
+from torchjob.cli.convert_fields import PYTORCHJOB_TO_TRAINJOB_FIELDS, TRAINJOB_FIELDS
 from torchjob.cli.manifest import with_runtime
 
 
@@ -119,24 +117,6 @@ def test_what_a_trainjob_keeps_in_its_runtime_is_refused_by_path() -> None:
         "spec.pytorchReplicaSpecs.Master.template.spec.volumes: a TrainJob takes this from its "
         "training runtime"
     )
-
-
-SPECS = [
-    (trainer_types.TrainJobSpec, TRAINJOB_FIELDS, kubeflow_types.PyTorchJobSpec),
-    (kubeflow_types.PyTorchJobSpec, PYTORCHJOB_TO_TRAINJOB_FIELDS, trainer_types.TrainJobSpec),
-]
-
-
-@pytest.mark.parametrize(("spec", "fates", "other"), SPECS, ids=["trainjob", "to-trainjob"])
-def test_every_field_is_carried_or_refused(
-    spec: Any, fates: Mapping[str, Fate], other: Any
-) -> None:
-    fields = dict(generated_fields(spec))
-    unsaid = [path for path, message in fields.items() if not message and not row_of(path, fates)]
-    assert unsaid == [], "add a row for each to cli/convert_fields.py: carried where, or why not"
-    assert [row for row in fates if row not in fields] == [], "a row of no field"
-    targets = dict(generated_fields(other))
-    assert [fate.to for fate in fates.values() if fate.to and fate.to not in targets] == []
 
 
 def every_pytorchjob_field() -> dict[str, Any]:

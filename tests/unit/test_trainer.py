@@ -6,7 +6,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from support.trainer import TORCH_RUNTIME, TRAIN_JOB, started, with_dataset_initializer
+from support.trainer import (
+    TORCH_IMAGE,
+    TORCH_RUNTIME,
+    TRAIN_JOB,
+    started,
+    with_dataset_initializer,
+)
 
 from torchjob.api.job_api import TRAIN_JOB as TRAIN_JOB_API
 from torchjob.api.trainer import (
@@ -65,7 +71,7 @@ def test_without_overrides_the_runtimes_node_count_and_image_stand() -> None:
     spec = training_spec({"runtimeRef": {"name": "torch-distributed"}}, runtime)
     [node] = spec["replicaSpecs"]
     assert node["replicas"] == 3
-    assert node["template"]["spec"]["containers"][0]["image"] == "pytorch/pytorch:2.13.0"
+    assert node["template"]["spec"]["containers"][0]["image"] == TORCH_IMAGE
 
 
 def test_suspend_deadline_and_the_runtimes_ttl_carry_over() -> None:

@@ -325,7 +325,7 @@ class KubeflowJobKind:
         return kubeflow_status(job["metadata"]["name"], stored, record, now, spec)
 
     def remember_shown(self, job: dict[str, Any], written: dict[str, Any]) -> None:
-        job[KUBEFLOW_STATUS] = merge_patched(job.get(KUBEFLOW_STATUS) or {}, written)
+        remember_own_status(job, written)
 
     def pause_patch(self, paused: bool) -> dict[str, Any]:
         return {"spec": {"runPolicy": {"suspend": paused}}}  # `training_spec` reads it as a pause
@@ -412,7 +412,7 @@ class TrainJobKind:
         )
 
     def remember_shown(self, job: dict[str, Any], written: dict[str, Any]) -> None:
-        job[KUBEFLOW_STATUS] = merge_patched(job.get(KUBEFLOW_STATUS) or {}, written)
+        remember_own_status(job, written)
 
     def pause_patch(self, paused: bool) -> dict[str, Any]:
         return {"spec": {"suspend": paused}}
@@ -467,6 +467,12 @@ EVERY_OPT_IN: Final = frozenset(kind.opt_in for kind in KINDS.values() if kind.o
 def opted_in_settings(settings: object) -> frozenset[str]:
     """The opt-in settings (`JobKind.opt_in`) a service's settings turn on."""
     return frozenset(name for name in EVERY_OPT_IN if getattr(settings, name, False))
+
+
+def remember_own_status(job: dict[str, Any], written: dict[str, Any]) -> None:
+    """A job of another API (as its kind's `training_job` made it) moved on to the status of
+    its own API just written, which it carries beside the lifecycle's record."""
+    job[KUBEFLOW_STATUS] = merge_patched(job.get(KUBEFLOW_STATUS) or {}, written)
 
 
 def _conditions(job: Object) -> list[Object]:
