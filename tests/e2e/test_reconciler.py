@@ -21,7 +21,8 @@ from support.processes import ServiceProcess
 from support.scenarios import happy_path, master_failure
 
 from torchjob.api import constants, types
-from torchjob.kube.resources import JOBS
+from torchjob.api.job_api import TRAIN_JOB
+from torchjob.kube.resources import JOBS, job_resource
 
 
 async def test_happy_path(
@@ -45,10 +46,12 @@ def assert_probes_and_metrics(reconciler: ServiceProcess) -> None:
     assert reconciler.samples("torchjob_kube_client_requests_total")['{method="POST"}'] > 0
     assert list(reconciler.samples("torchjob_leader_election_is_leader").values()) == [1.0]
     lists = reconciler.samples("torchjob_informer_lists_total")
+    # The e2e reconciler serves TrainJobs too (tests/e2e/conftest.py): one list of each kind.
+    trainjobs = job_resource(TRAIN_JOB).path(None)
     assert {k for k in lists if 'reason="initial"' in k} == {
         f'{{reason="initial",resource="{resource}"}}'
         for resource in ("/api/v1/pods", "/api/v1/services", "/api/v1/nodes", JOBS.path(None))
-    }
+    } | {f'{{reason="initial",resource="{trainjobs}"}}'}
 
 
 async def _eq(value: Awaitable[Any], expected: Any) -> bool:

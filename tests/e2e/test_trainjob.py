@@ -248,10 +248,14 @@ NODE_SPEC = "template.spec.replicatedJobs.0.template.spec"
 RUNTIME_REFUSALS = [
     ("mlPolicy", {"numNodes": 1, "mpi": {"numProcPerNode": 1}}, "spec.mlPolicy.mpi"),
     ("mlPolicy", {"numNodes": 1, "jax": {}}, "spec.mlPolicy.jax"),
+    ("mlPolicy", {"numNodes": 1, "xgboost": {}}, "spec.mlPolicy.xgboost"),
+    ("mlPolicy", {"numNodes": 1, "flux": {"numProcPerNode": 1}}, "spec.mlPolicy.flux"),
     ("mlPolicy", {"numNodes": 1}, "spec.mlPolicy.torch"),
     ("mlPolicy", {"torch": {"envInjection": {"targets": []}}}, "spec.mlPolicy.torch.envInjection"),
     ("podGroupPolicy", {"coscheduling": {}}, "spec.podGroupPolicy"),
     ("template.spec.network", {"enableDNSHostnames": True}, "spec.template.spec.network"),
+    ("template", {"metadata": {"labels": {"a": "b"}}}, "spec.template.spec: is required"),
+    ("template.spec.replicatedJobs", [], "spec.template.spec.replicatedJobs: needs the `node`"),
     (
         "template.spec.replicatedJobs.0.name",
         "launcher",
@@ -358,6 +362,14 @@ def test_admission_refuses_every_trainjob_torchjob_does_not_run_by_field(
         check=False,
     )
     assert done.returncode != 0 and "spec.trainer: is immutable" in done.stderr
+    patches = [{"manager": "team.example/tool", "trainingRuntimeSpec": {}}]
+    resumed = {"spec": {"suspend": False, "runtimePatches": patches}}
+    done = control_plane.kubectl(
+        "patch", "trainjob", "refused", "-n", namespace, "--type=merge", "-p", json.dumps(resumed),
+        check=False,
+    )  # fmt: skip
+    said = "spec.runtimePatches: may change only while the job is suspended"
+    assert done.returncode != 0 and said in done.stderr, done.stderr
 
 
 def trainjob_shown(control_plane: ControlPlane, namespace: str, name: str) -> dict[str, Any]:
