@@ -41,6 +41,8 @@ from torchjob.views.console.job_clone import cloned
 from torchjob.views.console.job_form import (
     CLEAN_UP_POLICIES,
     RESTART_POLICIES,
+    SWITCHES,
+    TEXTS,
     JobForm,
     NoFormPlace,
     NotShown,
@@ -124,7 +126,10 @@ def draft_of_form(form: JobForm, kind: str = TRAINING_KIND) -> Draft:
         return Draft(FORM, form, "", None, problems, kind=kind)
     except NoFormPlace as refusal:
         for name, message in refusal.fields.items():
-            problems.fields.setdefault(name, []).append(message)
+            if name in SWITCHES or name in TEXTS:
+                problems.fields.setdefault(name, []).append(message)
+            else:  # a field the form does not show (the code a recipe clones): said above it
+                problems.general.append(f"{name}: {message}")
         return Draft(FORM, form, "", None, problems, kind=kind)
     return Draft(FORM, form, yaml_of(manifest), manifest, problems, kind=kind)
 

@@ -39,7 +39,9 @@ RESTART_POLICIES = ("Never", "OnFailure", "Always", "ExitCode")
 CLEAN_UP_POLICIES = ("None", "All", "Unfinished")
 INTEGER = re.compile(r"-?[0-9]+")
 # The form field of each recipe field (render/recipe.py) whose name differs.
-FORM_FIELD_OF = {"queue_priority": "priority"}
+# The form field a recipe field comes from, where their names differ; the memory volume is the
+# form's volume that is on unless turned off (a claim's mount is the other).
+FORM_FIELD_OF = {"queue_priority": "priority", "volumes": "shm"}
 
 Manifest = dict[str, Any]
 
