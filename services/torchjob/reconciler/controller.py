@@ -280,17 +280,15 @@ class Reconciler:
         jobs = self.job_informers.get(key.api)
         return jobs.get(key.namespace, key.name) if jobs is not None else None
 
-    def _job(self, key: JobKey) -> dict[str, Any] | None:
-        """The cached job of `key`; a Kubeflow job as the PyTorchTrainingJob that runs it."""
-        found = self._cached(key)
-        return kind_of(key.api).run(found) if found is not None else None
-
     async def reconcile(self, key: JobKey) -> Result:
+        # Decoded once a round: the cache keeps each job as JSON (kube/informer.py).
         found = self._cached(key)
-        runtime = kind_of(key.api).runtime_to_copy(found) if found is not None else None
+        kind = kind_of(key.api)
+        runtime = kind.runtime_to_copy(found) if found is not None else None
         if runtime is not None and found is not None:
             return await self._copy_runtime(key, found, runtime)
-        job = self._job(key)
+        # The job as its kind runs it (another API's as the PyTorchTrainingJob that runs it).
+        job = kind.run(found) if found is not None else None
         if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
             self.expectations.forget(key)
             self.refusals.pop(key, None)
